@@ -1,0 +1,72 @@
+"""Heat Conduction Operator (HCO) of vHeat."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pdevision.ops.dct import DctMethod, dct2, idct2
+from pdevision.ops.heat import frequency_energy
+
+
+class HeatConductionOperator(nn.Module):
+    """vHeat HCO: ``u = IDCT2(DCT2(phi(x)) * exp(-k(w) (wx^2 + wy^2)))`` gated by SiLU (vHeat Eq. 8-10).
+
+    ``phi`` is a depthwise 3x3 conv then a linear map to two branches; one branch is conducted
+    with diffusivity ``k = ReLU(Linear(FVE))`` per frequency and channel, layer-normalised, and
+    gated by SiLU of the other branch; a final linear map mixes channels.
+
+    Input and output: NHWC ``(B, H, W, C)``. The Frequency Value Embedding ``fve`` is ``(H, W, C)``.
+
+    After :meth:`fold` the decay factors ``exp(-k w^2)`` for one resolution are precomputed, so no
+    FVE projection runs per forward; other resolutions still take the general path.
+    """
+
+    def __init__(self, dim: int, dct_method: DctMethod = "auto") -> None:
+        super().__init__()
+        self.dim = dim
+        self.dct_method: DctMethod = dct_method
+        self.dwconv = nn.Conv2d(dim, dim, kernel_size=3, padding=1, groups=dim)
+        self.linear = nn.Linear(dim, 2 * dim)
+        self.to_k = nn.Sequential(nn.Linear(dim, dim), nn.ReLU())
+        self.out_norm = nn.LayerNorm(dim)
+        self.out_linear = nn.Linear(dim, dim)
+        self.register_buffer("k_exp", None)
+
+    def diffusivity(self, fve: torch.Tensor) -> torch.Tensor:
+        """Thermal diffusivity ``k = ReLU(Linear(FVE))``, ``(H, W, C)``, non-negative."""
+        return self.to_k(fve)
+
+    def decay(self, h: int, w: int, fve: torch.Tensor | None) -> torch.Tensor:
+        """Decay factors ``exp(-k (wx^2 + wy^2))`` of shape ``(h, w, C)``."""
+        if self.k_exp is not None and self.k_exp.shape[:2] == (h, w):
+            return self.k_exp
+        if fve is None:
+            raise ValueError(
+                f"the heat operator needs a frequency embedding for a {h}x{w} map "
+                f"(folded for {tuple(self.k_exp.shape[:2]) if self.k_exp is not None else 'no size'})"
+            )
+        dtype = torch.promote_types(fve.dtype, torch.float32)  # the exponent in at least fp32
+        energy = frequency_energy(h, w, fve.device, dtype)
+        return torch.exp(-energy.unsqueeze(-1) * self.diffusivity(fve).to(dtype))
+
+    @torch.no_grad()
+    def fold(self, fve: torch.Tensor) -> None:
+        """Precompute the decay factors for the size of ``fve`` (H, W, C) and use them from now on."""
+        h, w = fve.shape[:2]
+        self.k_exp = self.decay(h, w, fve.detach()).detach().clone()
+
+    def unfold(self) -> None:
+        """Drop precomputed decay factors (back to the general path)."""
+        self.k_exp = None
+
+    def forward(self, x: torch.Tensor, fve: torch.Tensor | None = None) -> torch.Tensor:
+        _, h, w, _ = x.shape
+        x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        u, gate = self.linear(x).chunk(2, dim=-1)
+        spec = dct2(u.contiguous(), dims=(1, 2), method=self.dct_method)
+        spec = spec * self.decay(h, w, fve).to(spec.dtype)
+        u = idct2(spec, dims=(1, 2), method=self.dct_method)
+        u = self.out_norm(u) * F.silu(gate)
+        return self.out_linear(u)

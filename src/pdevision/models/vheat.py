@@ -1,0 +1,428 @@
+"""vHeat: vision backbones with heat conduction (Wang et al., "vHeat: Building Vision Models upon
+Heat Conduction"). Image patches are heat sources; each block's token mixer is the Heat Conduction
+Operator, solved exactly with a 2-D DCT; Frequency Value Embeddings (FVE) set the diffusivity.
+
+Layout: the stem is NCHW, stages run NHWC ``(B, H, W, C)``; ``forward_features`` returns NHWC,
+``forward_intermediates`` returns NCHW (timm's convention).
+
+Any input size: each stage's FVE is trained for the feature size of ``img_size``; at another size it
+is resampled by :func:`pdevision.ops.resize_spectrum` (``fve_resize="interp"``: linear in the physical
+frequency ``w = n pi / N``, unchanged at the training size; ``"pad"``: the authors' zero padding).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.utils.checkpoint
+from timm.layers import ClassifierHead, trunc_normal_
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
+from torch import nn
+
+from pdevision.layers import ConvDownsample, ConvStem, HeatConductionOperator, MixerBlock
+from pdevision.models._common import check_image_batch, conv_out_size, to_2tuple_size
+from pdevision.ops.dct import DctMethod
+from pdevision.ops.heat import resize_spectrum
+
+__all__ = ["VHeat", "VHeatStage", "checkpoint_filter_fn"]
+
+
+class VHeatStage(nn.Module):
+    """Optional downsampling, then ``depth`` heat-conduction blocks sharing one FVE. NHWC in and out."""
+
+    def __init__(
+        self,
+        in_dim: int | None,
+        dim: int,
+        depth: int,
+        feat_size: tuple[int, int],
+        mlp_ratio: float = 4.0,
+        post_norm: bool = False,
+        layer_scale: float | None = None,
+        drop_path: Sequence[float] = (),
+        fve_resize: str = "interp",
+        dct_method: DctMethod = "auto",
+    ) -> None:
+        super().__init__()
+        self.feat_size = feat_size
+        self.fve_resize = fve_resize
+        self.grad_checkpointing = False
+        # Set when weights came from a folded checkpoint without FVEs: only the folded size runs.
+        self.folded_only = False
+        self.downsample = ConvDownsample(in_dim, dim) if in_dim is not None else nn.Identity()
+        self.freq_embed = nn.Parameter(torch.zeros(*feat_size, dim))
+        trunc_normal_(self.freq_embed, std=0.02)
+        dpr = list(drop_path) or [0.0] * depth
+        self.blocks = nn.ModuleList(
+            MixerBlock(
+                dim,
+                HeatConductionOperator(dim, dct_method=dct_method),
+                mlp_ratio=mlp_ratio,
+                post_norm=post_norm,
+                layer_scale=layer_scale,
+                drop_path=dpr[i],
+            )
+            for i in range(depth)
+        )
+
+    def fve(self, size: tuple[int, int]) -> torch.Tensor:
+        """The stage's FVE resampled to a ``size = (h, w)`` feature map, ``(h, w, C)``."""
+        return resize_spectrum(self.freq_embed, size, self.fve_resize)
+
+    def folded_size(self) -> tuple[int, int] | None:
+        k_exp = self.blocks[0].mixer.k_exp if len(self.blocks) else None
+        return None if k_exp is None else (int(k_exp.shape[0]), int(k_exp.shape[1]))
+
+    @torch.no_grad()
+    def reparameterize(self, size: tuple[int, int] | None = None) -> None:
+        """Fold the FVE projection into fixed decay factors for ``size`` (default: training size)."""
+        fve = self.fve(size or self.feat_size)
+        for block in self.blocks:
+            block.mixer.fold(fve)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.downsample(x)
+        size = (x.shape[1], x.shape[2])
+        use_folded = not self.training and self.folded_size() == size
+        if self.folded_only and not use_folded:
+            raise ValueError(
+                f"this stage was loaded from a folded (inference) checkpoint without frequency embeddings; "
+                f"it runs only in eval mode at feature size {self.folded_size()}, got {size} "
+                f"(training={self.training})"
+            )
+        fve = None if use_folded else self.fve(size)
+        for block in self.blocks:
+            if self.grad_checkpointing and not torch.jit.is_scripting() and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, fve, use_reentrant=False)
+            else:
+                x = block(x, fve)
+        return x
+
+
+class VHeat(nn.Module):
+    """vHeat backbone: conv stem (stride 4), four heat-conduction stages, LayerNorm, pooled linear head.
+
+    Args:
+        img_size: training resolution; sets the size of the FVEs (any input size runs).
+        in_chans: input channels.
+        num_classes: classifier outputs (0 for no classifier).
+        global_pool: pooling of the head (timm's ``ClassifierHead``).
+        depths: blocks per stage.
+        dims: channels per stage, or the first stage's channels (doubled per stage).
+        mlp_ratio: hidden width of the MLP as a multiple of the channels.
+        post_norm: normalise branch outputs (``x + norm(f(x))``) instead of inputs.
+        layer_scale: initial value of per-channel branch scaling, ``None`` for none.
+        drop_rate: dropout before the classifier.
+        drop_path_rate: stochastic depth, linearly increasing over blocks.
+        fve_resize: ``"interp"`` or ``"pad"``, how FVEs follow a new input size.
+        dct_method: ``"auto"``, ``"matrix"`` or ``"fft"``.
+    """
+
+    def __init__(
+        self,
+        img_size: int | tuple[int, int] = 224,
+        in_chans: int = 3,
+        num_classes: int = 1000,
+        global_pool: str = "avg",
+        depths: Sequence[int] = (2, 2, 9, 2),
+        dims: int | Sequence[int] = 96,
+        mlp_ratio: float = 4.0,
+        post_norm: bool = True,
+        layer_scale: float | None = None,
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.2,
+        fve_resize: str = "interp",
+        dct_method: DctMethod = "auto",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if kwargs:
+            raise TypeError(f"VHeat got unexpected arguments: {sorted(kwargs)}")
+        if fve_resize not in ("interp", "pad"):
+            raise ValueError(f"fve_resize must be 'interp' or 'pad', got {fve_resize!r}")
+        num_stages = len(depths)
+        if isinstance(dims, int):
+            dims = [dims * 2**i for i in range(num_stages)]
+        if len(dims) != num_stages:
+            raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {num_stages}")
+        self.img_size = to_2tuple_size(img_size)
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.dims = list(dims)
+        self.depths = list(depths)
+        self.num_features = self.head_hidden_size = self.dims[-1]
+        self.output_fmt = "NHWC"
+        self.min_input_size = 4 * 2 ** (num_stages - 1)
+        self.grad_checkpointing = False
+
+        self.stem = ConvStem(in_chans, self.dims[0])
+        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = nn.ModuleList()
+        self.feature_info: list[dict[str, Any]] = []
+        for i, depth in enumerate(depths):
+            feat = (conv_out_size(self.img_size[0], 2 + i), conv_out_size(self.img_size[1], 2 + i))
+            self.stages.append(
+                VHeatStage(
+                    in_dim=self.dims[i - 1] if i > 0 else None,
+                    dim=self.dims[i],
+                    depth=depth,
+                    feat_size=feat,
+                    mlp_ratio=mlp_ratio,
+                    post_norm=post_norm,
+                    layer_scale=layer_scale,
+                    drop_path=dpr[sum(depths[:i]) : sum(depths[: i + 1])],
+                    fve_resize=fve_resize,
+                    dct_method=dct_method,
+                )
+            )
+            self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
+        self.norm = nn.LayerNorm(self.num_features)
+        self.head = ClassifierHead(
+            self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate, input_fmt="NHWC"
+        )
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    # -- timm model API -------------------------------------------------------------------------
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        return {f"stages.{i}.freq_embed" for i in range(len(self.stages))}
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        return dict(
+            stem=r"^stem",
+            blocks=r"^stages\.(\d+)" if coarse else [(r"^stages\.(\d+)\.blocks\.(\d+)", None), (r"^norm", (99999,))],
+        )
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+        for stage in self.stages:
+            stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head.fc
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        self.num_classes = num_classes
+        self.head.reset(num_classes, pool_type=global_pool)
+
+    @torch.no_grad()
+    def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
+        """Fold every stage's FVE projection into decay factors for ``img_size`` (default: training)."""
+        size = to_2tuple_size(img_size) if img_size is not None else self.img_size
+        for i, stage in enumerate(self.stages):
+            stage.reparameterize((conv_out_size(size[0], 2 + i), conv_out_size(size[1], 2 + i)))
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
+        check_image_batch(x, self.in_chans, self.min_input_size)
+        return self.stem(x).permute(0, 2, 3, 1)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Image batch ``(B, C, H, W)`` to normalised features, NHWC."""
+        x = self._stem(x)
+        for stage in self.stages:
+            x = stage(x)
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return self.head(x, pre_logits=pre_logits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | None = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Stage outputs (NCHW) for ``indices``; with ``norm`` the final norm is applied to the last."""
+        if output_fmt not in ("NCHW", "NHWC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        last = len(self.stages) - 1
+        x = self._stem(x)
+        stages = self.stages[: max_index + 1] if stop_early else self.stages
+        intermediates = []
+        i = 0
+        for i, stage in enumerate(stages):
+            x = stage(x)
+            if i in take_indices:
+                y = self.norm(x) if norm and i == last else x
+                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == "NCHW" else y)
+        if intermediates_only:
+            return intermediates
+        if i == last:
+            x = self.norm(x)
+        return x, intermediates
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop stages after the last needed one (and the norm / head), for feature extraction."""
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        self.stages = self.stages[: max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, "")
+        return take_indices
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+
+_AUTHOR_KEYS = (
+    (r"^patch_embed\.conv(\d)\.", r"stem.conv\1."),
+    (r"^patch_embed\.norm(\d)\.1\.", r"stem.norm\1."),
+    (r"^freq_embed\.(\d+)$", r"stages.\1.freq_embed"),
+    (r"^classifier\.0\.", "norm."),
+    (r"^classifier\.3\.", "head.fc."),
+)
+
+
+def _unwrap(state_dict: dict[str, Any]) -> dict[str, torch.Tensor]:
+    for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
+        if isinstance(state_dict.get(key), dict):
+            state_dict = state_dict[key]
+            break
+    return {k.removeprefix("module."): v for k, v in state_dict.items() if isinstance(v, torch.Tensor)}
+
+
+def _map_author_key(key: str, value: torch.Tensor, depths: Sequence[int]) -> tuple[str, torch.Tensor] | None:
+    for pattern, repl in _AUTHOR_KEYS:
+        if re.match(pattern, key):
+            return re.sub(pattern, repl, key), value
+    m = re.match(r"^layers\.(\d+)\.(\d+)\.(.*)$", key)
+    if m is None:
+        return None
+    stage, index, rest = int(m.group(1)), int(m.group(2)), m.group(3)
+    if index >= depths[stage]:  # the authors downsample at the end of a stage, we at the start of the next
+        part = {"0.weight": "conv.weight", "1.weight": "norm.weight", "1.bias": "norm.bias"}[rest]
+        return f"stages.{stage + 1}.downsample.{part}", value
+    rest = rest.replace("op.", "mixer.", 1).replace("gamma1", "ls1.gamma").replace("gamma2", "ls2.gamma")
+    if rest.startswith("mlp.fc") and rest.endswith(".weight") and value.ndim == 4:
+        value = value.flatten(1)  # 1x1 conv -> linear
+    return f"stages.{stage}.blocks.{index}.{rest}", value
+
+
+def checkpoint_filter_fn(state_dict: dict[str, Any], model: VHeat) -> dict[str, torch.Tensor]:
+    """Convert a vHeat checkpoint to this model's layout.
+
+    Accepts the authors' layout (``patch_embed.*``, ``freq_embed.<i>``, ``layers.<i>.<j>.op.*``,
+    ``classifier.*``; training or folded ``infer_mode`` form, optionally inside ``model`` /
+    ``model_ema``) and this library's own layout. FVEs trained at another resolution are resampled
+    to the model's ``img_size`` with its ``fve_resize`` rule. A folded checkpoint (decay factors
+    ``k_exp``) folds ``model`` at that size; without FVEs the model then runs only at that size.
+    """
+    state_dict = _unwrap(state_dict)
+    if any(k.startswith(("patch_embed.", "layers.")) for k in state_dict):
+        converted = {}
+        for key, value in state_dict.items():
+            mapped = _map_author_key(key, value, model.depths)
+            if mapped is not None:
+                converted[mapped[0]] = mapped[1]
+        state_dict = converted
+
+    own = model.state_dict()
+    for i, stage in enumerate(model.stages):
+        key = f"stages.{i}.freq_embed"
+        if key in state_dict and state_dict[key].shape != stage.freq_embed.shape:
+            state_dict[key] = resize_spectrum(state_dict[key], stage.feat_size, stage.fve_resize)
+        k_exp_key = f"stages.{i}.blocks.0.mixer.k_exp"
+        if k_exp_key in state_dict:
+            size = tuple(state_dict[k_exp_key].shape[:2])
+            stage.reparameterize(size)
+            if key not in state_dict:
+                stage.folded_only = True
+    own = model.state_dict()
+    for key, value in own.items():  # folded checkpoints carry no FVE / to_k: keep the model's own
+        if key not in state_dict and (".freq_embed" in key or ".mixer.to_k." in key):
+            state_dict[key] = value
+    return state_dict
+
+
+# -- registry ------------------------------------------------------------------------------------
+
+
+def _create_vheat(variant: str, pretrained: bool = False, **kwargs: Any) -> VHeat:
+    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    return build_model_with_cfg(
+        VHeat,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        **kwargs,
+    )
+
+
+def _cfg(**kwargs: Any) -> dict[str, Any]:
+    return {
+        "url": "",
+        "num_classes": 1000,
+        "input_size": (3, 224, 224),
+        "pool_size": (7, 7),
+        "crop_pct": 0.875,
+        "interpolation": "bicubic",
+        "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225),
+        "first_conv": "stem.conv1",
+        "classifier": "head.fc",
+        "license": "apache-2.0",
+        **kwargs,
+    }
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        "vheat_micro.untrained": _cfg(input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0),
+        "vheat_tiny.in1k": _cfg(paper_ids="arXiv:2405.16555"),
+        "vheat_small.in1k": _cfg(paper_ids="arXiv:2405.16555"),
+        "vheat_base.in1k": _cfg(paper_ids="arXiv:2405.16555"),
+    }
+)
+
+
+@register_model
+def vheat_micro(pretrained: bool = False, **kwargs: Any) -> VHeat:
+    """vHeat-Micro (this library's CPU-sized model): dims 32, depths 1-1-3-1, pre-norm, 64 px."""
+    args = dict(img_size=64, dims=32, depths=(1, 1, 3, 1), post_norm=False, drop_path_rate=0.0)
+    return _create_vheat("vheat_micro", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def vheat_tiny(pretrained: bool = False, **kwargs: Any) -> VHeat:
+    """vHeat-T: dims 96, depths 2-2-6-2, pre-norm, drop path 0.1 (30.85M parameters)."""
+    args = dict(dims=96, depths=(2, 2, 6, 2), post_norm=False, drop_path_rate=0.1)
+    return _create_vheat("vheat_tiny", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def vheat_small(pretrained: bool = False, **kwargs: Any) -> VHeat:
+    """vHeat-S: dims 96, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.3 (52.22M)."""
+    args = dict(dims=96, depths=(2, 2, 18, 2), post_norm=True, layer_scale=1e-5, drop_path_rate=0.3)
+    return _create_vheat("vheat_small", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def vheat_base(pretrained: bool = False, **kwargs: Any) -> VHeat:
+    """vHeat-B: dims 128, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.5 (92.13M)."""
+    args = dict(dims=128, depths=(2, 2, 18, 2), post_norm=True, layer_scale=1e-5, drop_path_rate=0.5)
+    return _create_vheat("vheat_base", pretrained, **dict(args, **kwargs))

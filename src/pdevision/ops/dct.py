@@ -1,0 +1,142 @@
+"""Orthonormal 2-D DCT-II and its inverse (DCT-III) over two spatial dimensions.
+
+Two implementations with identical results:
+
+* ``"matrix"``: two matrix products with a cached cosine basis. Cost per transform is
+  ``O(H*W*(H+W))``, i.e. ``O(N^1.5)`` in the number of tokens ``N = H*W`` for square maps.
+* ``"fft"``: Makhoul's reordering plus one complex FFT per dimension, ``O(N log N)``.
+
+Both equal ``scipy.fft.dctn(x, type=2, norm="ortho", axes=dims)`` (and ``idctn`` for the inverse).
+The functions are layout-agnostic: ``dims`` names the two spatial dimensions, ``(-2, -1)`` for NCHW
+tensors and ``(1, 2)`` for NHWC tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Literal
+
+import torch
+
+DctMethod = Literal["matrix", "fft", "auto"]
+
+# Token count (H*W) from which the FFT transform is used by ``method="auto"``. The default is the
+# crossover measured on a 2-core CPU by ``pdevision bench`` (operator microbenchmark); override
+# with ``set_auto_threshold`` for other machines.
+_AUTO_FFT_MIN_TOKENS = 4096
+
+
+def set_auto_threshold(tokens: int) -> None:
+    """Set the token count ``H*W`` from which ``method="auto"`` switches to the FFT transform."""
+    global _AUTO_FFT_MIN_TOKENS
+    if tokens < 1:
+        raise ValueError(f"auto threshold must be a positive token count, got {tokens}")
+    _AUTO_FFT_MIN_TOKENS = int(tokens)
+
+
+def resolve_method(method: DctMethod, h: int, w: int) -> Literal["matrix", "fft"]:
+    """Return the concrete implementation that ``method`` selects for an ``h x w`` map."""
+    if method == "auto":
+        return "fft" if h * w >= _AUTO_FFT_MIN_TOKENS else "matrix"
+    if method not in ("matrix", "fft"):
+        raise ValueError(f"DCT method must be 'matrix', 'fft' or 'auto', got {method!r}")
+    return method
+
+
+@functools.lru_cache(maxsize=64)
+def _dct_matrix_cached(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    k = torch.arange(n, dtype=torch.float64).unsqueeze(1)
+    x = torch.arange(n, dtype=torch.float64).unsqueeze(0)
+    basis = torch.cos(math.pi * k * (x + 0.5) / n) * math.sqrt(2.0 / n)
+    basis[0] /= math.sqrt(2.0)
+    return basis.to(device=device, dtype=dtype)
+
+
+def dct_matrix(n: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Orthonormal DCT-II matrix ``C`` of size ``(n, n)``: ``X = C @ x``, and ``x = C.T @ X``.
+
+    ``C[k, x] = s_k cos(pi k (x + 1/2) / n)`` with ``s_0 = sqrt(1/n)``, ``s_k = sqrt(2/n)``.
+    Cached per ``(n, device, dtype)``; the returned tensor must not be modified in place.
+    """
+    if n < 1:
+        raise ValueError(f"DCT size must be positive, got {n}")
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    dtype = dtype or torch.get_default_dtype()
+    return _dct_matrix_cached(n, device, dtype)
+
+
+def _norm_dims(x: torch.Tensor, dims: tuple[int, int]) -> tuple[int, int]:
+    if len(dims) != 2:
+        raise ValueError(f"dims must name two spatial dimensions, got {dims}")
+    d0, d1 = (d % x.ndim for d in dims)
+    if d0 == d1:
+        raise ValueError(f"dims must be two different dimensions, got {dims}")
+    return d0, d1
+
+
+def _apply_matrix(x: torch.Tensor, mat: torch.Tensor, dim: int) -> torch.Tensor:
+    """Multiply ``mat`` (out, in) along dimension ``dim`` of ``x`` without a transposed copy of x."""
+    if dim == x.ndim - 1:
+        return x @ mat.t()
+    # Contract over `dim`: reshape to (prefix, n, suffix) so a batched matmul does the work.
+    shape = x.shape
+    prefix = math.prod(shape[:dim])
+    suffix = math.prod(shape[dim + 1 :])
+    y = torch.matmul(mat, x.reshape(prefix, shape[dim], suffix))
+    return y.reshape(*shape[:dim], mat.shape[0], *shape[dim + 1 :])
+
+
+def _dct1_fft(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Orthonormal DCT-II along ``dim`` via one FFT of the even/odd reordered signal (Makhoul 1980)."""
+    n = x.shape[dim]
+    x = x.movedim(dim, -1)
+    v = torch.cat([x[..., 0::2], x[..., 1::2].flip(-1)], dim=-1)
+    spec = torch.fft.fft(v.float() if v.dtype in (torch.float16, torch.bfloat16) else v, dim=-1)
+    k = torch.arange(n, device=x.device, dtype=spec.real.dtype)
+    twiddle = torch.polar(torch.ones_like(k), -math.pi * k / (2 * n))
+    out = (spec * twiddle).real
+    scale = torch.full((n,), math.sqrt(2.0 / n), device=x.device, dtype=out.dtype)
+    scale[0] = math.sqrt(1.0 / n)
+    return (out * scale).to(x.dtype).movedim(-1, dim)
+
+
+def _idct1_fft(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Inverse of :func:`_dct1_fft` (orthonormal DCT-III) along ``dim``."""
+    n = x.shape[dim]
+    x = x.movedim(dim, -1)
+    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    scale = torch.full((n,), math.sqrt(n / 2.0), device=x.device, dtype=work.dtype)
+    scale[0] = math.sqrt(float(n))
+    c = work * scale  # unnormalised coefficients: X_k = sum x_m cos(pi k (2m+1) / 2n)
+    # V_k = exp(i pi k / 2n) (X_k - i X_{n-k}) / 2 with X_n = 0; then v = ifft(V) * n ... see tests.
+    c_rev = torch.cat([torch.zeros_like(c[..., :1]), c[..., 1:].flip(-1)], dim=-1)
+    k = torch.arange(n, device=x.device, dtype=work.dtype)
+    twiddle = torch.polar(torch.ones_like(k), math.pi * k / (2 * n))
+    spec = torch.complex(c, -c_rev) * twiddle
+    v = torch.fft.ifft(spec, dim=-1).real
+    half = (n + 1) // 2
+    out = torch.empty_like(v)
+    out[..., 0::2] = v[..., :half]
+    out[..., 1::2] = v[..., half:].flip(-1)
+    return out.to(x.dtype).movedim(-1, dim)
+
+
+def dct2(x: torch.Tensor, dims: tuple[int, int] = (-2, -1), method: DctMethod = "auto") -> torch.Tensor:
+    """Orthonormal 2-D DCT-II of ``x`` over ``dims`` (NCHW: ``(-2, -1)``, NHWC: ``(1, 2)``)."""
+    d0, d1 = _norm_dims(x, dims)
+    impl = resolve_method(method, x.shape[d0], x.shape[d1])
+    if impl == "matrix":
+        x = _apply_matrix(x, dct_matrix(x.shape[d0], x.device, x.dtype), d0)
+        return _apply_matrix(x, dct_matrix(x.shape[d1], x.device, x.dtype), d1)
+    return _dct1_fft(_dct1_fft(x, d0), d1)
+
+
+def idct2(x: torch.Tensor, dims: tuple[int, int] = (-2, -1), method: DctMethod = "auto") -> torch.Tensor:
+    """Inverse of :func:`dct2` (orthonormal 2-D DCT-III) over ``dims``."""
+    d0, d1 = _norm_dims(x, dims)
+    impl = resolve_method(method, x.shape[d0], x.shape[d1])
+    if impl == "matrix":
+        x = _apply_matrix(x, dct_matrix(x.shape[d0], x.device, x.dtype).t(), d0)
+        return _apply_matrix(x, dct_matrix(x.shape[d1], x.device, x.dtype).t(), d1)
+    return _idct1_fft(_idct1_fft(x, d0), d1)

@@ -1,0 +1,85 @@
+"""The DCT pair against scipy's orthonormal DCT-II/III."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.fft
+import torch
+
+from pdevision.ops import dct2, dct_matrix, idct2, resolve_method, set_auto_threshold
+from pdevision.ops import dct as dct_module
+
+SHAPES = [(2, 3, 7, 10), (1, 1, 1, 5), (2, 4, 16, 16), (1, 2, 14, 9), (1, 1, 56, 56)]
+
+
+@pytest.mark.parametrize("method", ["matrix", "fft"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dct2_matches_scipy_fp32(method: str, shape: tuple[int, ...]) -> None:
+    x = torch.randn(*shape)
+    ref = scipy.fft.dctn(x.double().numpy(), type=2, norm="ortho", axes=(-2, -1))
+    out = dct2(x, method=method)
+    assert out.dtype == torch.float32
+    np.testing.assert_allclose(out.numpy(), ref, atol=1e-5, rtol=0)
+    ref_inv = scipy.fft.idctn(x.double().numpy(), type=2, norm="ortho", axes=(-2, -1))
+    np.testing.assert_allclose(idct2(x, method=method).numpy(), ref_inv, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["matrix", "fft"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_round_trip_below_1e5(method: str, shape: tuple[int, ...]) -> None:
+    x = torch.randn(*shape)
+    err = (idct2(dct2(x, method=method), method=method) - x).abs().max().item()
+    assert err < 1e-5
+
+
+@pytest.mark.parametrize("method", ["matrix", "fft"])
+def test_channels_last_dims(method: str) -> None:
+    x = torch.randn(2, 9, 6, 5, dtype=torch.float64)  # NHWC
+    ref = scipy.fft.dctn(x.numpy(), type=2, norm="ortho", axes=(1, 2))
+    np.testing.assert_allclose(dct2(x, dims=(1, 2), method=method).numpy(), ref, atol=1e-12)
+    # swapped order of dims gives the same separable transform
+    np.testing.assert_allclose(dct2(x, dims=(2, 1), method=method).numpy(), ref, atol=1e-12)
+
+
+def test_matrix_is_orthonormal_and_cached() -> None:
+    c = dct_matrix(12, dtype=torch.float64)
+    np.testing.assert_allclose((c @ c.T).numpy(), np.eye(12), atol=1e-12)
+    np.testing.assert_allclose(c.numpy(), scipy.fft.dct(np.eye(12), type=2, norm="ortho", axis=0), atol=1e-12)
+    assert dct_matrix(12, dtype=torch.float64) is c
+
+
+def test_auto_switches_at_threshold() -> None:
+    old = dct_module._AUTO_FFT_MIN_TOKENS
+    try:
+        set_auto_threshold(100)
+        assert resolve_method("auto", 9, 11) == "matrix"
+        assert resolve_method("auto", 10, 10) == "fft"
+        assert resolve_method("matrix", 100, 100) == "matrix"
+    finally:
+        set_auto_threshold(old)
+
+
+def test_bad_arguments_are_clear() -> None:
+    x = torch.randn(2, 3, 4, 4)
+    with pytest.raises(ValueError, match="'matrix', 'fft' or 'auto'"):
+        dct2(x, method="wavelet")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="two different dimensions"):
+        dct2(x, dims=(2, -2))
+    with pytest.raises(ValueError, match="positive token count"):
+        set_auto_threshold(0)
+
+
+@pytest.mark.parametrize("method", ["matrix", "fft"])
+def test_dct_gradcheck(method: str) -> None:
+    x = torch.randn(1, 2, 5, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: dct2(t, method=method), (x,))
+    assert torch.autograd.gradcheck(lambda t: idct2(t, method=method), (x,))
+
+
+def test_bfloat16_runs() -> None:
+    x = torch.randn(2, 3, 14, 14)
+    for method in ("matrix", "fft"):
+        y = dct2(x.bfloat16(), method=method)
+        assert y.dtype == torch.bfloat16
+        assert (y.float() - dct2(x, method=method)).abs().max() < 0.1
