@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -12,4 +11,3 @@ torch.set_num_threads(2)
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
-    np.random.seed(0)

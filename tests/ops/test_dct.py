@@ -7,8 +7,8 @@ import pytest
 import scipy.fft
 import torch
 
-from pdevision.ops import dct2, dct_matrix, idct2, resolve_method, set_auto_threshold
 from pdevision.ops import dct as dct_module
+from pdevision.ops import dct2, dct_matrix, idct2, resolve_method, set_auto_threshold
 
 SHAPES = [(2, 3, 7, 10), (1, 1, 1, 5), (2, 4, 16, 16), (1, 2, 14, 9), (1, 1, 56, 56)]
 
@@ -83,3 +83,15 @@ def test_bfloat16_runs() -> None:
         y = dct2(x.bfloat16(), method=method)
         assert y.dtype == torch.bfloat16
         assert (y.float() - dct2(x, method=method)).abs().max() < 0.1
+
+
+def test_force_method_overrides_auto_only() -> None:
+    from pdevision.ops import force_method
+
+    with force_method("fft"):
+        assert resolve_method("auto", 2, 2) == "fft"
+        assert resolve_method("matrix", 2, 2) == "matrix"
+    assert resolve_method("auto", 2, 2) == "matrix"
+    with pytest.raises(ValueError, match="forced DCT method"):
+        with force_method("auto"):  # type: ignore[arg-type]
+            pass

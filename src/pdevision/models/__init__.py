@@ -1,5 +1,20 @@
 """Model families, registered in timm's registry on import."""
 
+from __future__ import annotations
+
+import timm
+
 from pdevision.models.vheat import VHeat, checkpoint_filter_fn
 
-__all__ = ["VHeat", "checkpoint_filter_fn"]
+FAMILIES: tuple[str, ...] = ("vheat",)
+
+
+def list_models(pattern: str = "") -> list[str]:
+    """Names of the models this library registers in timm (optionally filtered by a wildcard)."""
+    names: list[str] = []
+    for family in FAMILIES:
+        names += timm.list_models(pattern or "*", module=family)
+    return names
+
+
+__all__ = ["FAMILIES", "VHeat", "checkpoint_filter_fn", "list_models"]

@@ -13,18 +13,20 @@ tensors and ``(1, 2)`` for NHWC tensors.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
 
 DctMethod = Literal["matrix", "fft", "auto"]
 
-# Token count (H*W) from which the FFT transform is used by ``method="auto"``. The default is the
-# crossover measured on a 2-core CPU by ``pdevision bench`` (operator microbenchmark); override
-# with ``set_auto_threshold`` for other machines.
-_AUTO_FFT_MIN_TOKENS = 4096
+# Token count (H*W) from which ``method="auto"`` uses the FFT transform. On the 2-core development CPU
+# the matrix transform was faster at every size measured, up to 256x256 (benchmarks/dct_crossover.md),
+# so auto uses the FFT only beyond that; override with ``set_auto_threshold`` for other machines.
+_AUTO_FFT_MIN_TOKENS = 256 * 256 + 1
 
 
 def set_auto_threshold(tokens: int) -> None:
@@ -35,8 +37,26 @@ def set_auto_threshold(tokens: int) -> None:
     _AUTO_FFT_MIN_TOKENS = int(tokens)
 
 
+_FORCED_METHOD: Literal["matrix", "fft"] | None = None
+
+
+@contextlib.contextmanager
+def force_method(method: Literal["matrix", "fft"]) -> Iterator[None]:
+    """Within the block, ``method="auto"`` resolves to ``method`` (e.g. to count FLOPs of one path)."""
+    global _FORCED_METHOD
+    if method not in ("matrix", "fft"):
+        raise ValueError(f"forced DCT method must be 'matrix' or 'fft', got {method!r}")
+    previous, _FORCED_METHOD = _FORCED_METHOD, method
+    try:
+        yield
+    finally:
+        _FORCED_METHOD = previous
+
+
 def resolve_method(method: DctMethod, h: int, w: int) -> Literal["matrix", "fft"]:
     """Return the concrete implementation that ``method`` selects for an ``h x w`` map."""
+    if method == "auto" and _FORCED_METHOD is not None:
+        return _FORCED_METHOD
     if method == "auto":
         return "fft" if h * w >= _AUTO_FFT_MIN_TOKENS else "matrix"
     if method not in ("matrix", "fft"):
@@ -44,13 +64,15 @@ def resolve_method(method: DctMethod, h: int, w: int) -> Literal["matrix", "fft"
     return method
 
 
-@functools.lru_cache(maxsize=64)
-def _dct_matrix_cached(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def _build_dct_matrix(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     k = torch.arange(n, dtype=torch.float64).unsqueeze(1)
     x = torch.arange(n, dtype=torch.float64).unsqueeze(0)
     basis = torch.cos(math.pi * k * (x + 0.5) / n) * math.sqrt(2.0 / n)
     basis[0] /= math.sqrt(2.0)
     return basis.to(device=device, dtype=dtype)
+
+
+_dct_matrix_cached = functools.lru_cache(maxsize=64)(_build_dct_matrix)
 
 
 def dct_matrix(n: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -63,6 +85,8 @@ def dct_matrix(n: int, device: torch.device | str | None = None, dtype: torch.dt
         raise ValueError(f"DCT size must be positive, got {n}")
     device = torch.device(device) if device is not None else torch.device("cpu")
     dtype = dtype or torch.get_default_dtype()
+    if torch.compiler.is_compiling():  # traced once into a constant; the Python cache is not traceable
+        return _build_dct_matrix(n, device, dtype)
     return _dct_matrix_cached(n, device, dtype)
 
 
@@ -87,38 +111,51 @@ def _apply_matrix(x: torch.Tensor, mat: torch.Tensor, dim: int) -> torch.Tensor:
     return y.reshape(*shape[:dim], mat.shape[0], *shape[dim + 1 :])
 
 
+def _twiddle(n: int, sign: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    k = torch.arange(n // 2 + 1, device=device, dtype=dtype)
+    return torch.polar(torch.ones_like(k), sign * math.pi * k / (2 * n))
+
+
+def _ortho_scale(n: int, device: torch.device, dtype: torch.dtype, inverse: bool) -> torch.Tensor:
+    scale = torch.full((n,), math.sqrt(n / 2.0) if inverse else math.sqrt(2.0 / n), device=device, dtype=dtype)
+    scale[0] = math.sqrt(float(n)) if inverse else math.sqrt(1.0 / n)
+    return scale
+
+
 def _dct1_fft(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """Orthonormal DCT-II along ``dim`` via one FFT of the even/odd reordered signal (Makhoul 1980)."""
+    """Orthonormal DCT-II along ``dim`` via one real FFT of the even/odd reordered signal (Makhoul 1980).
+
+    With ``v = [x0, x2, ..., x3, x1]`` and ``Y_k = exp(-i pi k / 2n) rfft(v)_k``, the unnormalised
+    coefficients are ``X_k = Re Y_k`` and ``X_{n-k} = -Im Y_k``.
+    """
     n = x.shape[dim]
-    x = x.movedim(dim, -1)
-    v = torch.cat([x[..., 0::2], x[..., 1::2].flip(-1)], dim=-1)
-    spec = torch.fft.fft(v.float() if v.dtype in (torch.float16, torch.bfloat16) else v, dim=-1)
-    k = torch.arange(n, device=x.device, dtype=spec.real.dtype)
-    twiddle = torch.polar(torch.ones_like(k), -math.pi * k / (2 * n))
-    out = (spec * twiddle).real
-    scale = torch.full((n,), math.sqrt(2.0 / n), device=x.device, dtype=out.dtype)
-    scale[0] = math.sqrt(1.0 / n)
-    return (out * scale).to(x.dtype).movedim(-1, dim)
+    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    work = work.movedim(dim, -1)
+    v = torch.cat([work[..., 0::2], work[..., 1::2].flip(-1)], dim=-1)
+    y = torch.fft.rfft(v, dim=-1) * _twiddle(n, -1.0, x.device, work.dtype)
+    out = torch.cat([y.real, -y.imag[..., 1 : (n + 1) // 2].flip(-1)], dim=-1)
+    out = out * _ortho_scale(n, x.device, work.dtype, inverse=False)
+    return out.to(x.dtype).movedim(-1, dim)
 
 
 def _idct1_fft(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """Inverse of :func:`_dct1_fft` (orthonormal DCT-III) along ``dim``."""
+    """Inverse of :func:`_dct1_fft` (orthonormal DCT-III) along ``dim`` via one inverse real FFT.
+
+    Rebuilds ``Y_k = X_k - i X_{n-k}`` (``X_n = 0``) for ``k <= n/2``, undoes the twiddle, inverts the
+    real FFT and the even/odd reordering.
+    """
     n = x.shape[dim]
-    x = x.movedim(dim, -1)
     work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    scale = torch.full((n,), math.sqrt(n / 2.0), device=x.device, dtype=work.dtype)
-    scale[0] = math.sqrt(float(n))
-    c = work * scale  # unnormalised coefficients: X_k = sum x_m cos(pi k (2m+1) / 2n)
-    # V_k = exp(i pi k / 2n) (X_k - i X_{n-k}) / 2 with X_n = 0; then v = ifft(V) * n ... see tests.
-    c_rev = torch.cat([torch.zeros_like(c[..., :1]), c[..., 1:].flip(-1)], dim=-1)
-    k = torch.arange(n, device=x.device, dtype=work.dtype)
-    twiddle = torch.polar(torch.ones_like(k), math.pi * k / (2 * n))
-    spec = torch.complex(c, -c_rev) * twiddle
-    v = torch.fft.ifft(spec, dim=-1).real
-    half = (n + 1) // 2
+    c = work.movedim(dim, -1) * _ortho_scale(n, x.device, work.dtype, inverse=True)
+    half = n // 2 + 1
+    # X_{n-k} for k = 0..n//2, with X_n = 0
+    rev = torch.cat([torch.zeros_like(c[..., :1]), c[..., n - half + 1 :].flip(-1)], dim=-1)
+    y = torch.complex(c[..., :half], -rev) * _twiddle(n, 1.0, x.device, work.dtype)
+    v = torch.fft.irfft(y, n=n, dim=-1)
     out = torch.empty_like(v)
-    out[..., 0::2] = v[..., :half]
-    out[..., 1::2] = v[..., half:].flip(-1)
+    mid = (n + 1) // 2
+    out[..., 0::2] = v[..., :mid]
+    out[..., 1::2] = v[..., mid:].flip(-1)
     return out.to(x.dtype).movedim(-1, dim)
 
 

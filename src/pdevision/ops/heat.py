@@ -20,11 +20,13 @@ import torch
 from pdevision.ops.dct import DctMethod, _norm_dims, dct2, idct2
 
 
-@functools.lru_cache(maxsize=64)
-def _frequency_energy_cached(h: int, w: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def _build_frequency_energy(h: int, w: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     wy = torch.arange(h, dtype=torch.float64) * (math.pi / h)
     wx = torch.arange(w, dtype=torch.float64) * (math.pi / w)
     return (wy[:, None] ** 2 + wx[None, :] ** 2).to(device=device, dtype=dtype)
+
+
+_frequency_energy_cached = functools.lru_cache(maxsize=64)(_build_frequency_energy)
 
 
 def frequency_energy(
@@ -35,7 +37,8 @@ def frequency_energy(
     Returns an ``(h, w)`` tensor, cached per size, device and dtype (do not modify in place).
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
-    return _frequency_energy_cached(h, w, device, dtype or torch.get_default_dtype())
+    build = _build_frequency_energy if torch.compiler.is_compiling() else _frequency_energy_cached
+    return build(h, w, device, dtype or torch.get_default_dtype())
 
 
 def heat_conduct(
@@ -70,8 +73,7 @@ def heat_conduct(
     return idct2(dct2(u0, dims, method) * decay, dims, method).to(u0.dtype)
 
 
-@functools.lru_cache(maxsize=64)
-def _frequency_interp_matrix(n_out: int, n_in: int) -> torch.Tensor:
+def _build_interp_matrix(n_out: int, n_in: int) -> torch.Tensor:
     """``(n_out, n_in)`` matrix that linearly interpolates a function sampled at ``w = i pi / n_in``
     onto ``w = j pi / n_out``; frequencies above the largest trained one take its value."""
     pos = torch.arange(n_out, dtype=torch.float64) * (n_in / n_out)
@@ -84,6 +86,15 @@ def _frequency_interp_matrix(n_out: int, n_in: int) -> torch.Tensor:
     mat.index_put_((rows, lo), 1.0 - frac, accumulate=True)
     mat.index_put_((rows, hi), frac, accumulate=True)
     return mat
+
+
+_interp_matrix_cached = functools.lru_cache(maxsize=64)(_build_interp_matrix)
+
+
+def _frequency_interp_matrix(n_out: int, n_in: int) -> torch.Tensor:
+    if torch.compiler.is_compiling():
+        return _build_interp_matrix(n_out, n_in)
+    return _interp_matrix_cached(n_out, n_in)
 
 
 def resize_spectrum(spec: torch.Tensor, size: tuple[int, int], mode: str = "interp") -> torch.Tensor:

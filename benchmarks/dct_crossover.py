@@ -1,0 +1,56 @@
+"""Matrix vs FFT DCT round trip (dct2 + idct2) on NHWC maps, to set ``method="auto"``'s switch point.
+
+Run: ``.venv/bin/python benchmarks/dct_crossover.py`` (writes benchmarks/dct_crossover.md).
+Interleaved, median of 7 repeats, batch 2, 96 channels, fp32, this machine's CPU threads.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from pdevision.ops import dct2, idct2
+
+SIZES = [7, 14, 28, 56, 64, 96, 128, 160, 192, 256]
+
+
+def _time(fn, x: torch.Tensor, repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(x)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    rows = ["| map | tokens | matrix (ms) | fft (ms) | faster |", "|---|---:|---:|---:|---|"]
+    for s in SIZES:
+        x = torch.randn(2, s, s, 96)
+        fns = {m: (lambda t, m=m: idct2(dct2(t, (1, 2), m), (1, 2), m)) for m in ("matrix", "fft")}
+        for fn in fns.values():
+            fn(x)
+        times: dict[str, list[float]] = {m: [] for m in fns}
+        for _ in range(7):  # interleaved
+            for m, fn in fns.items():
+                times[m] += _time(fn, x, 1)
+        med = {m: statistics.median(v) * 1000 for m, v in times.items()}
+        best = min(med, key=med.get)
+        rows.append(f"| {s}x{s} | {s * s} | {med['matrix']:.2f} | {med['fft']:.2f} | {best} |")
+        print(rows[-1], flush=True)
+    header = (
+        f"# DCT round trip, matrix vs FFT\n\nMachine: {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} threads.\n"
+        "Batch 2, 96 channels, NHWC, fp32; median of 7 interleaved repeats.\n\n"
+    )
+    Path(__file__).with_suffix(".md").write_text(header + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

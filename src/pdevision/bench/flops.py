@@ -1,0 +1,46 @@
+"""Parameter and multiply-accumulate counts.
+
+MACs are counted with ``torch.utils.flop_counter`` (FLOPs / 2), the convention of fvcore and of the
+papers' "GFLOPs" columns. Heat operators are counted on their matrix-DCT path, which the counter
+sees as matrix products (the FFT path's work is not visible to the counter).
+"""
+
+from __future__ import annotations
+
+import torch
+from timm.utils.model import reparameterize_model
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from pdevision.ops.dct import force_method
+
+
+def count_params(model: nn.Module) -> int:
+    """Number of parameters (buffers such as folded decay factors are not counted)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def count_macs(model: nn.Module, img_size: int | tuple[int, int] = 224, in_chans: int = 3, fold: bool = True) -> int:
+    """Multiply-accumulates of one eval-mode forward pass of a single ``img_size`` image.
+
+    With ``fold`` (default) the count is of the inference form (``timm.utils.model.
+    reparameterize_model`` on a copy, at ``img_size``), as the papers report: for vHeat the FVE
+    projections are folded away. ``model`` itself is not modified.
+    """
+    h, w = (img_size, img_size) if isinstance(img_size, int) else img_size
+    target = reparameterize_model(model) if fold else model
+    if fold and hasattr(target, "reparameterize"):
+        try:
+            target.reparameterize(img_size=(h, w))  # vHeat: fold at the counted size
+        except TypeError:
+            target.reparameterize()
+    was_training = target.training
+    target.eval()
+    try:
+        x = torch.zeros(1, in_chans, h, w, device=next(model.parameters()).device)
+        with force_method("matrix"), FlopCounterMode(display=False) as counter:
+            target(x)
+    finally:
+        target.train(was_training)
+    return counter.get_total_flops() // 2
