@@ -16,6 +16,8 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/pdevision demo
+	$(VENV)/bin/pdevision train --model vheat_micro --output runs/demo
+	$(VENV)/bin/pdevision eval --checkpoint runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import timm
@@ -34,7 +37,7 @@ def _sample_photo(name: str) -> Image.Image:
     import skimage.data
 
     if not hasattr(skimage.data, name):
-        raise SystemExit(f"pdevision: error: scikit-image has no sample photo {name!r} (try 'chelsea', 'astronaut')")
+        raise UsageError(f"scikit-image has no sample photo {name!r} (try 'chelsea', 'astronaut')")
     return Image.fromarray(np.asarray(getattr(skimage.data, name)())).convert("RGB")
 
 
@@ -66,12 +69,126 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pdevision", description="Vision backbones built from partial differential equations."
+class UsageError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _train_config(args: argparse.Namespace):
+    from pdevision.engine import TrainConfig
+
+    fields = TrainConfig.__dataclass_fields__
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    return TrainConfig(**values)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from pdevision.engine import train
+
+    summary = train(_train_config(args))
+    if summary.get("world_size", 1) > 1 and not _is_rank0():
+        return 0
+    final = summary["final"] or {}
+    print(
+        f"{summary['model']}: {summary['status']}, {summary['epochs_run']} epochs in {summary['seconds']:.0f} s; "
+        f"best val top-1 {summary['best_val_top1']:.2f}%, last val top-1 {final.get('val_top1', float('nan')):.2f}%; "
+        f"{summary['train_images']} train / {summary['val_images']} val images, "
+        f"{len(summary['skipped_images'])} unreadable skipped; run folder {args.output}"
     )
+    return 0
+
+
+def _is_rank0() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pdevision.engine import evaluate_checkpoint, resolve_checkpoint
+
+    output = args.output or str(resolve_checkpoint(args.checkpoint) / "eval")
+    r = evaluate_checkpoint(args.checkpoint, args.model, args.data, args.batch_size, output, args.device)
+    print(
+        f"{r['model']} on {r['images']} images: top-1 {r['top1']:.2f}%  top-5 {r['top5']:.2f}%  "
+        f"loss {r['loss']:.4f}  {r['images_per_s']:.0f} img/s"
+    )
+    print("per-class top-1: " + ", ".join(f"{c} {v:.1f}%" for c, v in r["per_class_top1"].items() if v is not None))
+    print(f"confusion matrix: {r['confusion_png']}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from pdevision.engine import predict_images
+
+    for r in predict_images(args.checkpoint, args.images, args.topk, args.device):
+        print(r["image"] + ": " + ", ".join(f"{c} {p:.3f}" for c, p in r["top"]))
+    if args.json:
+        print(json.dumps(predict_images(args.checkpoint, args.images, args.topk, args.device)))
+    return 0
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    from pdevision.data import RECIPES
+
+    g = p.add_argument_group("data and model")
+    g.add_argument("--model", default="vheat_micro", help="any registered model, ours or timm's")
+    g.add_argument("--data", default=None, help="ImageFolder root (train/ and val/, or one folder); default: digits")
+    g.add_argument("--val-split", type=float, default=0.2, help="validation fraction for a single folder")
+    g.add_argument("--img-size", type=_positive_int, default=None, help="default: 64 on digits, else the model's")
+    g.add_argument("--output", default="runs/train", help="run folder (checkpoints, metrics, plots)")
+    g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
+    g = p.add_argument_group("schedule and optimiser (default: from --recipe)")
+    g.add_argument("--recipe", default="light", choices=sorted(RECIPES), help="named preset (default: light)")
+    g.add_argument("--epochs", type=_positive_int, default=None)
+    g.add_argument("--batch-size", type=_positive_int, default=64, help="per process (default 64)")
+    g.add_argument("--lr", type=float, default=None, help="absolute; default: recipe lr x global batch / 512")
+    g.add_argument("--min-lr", type=float, default=None)
+    g.add_argument("--warmup-epochs", type=float, default=None)
+    g.add_argument("--weight-decay", type=float, default=None)
+    g.add_argument("--clip-grad", type=float, default=None, help="gradient norm clip (0: off)")
+    g.add_argument("--ema-decay", type=float, default=None, help="EMA of weights (imagenet recipe: 0.9999)")
+    g.add_argument("--no-ema", action="store_true", help="turn EMA off")
+    g.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate (default: the model's)")
+    g = p.add_argument_group("augmentation and regularisation (timm)")
+    g.add_argument("--auto-augment", default=None, help="e.g. rand-m9-mstd0.5-inc1 (RandAugment)")
+    g.add_argument("--mixup", type=float, default=None, help="mixup alpha")
+    g.add_argument("--cutmix", type=float, default=None, help="cutmix alpha")
+    g.add_argument("--label-smoothing", type=float, default=None)
+    g.add_argument("--re-prob", type=float, default=None, help="random erasing probability")
+    g.add_argument("--hflip", type=float, default=None, help="horizontal flip probability")
+    g = p.add_argument_group("runtime")
+    g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast (fp16: CUDA only)")
+    g.add_argument("--grad-checkpointing", action="store_true")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
+    g.add_argument("--workers", type=int, default=0, help="data loader processes")
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    g.add_argument("--resume", default=None, help="checkpoint or run folder to resume")
+    g.add_argument("--init-from", default=None, help="checkpoint to start from (fine-tuning)")
+    g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
+    g.add_argument("--stop-after-epochs", type=_positive_int, default=None, help="stop early (resume later)")
+    g.add_argument("--max-train-batches", type=_positive_int, default=None, help="per epoch, for smoke runs")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2, no usage dump)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pdevision", description="Vision backbones built from partial differential equations.")
     parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("models", help="list the registered models with parameters and GMACs")
     p.add_argument("--img-size", type=int, default=224, help="resolution for the MAC count (default 224)")
     p.set_defaults(func=cmd_models)
@@ -79,6 +196,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="vheat_tiny", choices=list_models(), help="model for the forward pass")
     p.add_argument("--photo", default="chelsea", help="scikit-image sample photo (default: chelsea)")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")
+    _add_train_args(p)
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("eval", help="evaluate a checkpoint: top-1/top-5, per class, confusion matrix")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder (or run folder: uses best)")
+    p.add_argument("--model", default=None, help="model name (default: the one stored in the checkpoint)")
+    p.add_argument("--data", default=None, help="ImageFolder root (default: the embedded digits)")
+    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--output", default=None, help="folder for eval.json and the PNG (default: CHECKPOINT/eval)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=cmd_eval)
+    p = sub.add_parser("predict", help="top-k labels of image files from a checkpoint")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("images", nargs="+", help="image files")
+    p.add_argument("--topk", type=_positive_int, default=5)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", action="store_true", help="also print the result as JSON")
+    p.set_defaults(func=cmd_predict)
     return parser
 
 
@@ -88,7 +223,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return int(args.func(args))
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from pdevision.data import DataError
+    from pdevision.engine import CheckpointError, ModelNameError, NonFiniteLossError
+
+    try:
+        return int(args.func(args))
+    except (UsageError, DataError, CheckpointError, ModelNameError, FileNotFoundError, ValueError) as exc:
+        print(f"pdevision {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except NonFiniteLossError as exc:
+        print(f"pdevision {args.command}: stopped: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,554 @@
+"""Supervised training: one linear loop, every knob a field of :class:`TrainConfig`.
+
+Single process, or data parallel under ``torchrun`` (gloo on CPU, nccl on GPU). Rank 0 writes the
+run folder: ``metrics.csv`` (one row per epoch), TensorBoard events when tensorboard is installed,
+``last/`` and ``best/`` checkpoints (see :mod:`pdevision.engine.checkpoint`), ``summary.json`` and
+``curves.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import timm
+import torch
+import torch.nn.functional as F
+from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
+from timm.optim import param_groups_weight_decay
+from timm.scheduler import create_scheduler_v2
+from timm.utils import ModelEmaV3
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data.distributed import DistributedSampler
+from tqdm import tqdm
+
+from pdevision.data import RECIPES, build_datasets, build_transforms
+from pdevision.engine.checkpoint import (
+    CheckpointError,
+    load_trainer_state,
+    load_weights,
+    read_meta,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+from pdevision.engine.distributed import (
+    DistInfo,
+    all_reduce_sum,
+    cleanup_distributed,
+    init_distributed,
+    parameters_identical_across_ranks,
+)
+from pdevision.engine.modeling import build_model, check_image_size, load_into_model
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite; the run stopped, earlier checkpoints are intact."""
+
+
+@dataclass
+class TrainConfig:
+    """All knobs of :func:`train`. ``None`` means: take the value from ``recipe``."""
+
+    model: str = "vheat_micro"
+    data: str | None = None  # None: the embedded digits
+    output: str = "runs/train"
+    recipe: str = "light"
+    epochs: int | None = None
+    batch_size: int = 64  # per process
+    img_size: int | None = None  # None: 64 for the digits, the model's default otherwise
+    lr: float | None = None  # absolute; None: recipe lr * global batch / 512
+    min_lr: float | None = None
+    warmup_epochs: float | None = None
+    weight_decay: float | None = None
+    clip_grad: float | None = None
+    auto_augment: str | None = None
+    mixup: float | None = None
+    cutmix: float | None = None
+    label_smoothing: float | None = None
+    re_prob: float | None = None
+    hflip: float | None = None
+    ema_decay: float | None = None
+    no_ema: bool = False
+    drop_path: float | None = None
+    amp: str = "none"  # none | bf16 | fp16 (fp16 on CUDA only)
+    grad_checkpointing: bool = False
+    seed: int = 0
+    deterministic: bool = False
+    workers: int = 0
+    val_split: float = 0.2
+    verify_images: bool = True
+    resume: str | None = None  # a checkpoint folder or run folder
+    init_from: str | None = None  # weights to start from (fine-tuning)
+    reset_head: bool = False  # with init_from: replace the classifier
+    device: str = "auto"
+    stop_after_epochs: int | None = None  # stop (as if interrupted) after this many epochs of the schedule
+    max_train_batches: int | None = None  # per epoch, for smoke runs
+    progress: bool = True
+    model_args: dict[str, Any] = field(default_factory=dict)
+
+    def resolved(self) -> dict[str, Any]:
+        """The configuration with every recipe default filled in."""
+        if self.recipe not in RECIPES:
+            raise ValueError(f"unknown recipe {self.recipe!r}; choose one of {sorted(RECIPES)}")
+        recipe = RECIPES[self.recipe]
+        out = dataclasses.asdict(self)
+        for key in (
+            "epochs",
+            "min_lr",
+            "warmup_epochs",
+            "weight_decay",
+            "clip_grad",
+            "auto_augment",
+            "mixup",
+            "cutmix",
+            "label_smoothing",
+            "re_prob",
+            "hflip",
+            "ema_decay",
+        ):
+            if out[key] is None:
+                out[key] = getattr(recipe, key)
+        if self.no_ema:
+            out["ema_decay"] = None
+        return out
+
+
+class EpochSampler(Sampler[int]):
+    """A fresh permutation each epoch from ``seed + epoch`` alone, so a resumed run sees the same order."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):  # type: ignore[override]
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
+        "numpy_meta": [int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "python": [list(t) if isinstance(t, tuple) else t for t in random.getstate()],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    pos, has_gauss, gauss = state["numpy_meta"]
+    np.random.set_state(("MT19937", state["numpy_keys"].numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002  (the global generator is what timm's mixup draws from)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
+def _autocast(device: torch.device, amp: str):
+    if amp == "none":
+        return torch.autocast(device.type, enabled=False)
+    if amp == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if amp == "fp16":
+        if device.type != "cuda":
+            raise ValueError("--amp fp16 needs a CUDA device; use --amp bf16 on the CPU")
+        return torch.autocast("cuda", dtype=torch.float16)
+    raise ValueError(f"--amp must be none, bf16 or fp16, got {amp!r}")
+
+
+@torch.no_grad()
+def evaluate_model(
+    model: nn.Module,
+    dataset: Dataset,
+    batch_size: int,
+    device: torch.device,
+    info: DistInfo = DistInfo(),  # noqa: B008
+    amp: str = "none",
+    workers: int = 0,
+) -> dict[str, Any]:
+    """Loss, top-1 and top-5 accuracy over ``dataset`` (sharded across ranks, sums reduced), with
+    predictions and targets of this rank for per-class statistics, and images/s."""
+    model.eval()
+    indices = list(range(info.rank, len(dataset), info.world_size))
+    loader = DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=batch_size, num_workers=workers)
+    loss_sum, top1, top5, n = 0.0, 0.0, 0.0, 0.0
+    preds, targets = [], []
+    start = time.perf_counter()
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        with _autocast(device, amp):
+            logits = model(images)
+        logits = logits.float()
+        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+        k = min(5, logits.shape[1])
+        topk = logits.topk(k, dim=1).indices
+        top1 += (topk[:, 0] == labels).sum().item()
+        top5 += (topk == labels[:, None]).any(dim=1).sum().item()
+        n += labels.numel()
+        preds.append(topk[:, 0].cpu())
+        targets.append(labels.cpu())
+    elapsed = time.perf_counter() - start
+    loss_sum, top1, top5, n, elapsed = all_reduce_sum([loss_sum, top1, top5, n, elapsed], info, device)
+    n = max(n, 1.0)
+    return {
+        "loss": loss_sum / n,
+        "top1": 100.0 * top1 / n,
+        "top5": 100.0 * top5 / n,
+        "images": int(n),
+        "images_per_s": n / max(elapsed / info.world_size, 1e-9),
+        "preds": torch.cat(preds) if preds else torch.empty(0, dtype=torch.long),
+        "targets": torch.cat(targets) if targets else torch.empty(0, dtype=torch.long),
+    }
+
+
+def _plot_curves(history: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [h["epoch"] for h in history]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot(epochs, [h["train_loss"] for h in history], label="train")
+    ax1.plot(epochs, [h["val_loss"] for h in history], label="val")
+    ax1.set(xlabel="epoch", ylabel="loss", title="loss")
+    ax1.legend()
+    ax2.plot(epochs, [h["train_top1"] for h in history], label="train")
+    ax2.plot(epochs, [h["val_top1"] for h in history], label="val")
+    if any(h.get("val_top1_ema") is not None for h in history):
+        ax2.plot(epochs, [h.get("val_top1_ema") for h in history], label="val (EMA)")
+    ax2.set(xlabel="epoch", ylabel="top-1 accuracy (%)", title="accuracy")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _tensorboard(run_dir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        log.info("tensorboard is not installed; no event files written")
+        return None
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+
+def train(config: TrainConfig) -> dict[str, Any]:
+    """Train ``config.model`` and return the run summary (also written to ``summary.json``)."""
+    cfg = config.resolved()
+    device = _device(config.device)
+    info = init_distributed(device.type)
+    if info.enabled and device.type == "cuda":
+        device = torch.device("cuda", info.local_rank)
+    try:
+        return _train(config, cfg, device, info)
+    finally:
+        cleanup_distributed(info)
+
+
+def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info: DistInfo) -> dict[str, Any]:
+    if config.batch_size <= 0:
+        raise ValueError(f"batch size must be a positive integer, got {config.batch_size}")
+    _seed_everything(config.seed, config.deterministic)
+    run_dir = Path(config.output)
+    img_size = (config.img_size or 64) if config.data is None else config.img_size
+
+    # model (built first: its default resolution and normalisation set the transforms)
+    init_meta = read_meta(config.init_from) if config.init_from else None
+    model_args = dict(config.model_args)
+    if config.drop_path is not None:
+        model_args["drop_path_rate"] = config.drop_path
+    recipe = RECIPES[cfg["recipe"]]
+    recipe = dataclasses.replace(
+        recipe,
+        **{k: cfg[k] for k in ("auto_augment", "mixup", "cutmix", "label_smoothing", "re_prob", "hflip")},
+    )
+    probe = build_model(config.model, num_classes=1, img_size=img_size, **model_args)
+    data_cfg = timm.data.resolve_data_config({}, model=probe)
+    img_size = img_size or int(data_cfg["input_size"][-1])
+    check_image_size(probe, img_size)
+    del probe
+    train_tf, val_tf = build_transforms(recipe, img_size, data_cfg["mean"], data_cfg["std"])
+    train_set, val_set = build_datasets(
+        config.data, img_size, config.val_split, train_tf, val_tf, verify=config.verify_images
+    )
+    classes = list(train_set.classes)
+    skipped = sorted(set(getattr(train_set, "skipped", [])) | set(getattr(val_set, "skipped", [])))
+
+    model = build_model(config.model, num_classes=len(classes), img_size=img_size, **model_args)
+    if init_meta is not None:
+        load_into_model(model, config.init_from, config.model, classes, reset_head=config.reset_head)
+    if config.grad_checkpointing:
+        model.set_grad_checkpointing(True)
+    model.to(device)
+    meta = {
+        "model": config.model,
+        "classes": classes,
+        "img_size": img_size,
+        "model_args": {**model_args, "img_size": img_size},
+        "mean": list(data_cfg["mean"]),
+        "std": list(data_cfg["std"]),
+    }
+
+    # data loaders
+    sampler: Sampler[int]
+    if info.enabled:
+        sampler = DistributedSampler(train_set, info.world_size, info.rank, shuffle=True, seed=config.seed)
+    else:
+        sampler = EpochSampler(len(train_set), config.seed)
+    loader = DataLoader(
+        train_set,
+        batch_size=config.batch_size,
+        sampler=sampler,
+        num_workers=config.workers,
+        drop_last=len(train_set) >= config.batch_size * info.world_size * 2,
+        persistent_workers=False,
+    )
+    steps_per_epoch = len(loader) if config.max_train_batches is None else min(len(loader), config.max_train_batches)
+
+    # optimisation
+    global_batch = config.batch_size * info.world_size
+    lr = config.lr if config.lr is not None else recipe.lr * global_batch / 512
+    no_decay = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    params = param_groups_weight_decay(model, cfg["weight_decay"], no_weight_decay_list=no_decay)
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    epochs = int(cfg["epochs"])
+    scheduler, _ = create_scheduler_v2(
+        optimizer,
+        sched="cosine",
+        num_epochs=epochs,
+        warmup_epochs=int(math.ceil(cfg["warmup_epochs"])),
+        min_lr=cfg["min_lr"],
+        warmup_lr=lr * 0.01,
+        step_on_epochs=False,
+        updates_per_epoch=steps_per_epoch,
+    )
+    scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
+    ema = ModelEmaV3(model, decay=cfg["ema_decay"]) if cfg["ema_decay"] else None
+    mixup = None
+    if cfg["mixup"] > 0 or cfg["cutmix"] > 0:
+        mixup = Mixup(
+            mixup_alpha=cfg["mixup"],
+            cutmix_alpha=cfg["cutmix"],
+            label_smoothing=cfg["label_smoothing"],
+            num_classes=len(classes),
+        )
+        criterion: nn.Module = SoftTargetCrossEntropy()
+    else:
+        criterion = nn.CrossEntropyLoss(label_smoothing=cfg["label_smoothing"])
+
+    # resume
+    start_epoch, best_top1, history = 0, -1.0, []
+    if config.resume:
+        folder = resolve_checkpoint(config.resume)
+        state = load_trainer_state(folder)
+        load_into_model(model, folder, config.model, classes)
+        if ema is not None:
+            ema.module.load_state_dict(load_weights(folder, ema=True))
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        start_epoch, best_top1, history = state["epoch"] + 1, state["best_top1"], state["history"]
+        _set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])
+        log.info("resumed from %s at epoch %d", folder, start_epoch)
+
+    train_model: nn.Module = model
+    if info.enabled:
+        train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    writer = None
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+        writer = _tensorboard(run_dir)
+    stop = epochs if config.stop_after_epochs is None else min(epochs, config.stop_after_epochs)
+    num_updates = start_epoch * steps_per_epoch
+    status = "completed"
+    for epoch in range(start_epoch, stop):
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        train_model.train()
+        loss_sum, correct, seen = 0.0, 0.0, 0.0
+        start = time.perf_counter()
+        bar = tqdm(
+            total=steps_per_epoch,
+            desc=f"epoch {epoch + 1}/{epochs}",
+            disable=not (config.progress and info.is_main),
+            leave=False,
+        )
+        for step, (images, labels) in enumerate(loader):
+            if step >= steps_per_epoch:
+                break
+            images, labels = images.to(device), labels.to(device)
+            hard_labels = labels
+            if mixup is not None:
+                images, labels = mixup(images, labels)
+            with _autocast(device, config.amp):
+                logits = train_model(images)
+                loss = criterion(logits.float(), labels)
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(
+                    f"non-finite training loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}; "
+                    f"the run stopped and the last good checkpoint in {run_dir} is intact "
+                    "(try a lower --lr, --clip-grad, or --amp none)"
+                )
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if cfg["clip_grad"]:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip_grad"])
+            scaler.step(optimizer)
+            scaler.update()
+            num_updates += 1
+            scheduler.step_update(num_updates)
+            if ema is not None:
+                ema.update(model, step=num_updates)
+            loss_sum += loss.item() * images.shape[0]
+            correct += (logits.argmax(1) == hard_labels).sum().item()
+            seen += images.shape[0]
+            bar.set_postfix(
+                loss=f"{loss_sum / seen:.3f}",
+                acc=f"{100 * correct / seen:.1f}",
+                img_s=f"{seen / (time.perf_counter() - start):.0f}",
+            )
+            bar.update(1)
+        bar.close()
+        elapsed = time.perf_counter() - start
+        loss_sum, correct, seen = all_reduce_sum([loss_sum, correct, seen], info, device)
+        val = evaluate_model(model, val_set, config.batch_size, device, info, config.amp, config.workers)
+        val_ema = (
+            evaluate_model(ema.module, val_set, config.batch_size, device, info, config.amp, config.workers)
+            if ema is not None
+            else None
+        )
+        row = {
+            "epoch": epoch + 1,
+            "lr": optimizer.param_groups[0]["lr"],
+            "train_loss": loss_sum / max(seen, 1),
+            "train_top1": 100 * correct / max(seen, 1),
+            "train_images_per_s": seen / max(elapsed, 1e-9),
+            "val_loss": val["loss"],
+            "val_top1": val["top1"],
+            "val_top5": val["top5"],
+            "val_top1_ema": val_ema["top1"] if val_ema else None,
+            "epoch_seconds": elapsed,
+        }
+        history.append(row)
+        score = max(val["top1"], val_ema["top1"] if val_ema else -1.0)
+        improved = score > best_top1
+        best_top1 = max(best_top1, score)
+        (log.info if info.is_main else log.debug)(
+            "epoch %d/%d  train loss %.4f acc %.2f%%  val loss %.4f top1 %.2f%% top5 %.2f%%%s  %.0f img/s",
+            epoch + 1,
+            epochs,
+            row["train_loss"],
+            row["train_top1"],
+            val["loss"],
+            val["top1"],
+            val["top5"],
+            f" (EMA {val_ema['top1']:.2f}%)" if val_ema else "",
+            row["train_images_per_s"],
+        )
+        rng = [_rng_state()]
+        if info.enabled:
+            gathered: list[Any] = [None] * info.world_size
+            torch.distributed.all_gather_object(gathered, rng[0])
+            rng = gathered
+        if info.is_main:
+            _append_csv(run_dir / "metrics.csv", row)
+            if writer is not None:
+                for key, value in row.items():
+                    if key != "epoch" and value is not None:
+                        writer.add_scalar(key, value, epoch + 1)
+                writer.flush()
+            trainer_state = {
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict(),
+                "epoch": epoch,
+                "sampler_epoch": epoch + 1,
+                "best_top1": best_top1,
+                "history": history,
+                "rng": rng,
+            }
+            epoch_meta = {**meta, "epoch": epoch + 1, "val_top1": val["top1"]}
+            save_checkpoint(run_dir, "last", model, epoch_meta, trainer_state, ema.module if ema else None)
+            if improved:
+                # best: the better of model and EMA, stored as the model weights
+                best_model = ema.module if val_ema and val_ema["top1"] > val["top1"] else model
+                save_checkpoint(run_dir, "best", best_model, {**epoch_meta, "val_top1": score})
+    if stop < epochs:
+        status = f"stopped after epoch {stop} of {epochs}"
+    identical = parameters_identical_across_ranks(model, info, device)
+    summary = {
+        "model": config.model,
+        "status": status,
+        "epochs_run": len(history),
+        "best_val_top1": best_top1,
+        "final": history[-1] if history else None,
+        "classes": classes,
+        "train_images": len(train_set),
+        "val_images": len(val_set),
+        "skipped_images": skipped,
+        "world_size": info.world_size,
+        "ranks_identical": identical,
+        "img_size": img_size,
+        "seconds": sum(h["epoch_seconds"] for h in history),
+    }
+    if info.is_main:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if history:
+            _plot_curves(history, run_dir / "curves.png")
+        if writer is not None:
+            writer.close()
+    return summary
+
+
+def _append_csv(path: Path, row: dict[str, Any]) -> None:
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            w.writeheader()
+        w.writerow(row)
+
+
+__all__ = ["CheckpointError", "NonFiniteLossError", "TrainConfig", "evaluate_model", "train"]
