@@ -33,10 +33,9 @@ def test_demo_runs_on_a_real_photo(capsys: pytest.CaptureFixture[str]) -> None:
     assert "(300, 451)" in out  # chelsea at its own, non-square size
 
 
-def test_unknown_photo_is_a_clear_error() -> None:
+def test_unknown_photo_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--photo", "nope"]) == 2
-    if False::
-        main(["demo", "--photo", "nope"])
+    assert "no sample photo 'nope'" in capsys.readouterr().err
 
 
 def test_console_script_entry_point() -> None:

@@ -8,7 +8,6 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import timm

@@ -21,7 +21,7 @@ def test_digits_fixed_stratified_split() -> None:
     counts_all = Counter(DigitsDataset("all").targets)
     for c, n in Counter(val.targets).items():
         assert abs(n / counts_all[c] - 0.2) < 0.02
-    img, label = train[0]
+    img, _ = train[0]
     assert img.size == (64, 64) and img.mode == "RGB"
     assert DigitsDataset("train").targets == train.targets  # fixed
     assert DigitsDataset("val", img_size=32)[0][0].size == (32, 32)

@@ -67,7 +67,7 @@ def test_trainer_state_is_read_with_weights_only(tmp_path: Path) -> None:
             return (print, ("code ran",))
 
     torch.save({"epoch": 0, "evil": Payload()}, tmp_path / "last" / "trainer.pt")
-    with pytest.raises(Exception, match="(?i)weights.only|unsupported global"):
+    with pytest.raises(Exception, match=r"(?i)weights.only|unsupported global"):
         load_trainer_state(tmp_path / "last")
 
 

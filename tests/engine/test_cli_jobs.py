@@ -36,7 +36,7 @@ def test_eval_reports_metrics_and_confusion_png(run_dir: Path, capsys: pytest.Ca
 def test_predict_prints_class_names(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pdevision.data import DigitsDataset
 
-    img, label = DigitsDataset("val")[0]
+    img, _ = DigitsDataset("val")[0]
     path = tmp_path / "digit.png"
     img.save(path)
     assert main(["predict", "--checkpoint", str(run_dir / "best"), "--topk", "3", "--json", str(path)]) == 0

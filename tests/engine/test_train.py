@@ -87,7 +87,7 @@ def test_fine_tune_with_reset_head_and_class_mismatch(tmp_path: Path) -> None:
         for i in range(6):
             Image.new("RGB", (40, 40), color=(40 * i, 100 if c == "a" else 0, 0)).save(root / c / f"{i}.png")
     args = dict(data=str(root), epochs=1, img_size=32, batch_size=4, progress=False, val_split=0.5)
-    with pytest.raises(CheckpointError, match="trained for 10 classes.*--reset-head"):
+    with pytest.raises(CheckpointError, match=r"trained for 10 classes.*--reset-head"):
         train(TrainConfig(output=str(tmp_path / "ft"), init_from=str(src / "last"), **args))
     summary = train(TrainConfig(output=str(tmp_path / "ft"), init_from=str(src / "last"), reset_head=True, **args))
     assert summary["classes"] == ["a", "b"]

@@ -151,7 +151,7 @@ def _device(name: str) -> torch.device:
 
 
 def _rng_state() -> dict[str, Any]:
-    np_state = np.random.get_state()
+    np_state = np.random.get_state()  # noqa: NPY002  (timm's mixup draws from the legacy global state)
     state = {
         "torch": torch.get_rng_state(),
         "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
@@ -166,7 +166,8 @@ def _rng_state() -> dict[str, Any]:
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     pos, has_gauss, gauss = state["numpy_meta"]
-    np.random.set_state(("MT19937", state["numpy_keys"].numpy().astype(np.uint32), pos, has_gauss, gauss))
+    keys = state["numpy_keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, pos, has_gauss, gauss))  # noqa: NPY002
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
@@ -355,7 +356,7 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
         optimizer,
         sched="cosine",
         num_epochs=epochs,
-        warmup_epochs=int(math.ceil(cfg["warmup_epochs"])),
+        warmup_epochs=math.ceil(cfg["warmup_epochs"]),
         min_lr=cfg["min_lr"],
         warmup_lr=lr * 0.01,
         step_on_epochs=False,
