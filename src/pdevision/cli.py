@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import timm
@@ -133,6 +134,33 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pdevision.bench.models import DEFAULT_PEERS, LARGER_PEERS
+    from pdevision.bench.run import DEFAULT_OURS, run_bench
+    from pdevision.models.factory import build_model
+
+    models = list(args.models or [*DEFAULT_OURS, *DEFAULT_PEERS])
+    if args.peers:
+        models += [m for m in LARGER_PEERS[args.peers] if m not in models]
+    for name in models:
+        build_model(name)  # unknown names fail here, with suggestions, before any timing
+    result = run_bench(
+        models,
+        list(args.resolutions),
+        Path(args.out),
+        batch=args.batch,
+        repeats=args.repeats,
+        device=args.device,
+        dtype=args.dtype,
+        train_resolutions=tuple(args.train_resolutions),
+        memory=not args.no_memory,
+        operators=not args.no_operators,
+    )
+    print((Path(args.out) / "results.md").read_text())
+    print(f"written to {args.out} in {result['seconds']:.0f} s")
+    return 0
+
+
 def _add_train_args(p: argparse.ArgumentParser) -> None:
     from pdevision.data import RECIPES
 
@@ -195,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="vheat_tiny", choices=list_models(), help="model for the forward pass")
     p.add_argument("--photo", default="chelsea", help="scikit-image sample photo (default: chelsea)")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("bench", help="throughput, memory, FLOPs against timm's peers (Swin, ConvNeXt, DeiT, ResNet)")
+    p.add_argument("--models", nargs="+", default=None, help="default: vheat_tiny and the four tiny peers")
+    p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
+    p.add_argument("--resolutions", nargs="+", type=_positive_int, default=[224, 512, 768, 1024])
+    p.add_argument("--batch", type=_positive_int, default=None, help="default: 8 at 224, 2 up to 512, 1 above")
+    p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats, median reported (default 5)")
+    p.add_argument("--train-resolutions", nargs="*", type=_positive_int, default=[224], help="training-step sizes")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    p.add_argument("--out", default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)")
+    p.add_argument("--no-memory", action="store_true", help="skip the fresh-process memory probes")
+    p.add_argument("--no-operators", action="store_true", help="skip the token-mixer microbenchmark")
+    p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")
     _add_train_args(p)
     p.set_defaults(func=cmd_train)

@@ -95,3 +95,25 @@ def test_force_method_overrides_auto_only() -> None:
     with pytest.raises(ValueError, match="forced DCT method"):
         with force_method("auto"):  # type: ignore[arg-type]
             pass
+
+
+def test_fft_flops_tally_counts_only_fft_path() -> None:
+    from pdevision.ops.dct import tally_fft_flops
+
+    x = torch.randn(2, 3, 16, 8)
+    with tally_fft_flops() as flops:
+        dct2(x, method="matrix")
+    assert flops[0] == 0
+    with tally_fft_flops() as flops:
+        dct2(x, method="fft")
+    # 48 signals of 16 along H, then 96 of 8 along W
+    expected = 2 * 3 * 8 * (2.5 * 16 * 4 + 8 * 16) + 2 * 3 * 16 * (2.5 * 8 * 3 + 8 * 8)
+    assert flops[0] == pytest.approx(expected)
+
+
+def test_cached_basis_built_in_inference_mode_serves_autograd() -> None:
+    with torch.inference_mode():
+        dct2(torch.randn(1, 1, 23, 29), method="matrix")  # first use of these sizes, in inference mode
+    x = torch.randn(1, 1, 23, 29, requires_grad=True)
+    dct2(x, method="matrix").sum().backward()
+    assert x.grad is not None

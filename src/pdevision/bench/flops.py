@@ -1,18 +1,21 @@
 """Parameter and multiply-accumulate counts.
 
 MACs are counted with ``torch.utils.flop_counter`` (FLOPs / 2), the convention of fvcore and of the
-papers' "GFLOPs" columns. Heat operators are counted on their matrix-DCT path, which the counter
-sees as matrix products (the FFT path's work is not visible to the counter).
+papers' "GFLOPs" columns. Heat operators are counted on the DCT path they run: the matrix path is
+seen by the counter as matrix products; the FFT path, which the counter does not see, is added by
+formula (:func:`pdevision.ops.dct.tally_fft_flops`).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from timm.utils.model import reparameterize_model
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from pdevision.ops.dct import force_method
+from pdevision.ops.dct import force_method, tally_fft_flops
 
 
 def count_params(model: nn.Module) -> int:
@@ -21,12 +24,19 @@ def count_params(model: nn.Module) -> int:
 
 
 @torch.no_grad()
-def count_macs(model: nn.Module, img_size: int | tuple[int, int] = 224, in_chans: int = 3, fold: bool = True) -> int:
+def count_macs(
+    model: nn.Module,
+    img_size: int | tuple[int, int] = 224,
+    in_chans: int = 3,
+    fold: bool = True,
+    dct_method: str | None = None,
+) -> int:
     """Multiply-accumulates of one eval-mode forward pass of a single ``img_size`` image.
 
     With ``fold`` (default) the count is of the inference form (``timm.utils.model.
     reparameterize_model`` on a copy, at ``img_size``), as the papers report: for vHeat the FVE
-    projections are folded away. ``model`` itself is not modified.
+    projections are folded away. ``model`` itself is not modified. ``dct_method`` forces the heat
+    operators' ``"auto"`` DCT to ``"matrix"`` or ``"fft"``; by default the path that runs is counted.
     """
     h, w = (img_size, img_size) if isinstance(img_size, int) else img_size
     target = reparameterize_model(model) if fold else model
@@ -39,8 +49,9 @@ def count_macs(model: nn.Module, img_size: int | tuple[int, int] = 224, in_chans
     target.eval()
     try:
         x = torch.zeros(1, in_chans, h, w, device=next(model.parameters()).device)
-        with force_method("matrix"), FlopCounterMode(display=False) as counter:
+        forced = force_method(dct_method) if dct_method else contextlib.nullcontext()
+        with forced, tally_fft_flops() as fft_flops, FlopCounterMode(display=False) as counter:
             target(x)
     finally:
         target.train(was_training)
-    return counter.get_total_flops() // 2
+    return int(counter.get_total_flops() + fft_flops[0]) // 2

@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
-import timm
 from torch import nn
 
 from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta
+from pdevision.models.factory import ModelNameError, build_model
 
-
-class ModelNameError(ValueError):
-    """An unknown model name."""
-
-
-def build_model(name: str, num_classes: int, img_size: int | None = None, **kwargs: Any) -> nn.Module:
-    """``timm.create_model`` for this library's models and timm's; passes ``img_size`` where the
-    model takes it (it sets vHeat's FVE size), and suggests close names for an unknown one."""
-    if not timm.is_model(name):
-        close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else " (see `pdevision models` or timm.list_models())"
-        raise ModelNameError(f"unknown model {name!r}{hint}")
-    if img_size is not None:
-        try:
-            return timm.create_model(name, num_classes=num_classes, img_size=img_size, **kwargs)
-        except TypeError as exc:
-            if "img_size" not in str(exc):
-                raise
-    return timm.create_model(name, num_classes=num_classes, **kwargs)
+__all__ = ["ModelNameError", "build_model", "check_image_size", "load_into_model", "min_input_size"]
 
 
 def min_input_size(model: nn.Module) -> int:

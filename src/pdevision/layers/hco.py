@@ -64,8 +64,10 @@ class HeatConductionOperator(nn.Module):
     def forward(self, x: torch.Tensor, fve: torch.Tensor | None = None) -> torch.Tensor:
         _, h, w, _ = x.shape
         x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
-        u, gate = self.linear(x).chunk(2, dim=-1)
-        spec = dct2(u.contiguous(), dims=(1, 2), method=self.dct_method)
+        # the two branches of `linear` as two products, so each comes out contiguous (no chunk copy)
+        u = F.linear(x, self.linear.weight[: self.dim], self.linear.bias[: self.dim])
+        gate = F.linear(x, self.linear.weight[self.dim :], self.linear.bias[self.dim :])
+        spec = dct2(u, dims=(1, 2), method=self.dct_method)
         spec = spec * self.decay(h, w, fve).to(spec.dtype)
         u = idct2(spec, dims=(1, 2), method=self.dct_method)
         u = self.out_norm(u) * F.silu(gate)

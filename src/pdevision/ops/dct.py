@@ -38,6 +38,29 @@ def set_auto_threshold(tokens: int) -> None:
 
 
 _FORCED_METHOD: Literal["matrix", "fft"] | None = None
+_FFT_FLOPS: list[float] | None = None  # while tallying: real FLOPs of FFT transforms, by formula
+
+
+@contextlib.contextmanager
+def tally_fft_flops() -> Iterator[list[float]]:
+    """Within the block, FFT-path transforms add their floating-point work to the yielded one-item list.
+
+    ``torch.utils.flop_counter`` does not count FFTs; this estimates each 1-D transform of length
+    ``n`` over ``m`` signals as ``m * (2.5 n log2 n + 8 n)``: a real FFT plus the twiddle, reordering
+    and scaling passes.
+    """
+    global _FFT_FLOPS
+    previous, _FFT_FLOPS = _FFT_FLOPS, [0.0]
+    try:
+        yield _FFT_FLOPS
+    finally:
+        _FFT_FLOPS = previous
+
+
+def _tally(x: torch.Tensor, dim: int) -> None:
+    if _FFT_FLOPS is not None:
+        n = x.shape[dim]
+        _FFT_FLOPS[0] += x.numel() / n * (2.5 * n * math.log2(max(n, 2)) + 8 * n)
 
 
 @contextlib.contextmanager
@@ -64,6 +87,7 @@ def resolve_method(method: DctMethod, h: int, w: int) -> Literal["matrix", "fft"
     return method
 
 
+@torch.inference_mode(False)  # cached: must stay usable by autograd even if first built in inference mode
 def _build_dct_matrix(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     k = torch.arange(n, dtype=torch.float64).unsqueeze(1)
     x = torch.arange(n, dtype=torch.float64).unsqueeze(0)
@@ -129,6 +153,7 @@ def _dct1_fft(x: torch.Tensor, dim: int) -> torch.Tensor:
     coefficients are ``X_k = Re Y_k`` and ``X_{n-k} = -Im Y_k``.
     """
     n = x.shape[dim]
+    _tally(x, dim)
     work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
     work = work.movedim(dim, -1)
     v = torch.cat([work[..., 0::2], work[..., 1::2].flip(-1)], dim=-1)
@@ -145,6 +170,7 @@ def _idct1_fft(x: torch.Tensor, dim: int) -> torch.Tensor:
     real FFT and the even/odd reordering.
     """
     n = x.shape[dim]
+    _tally(x, dim)
     work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
     c = work.movedim(dim, -1) * _ortho_scale(n, x.device, work.dtype, inverse=True)
     half = n // 2 + 1

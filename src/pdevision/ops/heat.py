@@ -20,6 +20,7 @@ import torch
 from pdevision.ops.dct import DctMethod, _norm_dims, dct2, idct2
 
 
+@torch.inference_mode(False)  # cached: usable by autograd even if built in inference mode
 def _build_frequency_energy(h: int, w: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     wy = torch.arange(h, dtype=torch.float64) * (math.pi / h)
     wx = torch.arange(w, dtype=torch.float64) * (math.pi / w)
@@ -73,6 +74,7 @@ def heat_conduct(
     return idct2(dct2(u0, dims, method) * decay, dims, method).to(u0.dtype)
 
 
+@torch.inference_mode(False)  # cached: usable by autograd even if built in inference mode
 def _build_interp_matrix(n_out: int, n_in: int) -> torch.Tensor:
     """``(n_out, n_in)`` matrix that linearly interpolates a function sampled at ``w = i pi / n_in``
     onto ``w = j pi / n_out``; frequencies above the largest trained one take its value."""
@@ -117,4 +119,6 @@ def resize_spectrum(spec: torch.Tensor, size: tuple[int, int], mode: str = "inte
         raise ValueError(f"spectrum resize mode must be 'interp' or 'pad', got {mode!r}")
     mh = _frequency_interp_matrix(h, h_in).to(device=spec.device, dtype=spec.dtype)
     mw = _frequency_interp_matrix(w, w_in).to(device=spec.device, dtype=spec.dtype)
-    return torch.einsum("hi,wj,ijc->hwc", mh, mw, spec)
+    # two plain matrix products (an einsum over both axes at once takes a slow path)
+    out = (mh @ spec.reshape(h_in, w_in * spec.shape[2])).reshape(h, w_in, spec.shape[2])
+    return torch.matmul(mw, out)

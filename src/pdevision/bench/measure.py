@@ -1,0 +1,169 @@
+"""Timing and memory measurements: interleaved, warmed up, median of repeats.
+
+Throughput is measured for several models in one process, each repeat running every model once in
+turn (interleaved), so slow drifts of the machine (turbo, other load) hit all models alike. Peak
+memory of a forward pass is measured in a fresh process per model on the CPU (the growth of the
+process's peak resident set during one forward), and with the allocator's statistics on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def machine_description(device: torch.device) -> dict[str, Any]:
+    """CPU model, core count, threads, torch version (and the GPU name on CUDA)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    desc = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        desc["gpu"] = torch.cuda.get_device_name(device)
+    return desc
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_gflops(device: torch.device, n: int = 1024, repeats: int = 7, dtype: torch.dtype = torch.float32) -> float:
+    """The machine's measured matrix-multiply rate (GFLOP/s, median of ``repeats``) for ``n x n`` operands."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]], device: torch.device, repeats: int = 5, warmup: int = 1
+) -> dict[str, dict[str, float]]:
+    """Run each function ``warmup`` times, then ``repeats`` rounds of all functions in turn; return
+    the median and the min/max seconds of each."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+            _sync(device)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {
+        k: {"median": statistics.median(v), "min": min(v), "max": max(v), "repeats": len(v)} for k, v in times.items()
+    }
+
+
+def inference_fn(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None) -> Callable[[], Any]:
+    """One eval-mode forward under ``torch.inference_mode`` (autocast to ``dtype`` if given)."""
+
+    def run() -> Any:
+        with torch.inference_mode(), torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+            return model(x)
+
+    return run
+
+
+def train_step_fn(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None) -> Callable[[], Any]:
+    """One training step: forward, cross-entropy, backward, AdamW step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    target = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+
+    def run() -> Any:
+        with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+            loss = nn.functional.cross_entropy(model(x).float(), target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return run
+
+
+def _peak_rss_bytes() -> int:
+    # ru_maxrss is in KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def forward_peak_memory(
+    model_name: str,
+    img_size: int,
+    batch: int,
+    device: torch.device,
+    fold: bool = True,
+    timeout: float = 600.0,
+) -> float:
+    """Peak extra memory (MiB) of one inference forward of ``model_name``, in a fresh process."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pdevision.bench.measure",
+        json.dumps({"model": model_name, "img_size": img_size, "batch": batch, "device": str(device), "fold": fold}),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"memory probe for {model_name} at {img_size} failed: {out.stderr.strip()[-2000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"])
+
+
+def _memory_probe(args: dict[str, Any]) -> dict[str, float]:
+    from pdevision.bench.models import build_for_bench
+
+    device = torch.device(args["device"])
+    model = build_for_bench(args["model"], args["img_size"], device, fold=args["fold"])
+    x = torch.randn(args["batch"], 3, args["img_size"], args["img_size"], device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        with torch.inference_mode():
+            model(x)
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - base
+    else:
+        base = _peak_rss_bytes()
+        with torch.inference_mode():
+            model(x)
+        peak = _peak_rss_bytes() - base
+    return {"peak_mib": peak / 2**20}
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    print(json.dumps(_memory_probe(json.loads(sys.argv[1]))))

@@ -1,0 +1,202 @@
+"""``pdevision bench``: cost of this library's models against timm's peers, side by side.
+
+For each resolution, all models are built, then timed interleaved (warm-up, median of ``repeats``):
+inference throughput (folded models), training-step throughput (forward, backward, AdamW), peak
+memory of one forward in a fresh process, parameters, FLOPs, and achieved GFLOP/s as a fraction of
+the machine's measured fp32 matrix-multiply rate. Results go to CSV, JSON, Markdown and PNG plots.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pdevision.bench.flops import count_macs, count_params
+from pdevision.bench.measure import (
+    forward_peak_memory,
+    inference_fn,
+    interleaved_medians,
+    machine_description,
+    matmul_gflops,
+    train_step_fn,
+)
+from pdevision.bench.models import DEFAULT_PEERS, build_for_bench
+from pdevision.bench.operators import operator_benchmark, tokens_label
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OURS: tuple[str, ...] = ("vheat_tiny",)
+
+
+def default_batch(img_size: int) -> int:
+    """Batch 8 at 224 and below, 2 up to 512, 1 above (the sizes of the issue's targets)."""
+    return 8 if img_size <= 224 else 2 if img_size <= 512 else 1
+
+
+def run_bench(
+    models: list[str],
+    resolutions: list[int],
+    out_dir: Path,
+    batch: int | None = None,
+    repeats: int = 5,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    train_resolutions: tuple[int, ...] = (224,),
+    memory: bool = True,
+    operators: bool = True,
+) -> dict[str, Any]:
+    """Measure ``models`` at ``resolutions``; write ``results.{csv,json,md}`` and plots to ``out_dir``."""
+    dev = torch.device(device)
+    autocast = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    machine = machine_description(dev)
+    peak = matmul_gflops(dev, dtype=torch.float32 if autocast is None else autocast)
+    machine["matmul_gflops"] = peak
+    log.info("machine: %s; measured %s matmul rate %.1f GFLOP/s", machine, dtype, peak)
+    rows: list[dict[str, Any]] = []
+    for res in resolutions:
+        b = batch or default_batch(res)
+        built = {name: build_for_bench(name, res, dev) for name in models}
+        x = torch.randn(b, 3, res, res, device=dev)
+        times = interleaved_medians({n: inference_fn(m, x, autocast) for n, m in built.items()}, dev, repeats=repeats)
+        train_times: dict[str, dict[str, float]] = {}
+        if res in train_resolutions:
+            trained = {name: build_for_bench(name, res, dev, train=True) for name in models}
+            train_times = interleaved_medians(
+                {n: train_step_fn(m, x, autocast) for n, m in trained.items()}, dev, repeats=repeats
+            )
+            del trained
+        for name, model in built.items():
+            macs = count_macs(model, res, fold=False)  # already folded at this resolution
+            seconds = times[name]["median"]
+            flops_per_s = 2 * macs * b / seconds
+            row = {
+                "model": name,
+                "img_size": res,
+                "batch": b,
+                "dtype": dtype,
+                "params_m": count_params(model) / 1e6,
+                "gmacs": macs / 1e9,
+                "infer_img_s": b / seconds,
+                "infer_ms_per_batch": 1000 * seconds,
+                "train_img_s": b / train_times[name]["median"] if name in train_times else None,
+                "achieved_gflops": flops_per_s / 1e9,
+                "fraction_of_matmul": flops_per_s / 1e9 / peak,
+                "peak_mem_mib": forward_peak_memory(name, res, b, dev) if memory else None,
+            }
+            rows.append(row)
+            log.info("%s", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
+        del built
+    result: dict[str, Any] = {"machine": machine, "repeats": repeats, "rows": rows}
+    if operators:
+        result["operators"] = operator_benchmark(repeats=repeats, device=dev)
+    result["seconds"] = time.perf_counter() - start
+    write_results(result, out_dir)
+    return result
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """The Markdown summary that the README includes."""
+    m = result["machine"]
+    lines = [
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads, torch {m['torch']}, device {m['device']}"
+        + (f" ({m['gpu']})" if "gpu" in m else "")
+        + f"; measured matmul rate {m['matmul_gflops']:.0f} GFLOP/s. Median of {result['repeats']} interleaved"
+        " repeats after warm-up; inference on folded models; memory = peak growth of a fresh process during one"
+        " forward.",
+        "",
+        "| model | px | batch | params (M) | GMACs | infer img/s | train img/s | GFLOP/s (% of matmul) | peak MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['model']} | {r['img_size']} | {r['batch']} | {r['params_m']:.1f} | {r['gmacs']:.1f} | "
+            f"{r['infer_img_s']:.2f} | {_fmt(r['train_img_s'])} | "
+            f"{r['achieved_gflops']:.0f} ({100 * r['fraction_of_matmul']:.0f}%) | {_fmt(r['peak_mem_mib'], 0)} |"
+        )
+    ops = result.get("operators")
+    if ops:
+        names = sorted(ops["exponents"])
+        sides = sorted({r["side"] for r in ops["rows"]})
+        lines += [
+            "",
+            f"Token mixers at width {ops['dim']}, batch 1 (ms per call); last row: fitted exponent p of"
+            " time ~ tokens^p.",
+            "",
+            "| map | tokens | " + " | ".join(names) + " |",
+            "|---|---:|" + "---:|" * len(names),
+        ]
+        for side in sides:
+            at = {r["operator"]: r["seconds"] for r in ops["rows"] if r["side"] == side}
+            cells = [f"{1000 * at[n]:.2f}" if n in at else "skipped" for n in names]
+            lines.append(f"| {tokens_label(side * side)} | {side * side} | " + " | ".join(cells) + " |")
+        lines.append("| exponent p | | " + " | ".join(f"{ops['exponents'][n]:.2f}" for n in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(result: dict[str, Any], out_dir: Path) -> None:
+    (out_dir / "results.json").write_text(json.dumps(result, indent=2))
+    with open(out_dir / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(result["rows"][0]))
+        writer.writeheader()
+        writer.writerows(result["rows"])
+    (out_dir / "results.md").write_text(markdown_table(result))
+    plot_results(result, out_dir)
+
+
+def plot_results(result: dict[str, Any], out_dir: Path) -> None:
+    """Throughput, memory and FLOPs against resolution (the layout of vHeat's cost figure)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    panels = [("infer_img_s", "inference images/s", True), ("peak_mem_mib", "peak forward memory (MiB)", True)]
+    panels.append(("gmacs", "GMACs per image", True))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, (key, title, log_y) in zip(axes, panels, strict=True):
+        for name in models:
+            pts = [(r["img_size"], r[key]) for r in rows if r["model"] == name and (r[key] or 0) > 0]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=name, linewidth=2.5 if "vheat" in name else 1.2)
+        ax.set(xlabel="resolution (px)", title=title)
+        if log_y:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"cost against resolution ({result['machine']['device']}, {rows[0]['dtype']})")
+    fig.tight_layout()
+    fig.savefig(out_dir / "cost_vs_resolution.png", dpi=100)
+    plt.close(fig)
+    ops = result.get("operators")
+    if ops:
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for name in sorted(ops["exponents"]):
+            pts = [(r["tokens"], r["seconds"] * 1000) for r in ops["rows"] if r["operator"] == name]
+            ax.plot(*zip(*pts, strict=True), marker="o", label=f"{name} (p={ops['exponents'][name]:.2f})")
+        ax.set(xscale="log", yscale="log", xlabel="tokens", ylabel="ms per call", title="token mixers")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / "operators.png", dpi=100)
+        plt.close(fig)
+
+
+__all__ = ["DEFAULT_OURS", "DEFAULT_PEERS", "default_batch", "markdown_table", "run_bench"]

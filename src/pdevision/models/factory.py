@@ -1,0 +1,32 @@
+"""Creating any registered model (this library's or timm's) by name, with clear errors."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import timm
+from torch import nn
+
+
+class ModelNameError(ValueError):
+    """An unknown model name."""
+
+
+def build_model(name: str, num_classes: int | None = None, img_size: int | None = None, **kwargs: Any) -> nn.Module:
+    """``timm.create_model`` for this library's models and timm's; passes ``img_size`` where the
+    model takes it (it sets vHeat's FVE size, Swin's and DeiT's grids), and suggests close names
+    for an unknown one."""
+    if not timm.is_model(name):
+        close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else " (see `pdevision models` or timm.list_models())"
+        raise ModelNameError(f"unknown model {name!r}{hint}")
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
+    if img_size is not None:
+        try:
+            return timm.create_model(name, img_size=img_size, **kwargs)
+        except TypeError as exc:
+            if "img_size" not in str(exc):
+                raise
+    return timm.create_model(name, **kwargs)
