@@ -1,6 +1,36 @@
 """nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling."""
 
 from pdevision.layers.blocks import ConvDownsample, ConvStem, MixerBlock
+from pdevision.layers.hcl import HeatConductionLayer, HeatConductionMixer, RefinementActivation, refinement_act_layer
 from pdevision.layers.hco import HeatConductionOperator
+from pdevision.layers.hyperbolic import (
+    ACTIVATIONS,
+    EQUATIONS,
+    MIXED_EQUATIONS,
+    BoundedActivation,
+    DerivativeConv,
+    HyperbolicBlock,
+    ResNetStem,
+    create_activation,
+    derivative_stencils,
+)
 
-__all__ = ["ConvDownsample", "ConvStem", "HeatConductionOperator", "MixerBlock"]
+__all__ = [
+    "ACTIVATIONS",
+    "EQUATIONS",
+    "MIXED_EQUATIONS",
+    "BoundedActivation",
+    "ConvDownsample",
+    "ConvStem",
+    "DerivativeConv",
+    "HeatConductionLayer",
+    "HeatConductionMixer",
+    "HeatConductionOperator",
+    "HyperbolicBlock",
+    "MixerBlock",
+    "RefinementActivation",
+    "ResNetStem",
+    "create_activation",
+    "derivative_stencils",
+    "refinement_act_layer",
+]

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import timm
 
+from pdevision.models import (
+    hcnet,  # noqa: F401  (registers hcnet_* in timm)
+    pderesnet,  # noqa: F401  (registers pderesnet* in timm)
+)
 from pdevision.models.vheat import VHeat, checkpoint_filter_fn
 
-FAMILIES: tuple[str, ...] = ("vheat",)
+FAMILIES: tuple[str, ...] = ("vheat", "hcnet", "pderesnet")
 
 
 def list_models(pattern: str = "") -> list[str]:

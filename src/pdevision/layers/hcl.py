@@ -1,0 +1,172 @@
+"""HcNet's layers: the Heat Conduction Layer (HcL) and the refinement activation of the Refinement
+Approximation Layer (RaL), from Zhang & Gong, "Efficient Visual Representation Learning with Heat Conduction
+Equation".
+
+An HcNet block is the shared :class:`~pdevision.layers.MixerBlock` with
+
+- token mixer :class:`HeatConductionMixer` (``Linear -> HcL -> Linear``), and
+- FFN the RaL ``z + Linear_beta(tau(Linear(z)))``: MixerBlock's MLP with the activation ``tau`` =
+  :class:`RefinementActivation` (GELU then a depthwise 3x3 filter); the block supplies the residual.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from pdevision.ops.fdm import BOUNDARIES, Boundary, fdm_heat_step, stable_coefficients
+
+__all__ = [
+    "DEFAULT_PARAMETRISATION",
+    "K_MODES",
+    "PARAMETRISATIONS",
+    "HeatConductionLayer",
+    "HeatConductionMixer",
+    "KMode",
+    "Parametrisation",
+    "RefinementActivation",
+    "refinement_act_layer",
+]
+
+KMode = Literal["fixed", "learnable", "input"]
+Parametrisation = Literal["paper", "stable"]
+K_MODES: tuple[str, ...] = ("fixed", "learnable", "input")
+PARAMETRISATIONS: tuple[str, ...] = ("paper", "stable")
+# Same accuracy as "paper" in benchmarks/hcnet_parametrisation.md, with the maximum principle guaranteed
+# (see the module docstring of pdevision.models.hcnet).
+DEFAULT_PARAMETRISATION: Parametrisation = "stable"
+
+
+class HeatConductionLayer(nn.Module):
+    """HcNet HcL: ``z' = z + k (N(z) - W z)``, ``N`` the 4-neighbour sum weighted by ``w1..w4`` per channel.
+
+    Input and output: NCHW ``(B, C, H, W)``, any ``H, W``. The step is one depthwise 3x3 convolution
+    (:func:`pdevision.ops.fdm_heat_step`) times ``k``, repeated ``steps`` times with the same ``k``.
+
+    Args:
+        dim: channels ``C``.
+        k_mode: how the step size ``k`` is set (the paper's ablation):
+            ``"fixed"``: the constant ``k_init``; ``"learnable"``: ``k = sigmoid(theta)``, one scalar per layer,
+            initialised to ``k_init``; ``"input"`` (default): ``k = sigmoid(Linear(GAP(z)))``, one value per
+            sample and channel (the SE-like path of the paper); zero bias, so ``k`` is near 0.5 at HcNet's
+            initialisation (projection weights of std 0.02).
+        k_init: ``k`` of the fixed mode and initial ``k`` of the learnable mode (default 0.5, about the input
+            mode's initial value, so the three modes start from nearly the same function).
+        parametrisation: ``"paper"``: ``w`` unconstrained, ``k`` used as is (as published). ``"stable"``:
+            ``w = softplus(raw)`` and ``k' = k / max(W, 1)`` (:func:`pdevision.ops.stable_coefficients`), so
+            ``w >= 0`` and ``k' W <= 1``: each step is a convex combination of its stencil inputs (discrete
+            maximum principle). Both start at ``w1..w4 = w_init`` (the same function when ``4 w_init <= 1``).
+        boundary: ``"insulated"`` (edge replication, Neumann; default) or ``"zeros"`` (zero padding).
+        steps: explicit sub-steps per layer; ``m`` steps reach ``m`` pixels (``m`` depthwise convolutions).
+        w_init: initial stencil weight (isotropic), default 0.25 (``W = 1``).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        k_mode: KMode = "input",
+        k_init: float = 0.5,
+        parametrisation: Parametrisation = DEFAULT_PARAMETRISATION,
+        boundary: Boundary = "insulated",
+        steps: int = 1,
+        w_init: float = 0.25,
+    ) -> None:
+        super().__init__()
+        if k_mode not in K_MODES:
+            raise ValueError(f"k_mode must be one of {K_MODES}, got {k_mode!r}")
+        if parametrisation not in PARAMETRISATIONS:
+            raise ValueError(f"parametrisation must be one of {PARAMETRISATIONS}, got {parametrisation!r}")
+        if boundary not in BOUNDARIES:
+            raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, got {steps}")
+        if k_mode == "learnable" and not 0.0 < k_init < 1.0:
+            raise ValueError(f"the learnable k is a sigmoid: k_init must be in (0, 1), got {k_init}")
+        if parametrisation == "stable" and not 0.0 <= k_init <= 1.0:
+            raise ValueError(f"the stable parametrisation needs 0 <= k <= 1, got k_init={k_init}")
+        if parametrisation == "stable" and w_init <= 0.0:
+            raise ValueError(f"the stable parametrisation has w = softplus(raw) > 0, got w_init={w_init}")
+        self.dim = dim
+        self.k_mode: KMode = k_mode
+        self.k_init = float(k_init)
+        self.parametrisation: Parametrisation = parametrisation
+        self.boundary: Boundary = boundary
+        self.steps = steps
+        raw = w_init if parametrisation == "paper" else math.log(math.expm1(w_init))  # softplus^-1
+        self.weight = nn.Parameter(torch.full((dim, 4), float(raw)))
+        self.k_logit = nn.Parameter(torch.tensor(math.log(k_init / (1 - k_init)))) if k_mode == "learnable" else None
+        self.k_proj = nn.Linear(dim, dim) if k_mode == "input" else None
+        if self.k_proj is not None:
+            nn.init.zeros_(self.k_proj.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, k_mode={self.k_mode}, parametrisation={self.parametrisation}, "
+            f"boundary={self.boundary}, steps={self.steps}"
+        )
+
+    def rate(self, z: torch.Tensor) -> torch.Tensor:
+        """The step size ``k`` before stabilisation: ``(B, C, 1, 1)`` in input mode, else a 0-d tensor."""
+        if self.k_proj is not None:
+            return torch.sigmoid(self.k_proj(z.mean(dim=(2, 3))))[:, :, None, None]
+        if self.k_logit is not None:
+            return torch.sigmoid(self.k_logit)
+        return self.weight.new_tensor(self.k_init)
+
+    def coefficients(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stencil weights ``w`` ``(C, 4)`` and the step size ``k`` used for the input ``z`` (NCHW)."""
+        k = self.rate(z)
+        if self.parametrisation == "stable":
+            return stable_coefficients(self.weight, k)
+        return self.weight, k
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        weight, k = self.coefficients(z)
+        return fdm_heat_step(z, weight, k, steps=self.steps, boundary=self.boundary)
+
+
+class HeatConductionMixer(nn.Module):
+    """HcNet's token mixer: ``Linear_out(HcL(Linear_in(x)))``, the heat step on a learned projection.
+
+    Input and output: NHWC ``(B, H, W, C)``; the HcL runs on an NCHW view (channels-last memory).
+    Keyword arguments go to :class:`HeatConductionLayer`.
+    """
+
+    def __init__(self, dim: int, **hcl_kwargs: Any) -> None:
+        super().__init__()
+        self.proj_in = nn.Linear(dim, dim)
+        self.heat = HeatConductionLayer(dim, **hcl_kwargs)
+        self.proj_out = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.heat(self.proj_in(x).permute(0, 3, 1, 2))
+        return self.proj_out(z.permute(0, 2, 3, 1))
+
+
+class RefinementActivation(nn.Module):
+    """``tau`` of HcNet's RaL ``z + Linear_beta(tau(Linear(z)))``: GELU then a depthwise 3x3 filter.
+
+    Input and output: NHWC ``(B, H, W, hidden)`` (the filter runs on an NCHW view, zero padding).
+    """
+
+    def __init__(self, hidden: int, kernel_size: int = 3) -> None:
+        super().__init__()
+        self.act = nn.GELU()
+        self.dwconv = nn.Conv2d(hidden, hidden, kernel_size, padding=kernel_size // 2, groups=hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dwconv(self.act(x).permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+
+
+def refinement_act_layer(dim: int, mlp_ratio: float = 4.0, filter: bool = True) -> Callable[[], nn.Module]:
+    """The ``act_layer`` that turns MixerBlock's MLP into the RaL branch ``Linear_beta(tau(Linear(z)))``:
+    ``tau`` = GELU + depthwise filter, or plain GELU with ``filter=False`` (the paper's second ablation).
+    The hidden width is MixerBlock's ``int(dim * mlp_ratio)``."""
+    if not filter:
+        return nn.GELU
+    return functools.partial(RefinementActivation, int(dim * mlp_ratio))

@@ -1,0 +1,348 @@
+"""HcNet: vision backbones from the heat conduction equation (Zhang & Gong, "Efficient Visual Representation
+Learning with Heat Conduction Equation"). Each block mixes tokens with an explicit finite-difference step of
+the anisotropic heat equation (the Heat Conduction Layer, HcL) and refines them with the Refinement
+Approximation Layer (RaL, an MLP whose activation is GELU followed by a depthwise filter).
+
+Layout: the stem is NCHW, stages run NHWC ``(B, H, W, C)`` (the HcL on an NCHW view); ``forward_features``
+returns NHWC, ``forward_intermediates`` returns NCHW (timm's convention). The HcL has no resolution-dependent
+parameters: any input size of at least 32x32 runs.
+
+Blocks are the shared :class:`~pdevision.layers.MixerBlock` (pre-norm, drop path, optional layer scale) with
+mixer ``Linear -> HcL -> Linear`` (:class:`~pdevision.layers.HeatConductionMixer`) and the RaL as its MLP.
+The projections around the HcL are this library's choice: with them the Swin-T layout (dims 96, depths
+2-2-6-2, MLP ratio 4) gives the paper's 28M parameters (see ``hcnet_tiny``).
+
+The default ``parametrisation="stable"`` (``w = softplus(raw) >= 0``, ``k' = k / max(W, 1)``, so ``k' W <= 1``)
+was chosen from a measurement (``benchmarks/hcnet_parametrisation.md``: ``hcnet_micro``, 200 steps on digits,
+2 seeds, 2 learning rates): validation accuracy was the same within half a validation image (97.2% vs 97.3% at
+lr 2e-3, 94.8% vs 94.7% at lr 1e-2), neither diverged, but the ``"paper"`` layers left the explicit scheme's
+stability region (``k W`` up to 1.62, amplifying by up to 1.04 per step), which ``"stable"`` rules out by
+construction. ``parametrisation="paper"`` gives the published, unconstrained form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.utils.checkpoint
+from timm.layers import ClassifierHead, trunc_normal_
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
+from torch import nn
+
+from pdevision.layers import ConvDownsample, ConvStem, MixerBlock
+from pdevision.layers.hcl import (
+    DEFAULT_PARAMETRISATION,
+    HeatConductionLayer,
+    HeatConductionMixer,
+    KMode,
+    Parametrisation,
+    refinement_act_layer,
+)
+from pdevision.models._common import check_image_batch, to_2tuple_size
+from pdevision.ops.fdm import Boundary
+
+__all__ = ["HcNet", "HcNetStage"]
+
+
+class HcNetStage(nn.Module):
+    """Optional 2x downsampling, then ``depth`` Hc-Ra blocks. NHWC in and out."""
+
+    def __init__(
+        self,
+        in_dim: int | None,
+        dim: int,
+        depth: int,
+        mlp_ratio: float = 4.0,
+        ra_filter: bool = True,
+        post_norm: bool = False,
+        layer_scale: float | None = None,
+        drop_path: Sequence[float] = (),
+        **hcl_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        self.grad_checkpointing = False
+        self.downsample = ConvDownsample(in_dim, dim) if in_dim is not None else nn.Identity()
+        dpr = list(drop_path) or [0.0] * depth
+        self.blocks = nn.ModuleList(
+            MixerBlock(
+                dim,
+                HeatConductionMixer(dim, **hcl_kwargs),
+                mlp_ratio=mlp_ratio,
+                post_norm=post_norm,
+                layer_scale=layer_scale,
+                drop_path=dpr[i],
+                act_layer=refinement_act_layer(dim, mlp_ratio, ra_filter),
+            )
+            for i in range(depth)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.downsample(x)
+        for block in self.blocks:
+            if self.grad_checkpointing and not torch.jit.is_scripting() and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return x
+
+
+class HcNet(nn.Module):
+    """HcNet backbone: conv stem (stride 4), four stages of Hc-Ra blocks (downsampling 2x between stages,
+    channels doubling), LayerNorm, pooled linear head.
+
+    Args:
+        img_size: nominal training resolution (for the default config; any input size runs).
+        in_chans: input channels.
+        num_classes: classifier outputs (0 for no classifier).
+        global_pool: pooling of the head (timm's ``ClassifierHead``).
+        depths: blocks per stage.
+        dims: channels per stage, or the first stage's channels (doubled per stage).
+        mlp_ratio: expansion ratio of the Refinement Approximation Layer.
+        ra_filter: the RaL's depthwise filter (``False``: plain GELU MLP, the paper's ablation).
+        post_norm: normalise branch outputs instead of inputs.
+        layer_scale: initial value of per-channel branch scaling, ``None`` for none.
+        drop_rate: dropout before the classifier.
+        drop_path_rate: stochastic depth, linearly increasing over blocks.
+        k_mode: ``"input"`` (default), ``"learnable"`` or ``"fixed"``: the HcL step size (see
+            :class:`~pdevision.layers.HeatConductionLayer`).
+        k_init: the fixed ``k`` / initial learnable ``k`` (0.5).
+        parametrisation: ``"stable"`` (default) or ``"paper"``.
+        boundary: ``"insulated"`` (default) or ``"zeros"``.
+        steps: explicit heat steps per HcL.
+    """
+
+    def __init__(
+        self,
+        img_size: int | tuple[int, int] = 224,
+        in_chans: int = 3,
+        num_classes: int = 1000,
+        global_pool: str = "avg",
+        depths: Sequence[int] = (2, 2, 6, 2),
+        dims: int | Sequence[int] = 96,
+        mlp_ratio: float = 4.0,
+        ra_filter: bool = True,
+        post_norm: bool = False,
+        layer_scale: float | None = None,
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.1,
+        k_mode: KMode = "input",
+        k_init: float = 0.5,
+        parametrisation: Parametrisation = DEFAULT_PARAMETRISATION,
+        boundary: Boundary = "insulated",
+        steps: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if kwargs:
+            raise TypeError(f"HcNet got unexpected arguments: {sorted(kwargs)}")
+        num_stages = len(depths)
+        if isinstance(dims, int):
+            dims = [dims * 2**i for i in range(num_stages)]
+        if len(dims) != num_stages:
+            raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {num_stages}")
+        self.img_size = to_2tuple_size(img_size)
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.dims = list(dims)
+        self.depths = list(depths)
+        self.num_features = self.head_hidden_size = self.dims[-1]
+        self.output_fmt = "NHWC"
+        self.min_input_size = 4 * 2 ** (num_stages - 1)
+        self.grad_checkpointing = False
+        hcl_kwargs = dict(k_mode=k_mode, k_init=k_init, parametrisation=parametrisation, boundary=boundary, steps=steps)
+
+        self.stem = ConvStem(in_chans, self.dims[0])
+        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = nn.ModuleList()
+        self.feature_info: list[dict[str, Any]] = []
+        for i, depth in enumerate(depths):
+            self.stages.append(
+                HcNetStage(
+                    in_dim=self.dims[i - 1] if i > 0 else None,
+                    dim=self.dims[i],
+                    depth=depth,
+                    mlp_ratio=mlp_ratio,
+                    ra_filter=ra_filter,
+                    post_norm=post_norm,
+                    layer_scale=layer_scale,
+                    drop_path=dpr[sum(depths[:i]) : sum(depths[: i + 1])],
+                    **hcl_kwargs,
+                )
+            )
+            self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
+        self.norm = nn.LayerNorm(self.num_features)
+        self.head = ClassifierHead(
+            self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate, input_fmt="NHWC"
+        )
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    # -- timm model API -------------------------------------------------------------------------
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        """The HcL stencil weights and learnable step sizes (small per-channel physical parameters)."""
+        return {
+            f"{name}.{p}"
+            for name, m in self.named_modules()
+            if isinstance(m, HeatConductionLayer)
+            for p in ("weight", "k_logit")
+            if getattr(m, p) is not None
+        }
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        return dict(
+            stem=r"^stem",
+            blocks=r"^stages\.(\d+)" if coarse else [(r"^stages\.(\d+)\.blocks\.(\d+)", None), (r"^norm", (99999,))],
+        )
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+        for stage in self.stages:
+            stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head.fc
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        self.num_classes = num_classes
+        self.head.reset(num_classes, pool_type=global_pool)
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
+        check_image_batch(x, self.in_chans, self.min_input_size)
+        return self.stem(x).permute(0, 2, 3, 1)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Image batch ``(B, C, H, W)`` to normalised features, NHWC."""
+        x = self._stem(x)
+        for stage in self.stages:
+            x = stage(x)
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return self.head(x, pre_logits=pre_logits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | None = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Stage outputs (NCHW) for ``indices``; with ``norm`` the final norm is applied to the last."""
+        if output_fmt not in ("NCHW", "NHWC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        last = len(self.stages) - 1
+        x = self._stem(x)
+        stages = self.stages[: max_index + 1] if stop_early else self.stages
+        intermediates = []
+        i = 0
+        for i, stage in enumerate(stages):
+            x = stage(x)
+            if i in take_indices:
+                y = self.norm(x) if norm and i == last else x
+                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == "NCHW" else y)
+        if intermediates_only:
+            return intermediates
+        if i == last:
+            x = self.norm(x)
+        return x, intermediates
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop stages after the last needed one (and the norm / head), for feature extraction."""
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        self.stages = self.stages[: max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, "")
+        return take_indices
+
+
+# -- registry ------------------------------------------------------------------------------------
+
+
+def _create_hcnet(variant: str, pretrained: bool = False, **kwargs: Any) -> HcNet:
+    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    return build_model_with_cfg(
+        HcNet,
+        variant,
+        pretrained,
+        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        **kwargs,
+    )
+
+
+def _cfg(**kwargs: Any) -> dict[str, Any]:
+    return {
+        "url": "",
+        "num_classes": 1000,
+        "input_size": (3, 224, 224),
+        "pool_size": (7, 7),
+        "crop_pct": 0.875,
+        "interpolation": "bicubic",
+        "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225),
+        "first_conv": "stem.conv1",
+        "classifier": "head.fc",
+        "license": "apache-2.0",
+        **kwargs,
+    }
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        "hcnet_micro.untrained": _cfg(input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0),
+        "hcnet_tiny.untrained": _cfg(),
+        "hcnet_small.untrained": _cfg(),
+        "hcnet_base.untrained": _cfg(),
+    }
+)
+
+
+@register_model
+def hcnet_micro(pretrained: bool = False, **kwargs: Any) -> HcNet:
+    """HcNet-Micro (this library's CPU-sized model): dims 32, depths 1-1-3-1, 64 px."""
+    args = dict(img_size=64, dims=32, depths=(1, 1, 3, 1), drop_path_rate=0.0)
+    return _create_hcnet("hcnet_micro", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def hcnet_tiny(pretrained: bool = False, **kwargs: Any) -> HcNet:
+    """HcNet-T: dims 96, depths 2-2-6-2, MLP ratio 4, drop path 0.1."""
+    args = dict(dims=96, depths=(2, 2, 6, 2), drop_path_rate=0.1)
+    return _create_hcnet("hcnet_tiny", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def hcnet_small(pretrained: bool = False, **kwargs: Any) -> HcNet:
+    """HcNet-S: dims 96, depths 2-2-18-2, layer scale 1e-5, drop path 0.3 (vHeat-S / Swin-S scaling)."""
+    args = dict(dims=96, depths=(2, 2, 18, 2), layer_scale=1e-5, drop_path_rate=0.3)
+    return _create_hcnet("hcnet_small", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def hcnet_base(pretrained: bool = False, **kwargs: Any) -> HcNet:
+    """HcNet-B: dims 128, depths 2-2-18-2, layer scale 1e-5, drop path 0.5 (vHeat-B / Swin-B scaling)."""
+    args = dict(dims=128, depths=(2, 2, 18, 2), layer_scale=1e-5, drop_path_rate=0.5)
+    return _create_hcnet("hcnet_base", pretrained, **dict(args, **kwargs))

@@ -1,0 +1,428 @@
+"""PDE-ResNet: ConvNets built from quasi-linear hyperbolic systems (Liu et al., "A Novel Convolutional Neural
+Network Architecture with a Continuous Symmetry", arXiv:2308.01621).
+
+Layout: NCHW throughout; ``forward_features`` and ``forward_intermediates`` return NCHW.
+
+ResNet-50's plan: a 7x7 stem (stride 4), stages of ``[3, 4, 6, 3]`` blocks with 64-128-256-512 channels in
+the residual stream, global average pooling, a linear head. Every block is a
+:class:`~pdevision.layers.hyperbolic.HyperbolicBlock` (one Euler step of Eq. 3 or a variant). The first block
+of each stage is the downsampling block (stride 1 in stage 0, else 2; 1x1 projection shortcut) and carries the
+stage's only activation (``hardtanh``, ``hardball``, ``softball``; ``"relu@all"`` puts a ReLU after every
+block instead, ``"none"`` leaves the stages linear up to the products).
+
+Parameter counts at 100 classes (``num_classes=100``), against the paper's: ``pderesnet50`` 8.61M (8.61M),
+``pderesnet50_noshare`` 8.73M (8.73M), ``pderesnet50_noshare_x6`` 12.98M (13.0M).
+
+Training guard: with ``check_finite=True`` (a constructor argument and an attribute) every block's output
+is checked and a ``FloatingPointError`` names the first block whose output became non-finite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.utils.checkpoint
+from timm.layers import ClassifierHead
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
+from torch import nn
+
+from pdevision.layers.hyperbolic import (
+    ACTIVATIONS,
+    EQUATIONS,
+    HyperbolicBlock,
+    ResNetStem,
+    create_activation,
+    init_hyperbolic_weights,
+)
+from pdevision.models._common import check_image_batch
+
+__all__ = ["PDEResNet", "PDEResNetStage"]
+
+
+def _nonfinite(where: str) -> FloatingPointError:
+    return FloatingPointError(
+        f"non-finite activations first appeared in {where} (its input was finite). The paper reports such "
+        f"sudden NaN outputs when activations are not clipped: use activation='hardtanh', 'hardball' or "
+        f"'softball', a lower learning rate, or gradient clipping"
+    )
+
+
+class PDEResNetStage(nn.Module):
+    """A downsampling block (projection shortcut, the stage activation) then ``depth - 1`` blocks. NCHW."""
+
+    def __init__(
+        self,
+        index: int,
+        in_chs: int,
+        dim: int,
+        depth: int,
+        stride: int,
+        equation: str = "eq3",
+        expansion: int = 4,
+        shared: bool = True,
+        activation: str = "softball",
+        drop_path: Sequence[float] = (),
+    ) -> None:
+        super().__init__()
+        self.index = index
+        self.grad_checkpointing = False
+        self.check_finite = False
+        dpr = list(drop_path) or [0.0] * depth
+        blocks = []
+        for j in range(depth):
+            every = activation == "relu@all"
+            blocks.append(
+                HyperbolicBlock(
+                    in_chs if j == 0 else dim,
+                    dim,
+                    stride=stride if j == 0 else 1,
+                    equation=equation,
+                    expansion=expansion,
+                    shared=shared,
+                    act_layer=create_activation(activation) if j == 0 or every else None,
+                    projection=j == 0,
+                    drop_path=dpr[j],
+                )
+            )
+        self.blocks = nn.ModuleList(blocks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for j, block in enumerate(self.blocks):
+            if self.grad_checkpointing and not torch.jit.is_scripting() and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+            if self.check_finite and not bool(torch.isfinite(x).all()):
+                raise _nonfinite(f"stages.{self.index}.blocks.{j}")
+        return x
+
+
+class PDEResNet(nn.Module):
+    """PDE-ResNet backbone: ResNet stem, hyperbolic stages, pooled linear head.
+
+    Args:
+        in_chans: input channels.
+        num_classes: classifier outputs (0 for no classifier).
+        global_pool: pooling of the head (timm's ``ClassifierHead``).
+        depths: blocks per stage.
+        dims: channels of each stage's residual stream, or the first stage's (doubled per stage).
+        stem_width: channels out of the stem (default ``dims[0]``).
+        equation: ``"eq3"`` (the paper's Eq. 3) or a variant ``"eq4"`` ... ``"eq7"``
+            (:mod:`pdevision.layers.hyperbolic`).
+        expansion: hidden channels per block as a multiple of its input (4, or 6 for "x6").
+        shared: one bank of 3x3 derivative kernels for all channels ("ws"), or per-channel kernels.
+        activation: the downsampling blocks' activation, one of ``"none"``, ``"relu"``, ``"hardtanh"``,
+            ``"hardball"``, ``"softball"``, or ``"relu@all"`` (a ReLU after every block).
+        drop_rate: dropout before the classifier.
+        drop_path_rate: stochastic depth, linearly increasing over blocks.
+        zero_init_last: start every block as its shortcut (last BatchNorm scale 0).
+        check_finite: raise ``FloatingPointError`` naming the first block with a non-finite output.
+    """
+
+    def __init__(
+        self,
+        in_chans: int = 3,
+        num_classes: int = 1000,
+        global_pool: str = "avg",
+        depths: Sequence[int] = (3, 4, 6, 3),
+        dims: int | Sequence[int] = 64,
+        stem_width: int | None = None,
+        equation: str = "eq3",
+        expansion: int = 4,
+        shared: bool = True,
+        activation: str = "softball",
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        zero_init_last: bool = True,
+        check_finite: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if kwargs:
+            raise TypeError(f"PDEResNet got unexpected arguments: {sorted(kwargs)}")
+        if equation not in EQUATIONS:
+            raise ValueError(f"equation must be one of {EQUATIONS}, got {equation!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        num_stages = len(depths)
+        if isinstance(dims, int):
+            dims = [dims * 2**i for i in range(num_stages)]
+        if len(dims) != num_stages:
+            raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {num_stages}")
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.dims = list(dims)
+        self.depths = list(depths)
+        self.equation, self.expansion, self.shared, self.activation = equation, expansion, shared, activation
+        self.num_features = self.head_hidden_size = self.dims[-1]
+        self.output_fmt = "NCHW"
+        self.min_input_size = 4 * 2 ** (num_stages - 1)
+        self.grad_checkpointing = False
+
+        stem_width = stem_width or self.dims[0]
+        self.stem = ResNetStem(in_chans, stem_width)
+        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = nn.ModuleList()
+        self.feature_info: list[dict[str, Any]] = []
+        prev = stem_width
+        for i, depth in enumerate(depths):
+            self.stages.append(
+                PDEResNetStage(
+                    i,
+                    prev,
+                    self.dims[i],
+                    depth,
+                    stride=1 if i == 0 else 2,
+                    equation=equation,
+                    expansion=expansion,
+                    shared=shared,
+                    activation=activation,
+                    drop_path=dpr[sum(depths[:i]) : sum(depths[: i + 1])],
+                )
+            )
+            prev = self.dims[i]
+            self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
+        self.head = ClassifierHead(self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate)
+        init_hyperbolic_weights(self)
+        if zero_init_last:
+            for m in self.modules():
+                if isinstance(m, HyperbolicBlock):
+                    m.zero_init_last()
+        self.check_finite = check_finite
+
+    # -- training guard and folding ---------------------------------------------------------------
+    @property
+    def check_finite(self) -> bool:
+        return self._check_finite
+
+    @check_finite.setter
+    def check_finite(self, enable: bool) -> None:
+        self._check_finite = bool(enable)
+        for stage in self.stages:
+            stage.check_finite = self._check_finite
+
+    @property
+    def folded(self) -> bool:
+        """Whether every BatchNorm has been folded (:meth:`fold_batchnorm`)."""
+        return self.stem.folded and all(b.folded for s in self.stages for b in s.blocks)
+
+    @torch.no_grad()
+    def fold_batchnorm(self) -> None:
+        """Fold every BatchNorm into its neighbouring convs, in place (use in eval mode; see
+        :func:`pdevision.symmetry.fold_batchnorm` for a folded copy)."""
+        self.stem.fold_batchnorm()
+        for stage in self.stages:
+            for block in stage.blocks:
+                block.fold_batchnorm()
+
+    # -- timm model API -------------------------------------------------------------------------
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        return dict(stem=r"^stem", blocks=r"^stages\.(\d+)" if coarse else r"^stages\.(\d+)\.blocks\.(\d+)")
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+        for stage in self.stages:
+            stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head.fc
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        self.num_classes = num_classes
+        self.head.reset(num_classes, pool_type=global_pool)
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
+        check_image_batch(x, self.in_chans, self.min_input_size)
+        if self._check_finite and not bool(torch.isfinite(x).all()):
+            raise FloatingPointError("the input images contain NaN or inf values")
+        x = self.stem(x)
+        if self._check_finite and not bool(torch.isfinite(x).all()):
+            raise _nonfinite("stem")
+        return x
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Image batch ``(B, C, H, W)`` to the last stage's output, NCHW (stride 32)."""
+        x = self._stem(x)
+        for stage in self.stages:
+            x = stage(x)
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return self.head(x, pre_logits=pre_logits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | None = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Stage outputs (NCHW) for ``indices``; ``norm`` is accepted for timm's API (there is no final norm)."""
+        if output_fmt != "NCHW":
+            raise ValueError(f"output_fmt must be 'NCHW', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        x = self._stem(x)
+        stages = self.stages[: max_index + 1] if stop_early else self.stages
+        intermediates = []
+        for i, stage in enumerate(stages):
+            x = stage(x)
+            if i in take_indices:
+                intermediates.append(x)
+        if intermediates_only:
+            return intermediates
+        return x, intermediates
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop stages after the last needed one (and the head), for feature extraction."""
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        self.stages = self.stages[: max_index + 1]
+        if prune_head:
+            self.reset_classifier(0, "")
+        return take_indices
+
+
+# -- registry ------------------------------------------------------------------------------------
+
+
+def _create_pderesnet(variant: str, pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    return build_model_with_cfg(
+        PDEResNet,
+        variant,
+        pretrained,
+        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        **kwargs,
+    )
+
+
+def _cfg(**kwargs: Any) -> dict[str, Any]:
+    return {
+        "url": "",
+        "num_classes": 1000,
+        "input_size": (3, 224, 224),
+        "pool_size": (7, 7),
+        "crop_pct": 0.875,
+        "interpolation": "bilinear",
+        "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225),
+        "first_conv": "stem.conv",
+        "classifier": "head.fc",
+        "license": "apache-2.0",
+        "paper_ids": "arXiv:2308.01621",
+        **kwargs,
+    }
+
+
+_R50 = dict(depths=(3, 4, 6, 3), dims=(64, 128, 256, 512))
+_R50_NAMES = (
+    "pderesnet50",
+    "pderesnet50_hardtanh",
+    "pderesnet50_hardball",
+    "pderesnet50_relu",
+    "pderesnet50_noshare",
+    "pderesnet50_noshare_x6",
+    "pderesnet50_eq4",
+    "pderesnet50_eq5",
+    "pderesnet50_eq6",
+    "pderesnet50_eq7",
+    "pderesnet50_eq7_noshare_x6",
+)
+
+default_cfgs = generate_default_cfgs(
+    {
+        "pderesnet_micro.untrained": _cfg(input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0),
+        **{f"{name}.untrained": _cfg() for name in _R50_NAMES},
+    }
+)
+
+
+def _r50(variant: str, pretrained: bool, kwargs: dict[str, Any], **args: Any) -> PDEResNet:
+    return _create_pderesnet(variant, pretrained, **dict(_R50, **args, **kwargs))
+
+
+@register_model
+def pderesnet_micro(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-Micro (this library's CPU-sized model): Eq. 3, dims 16-32-64-128, depths 1-2-2-1, softball;
+    for 32-64 px inputs, tests and demos."""
+    args = dict(depths=(1, 2, 2, 1), dims=(16, 32, 64, 128))
+    return _create_pderesnet("pderesnet_micro", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def pderesnet50(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50: Eq. 3, shared 3x3 bank, x4, softball at downsampling (8.61M parameters at 100 classes)."""
+    return _r50("pderesnet50", pretrained, kwargs)
+
+
+@register_model
+def pderesnet50_hardtanh(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50 with hardtanh (clip at +-1) at the downsampling blocks."""
+    return _r50("pderesnet50_hardtanh", pretrained, kwargs, activation="hardtanh")
+
+
+@register_model
+def pderesnet50_hardball(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50 with hardball (projection onto the ball of radius sqrt(n)) at the downsampling blocks."""
+    return _r50("pderesnet50_hardball", pretrained, kwargs, activation="hardball")
+
+
+@register_model
+def pderesnet50_relu(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50 with a ReLU after every block ("relu@all", the ablation)."""
+    return _r50("pderesnet50_relu", pretrained, kwargs, activation="relu@all")
+
+
+@register_model
+def pderesnet50_noshare(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50 with per-channel 3x3 kernels ("no ws", 8.73M parameters at 100 classes)."""
+    return _r50("pderesnet50_noshare", pretrained, kwargs, shared=False)
+
+
+@register_model
+def pderesnet50_noshare_x6(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50, no ws, expansion 6 (12.98M parameters at 100 classes; the paper: 13.0M)."""
+    return _r50("pderesnet50_noshare_x6", pretrained, kwargs, shared=False, expansion=6)
+
+
+@register_model
+def pderesnet50_eq4(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50, eq4: the conservative form of Eq. 3, ``A_a K_a[(C_a u) * u]``."""
+    return _r50("pderesnet50_eq4", pretrained, kwargs, equation="eq4")
+
+
+@register_model
+def pderesnet50_eq5(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50, eq5: ``A_a[(D u) * K_a(C u)]``, the stream read by 1x1 convs only (O(n) acts)."""
+    return _r50("pderesnet50_eq5", pretrained, kwargs, equation="eq5")
+
+
+@register_model
+def pderesnet50_eq6(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50, eq6: ``A_a K_a[(C u) * (D u)]``, conservative form of eq5 (O(n) acts)."""
+    return _r50("pderesnet50_eq6", pretrained, kwargs, equation="eq6")
+
+
+@register_model
+def pderesnet50_eq7(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50, eq7: ``A_a[u * K_a(C_a u)]``, the derivative of the coefficient."""
+    return _r50("pderesnet50_eq7", pretrained, kwargs, equation="eq7")
+
+
+@register_model
+def pderesnet50_eq7_noshare_x6(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50, eq7, per-channel 3x3 kernels, expansion 6 (12.98M parameters at 100 classes)."""
+    return _r50("pderesnet50_eq7_noshare_x6", pretrained, kwargs, equation="eq7", shared=False, expansion=6)

@@ -1,0 +1,93 @@
+"""Continuous weight symmetries of PDE-ResNet (Liu et al., "A Novel Convolutional Neural Network Architecture
+with a Continuous Symmetry", arXiv:2308.01621): fold, transform, check, sparsify.
+
+Layout: NCHW; a group element ``g`` (``n x n``) acts on the channels of a stage's residual stream, ``u -> g u``.
+
+**Setting.** After :func:`fold_batchnorm` (eval mode) every block reads ``u_out = act(S u + c + A h(u))``
+with 3x3 derivative kernels ``K`` and 1x1 matrices ``W`` (inside ``h``), ``A``, ``S`` only
+(:mod:`pdevision.layers.hyperbolic`). A stage's stream starts after the activation of its downsampling block
+and ends where the next stage's downsampling block (or the pooled linear head) reads it. Changing its basis
+by ``g`` and compensating the maps that write it (``A -> g A``, ``S -> g S``, ``c -> g c``) and that read it
+(``S -> S g^-1``, ``W -> W g^-1``, the head ``fc -> fc g^-1``) keeps the function exactly when
+
+1. the activation commutes with ``g``: hardball/softball (radial, fixed radius ``sqrt(n)``) with O(n) only,
+   hardtanh (entry-wise clip) with signed permutations, ReLU with permutations times positive scalings,
+   no activation with GL(n); and
+2. the block's nonlinear part can absorb ``g``. In eq5/eq6 the stream is read only by the 1x1 conv ``W``
+   (the derivatives act on ``W u``), so any invertible ``g`` is absorbed. In eq3 (the paper's Eq. 3 as
+   printed: ``(C u)_j * du_j/dx``), eq4 and eq7 the stream enters the element-wise product entry by entry,
+   and a bilinear map ``sum_j A_ij p_j (W q)_j`` keeps that form under ``p -> g p`` only if ``g`` is
+   monomial: ``(g u)_i = d_i u_pi(i)``. Then hidden channel ``(i, a)`` is relabelled ``(pi(i), a)``
+   (permuting ``W``'s rows, ``A``'s columns and per-channel kernels) and ``W``'s rows divided by ``d_i``.
+   A depthwise derivative conv commutes with a dense ``g`` only when all channels share one kernel, but in
+   eq3/4/7 the product that follows already rules a dense ``g`` out; per-channel kernels are permuted along
+   with the channels, so **weight sharing does not change any group** below.
+
+The group acting on every stage's stream, :func:`stage_groups` (each entry checked in the tests with random
+elements of condition number up to 10, and a non-member shown to change the logits):
+
+=========================== ================ ========================== ==========================
+ stage activation            eq5, eq6          eq3, eq4, eq7              shared / per-channel 3x3
+=========================== ================ ========================== ==========================
+ none                        GL(n)            monomial (perm x diag)     same group
+ hardball, softball          O(n)             signed permutations        same group
+ hardtanh                    signed perms     signed permutations        same group
+ relu, relu@all              perm x diag>0    perm x diag>0              same group
+=========================== ================ ========================== ==========================
+
+So the paper's Eq. (3) as printed (``pderesnet50``: softball) has only the finite group of signed
+permutations on its streams (positive scalings as well with ReLU, all invertible scalings without an
+activation); the continuous O(n) / GL(n) symmetry needs the derivative taken of a mixed variable (eq5, eq6).
+The head's pre-logit features change by ``g``; the logits do not. Symmetries inside the blocks' hidden
+channels (e.g. scaling ``C u`` against ``D u``) are not used here.
+
+Functions: :func:`fold_batchnorm`, :func:`stage_groups`, :func:`random_element`, :func:`transform`,
+:func:`check_invariance`, :func:`sparsify` (gradient descent over the group for sparser 1x1 weights),
+:func:`prune_small_weights`.
+"""
+
+from pdevision.symmetry.fold import fold_batchnorm
+from pdevision.symmetry.groups import (
+    ACTIVATION_GROUP,
+    GROUPS,
+    form_group,
+    intersect,
+    is_member,
+    monomial_parts,
+    random_element,
+    random_group_element,
+    stage_dims,
+    stage_groups,
+)
+from pdevision.symmetry.sparsify import (
+    SparsifyResult,
+    fraction_below,
+    one_by_one_weights,
+    prune_small_weights,
+    sparsify,
+)
+from pdevision.symmetry.transform import BlockMatrices, act_on_block, check_invariance, stream_blocks, transform
+
+__all__ = [
+    "ACTIVATION_GROUP",
+    "GROUPS",
+    "BlockMatrices",
+    "SparsifyResult",
+    "act_on_block",
+    "check_invariance",
+    "fold_batchnorm",
+    "form_group",
+    "fraction_below",
+    "intersect",
+    "is_member",
+    "monomial_parts",
+    "one_by_one_weights",
+    "prune_small_weights",
+    "random_element",
+    "random_group_element",
+    "sparsify",
+    "stage_dims",
+    "stage_groups",
+    "stream_blocks",
+    "transform",
+]

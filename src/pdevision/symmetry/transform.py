@@ -1,0 +1,153 @@
+"""Change the basis of each stage's residual stream and compensate in the weights: the same function with
+other weights. Works on the folded model (:func:`pdevision.symmetry.fold_batchnorm`)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pdevision.layers.hyperbolic import MIXED_EQUATIONS, HyperbolicBlock
+from pdevision.symmetry.fold import fold_batchnorm
+from pdevision.symmetry.groups import GROUPS, is_member, monomial_parts, stage_dims, stage_groups
+
+
+@dataclass
+class BlockMatrices:
+    """A folded block's linear pieces: ``W`` (coefficients, ``hidden x n_in``), ``A`` (``n_out x hidden``),
+    ``S`` (shortcut, ``n_out x n_in``), ``c`` (bias, ``n_out``), ``K`` (derivative kernels as stored)."""
+
+    W: torch.Tensor
+    A: torch.Tensor
+    S: torch.Tensor
+    c: torch.Tensor
+    K: torch.Tensor
+
+    @classmethod
+    def of(cls, block: HyperbolicBlock, dtype: torch.dtype = torch.float64) -> BlockMatrices:
+        if not block.folded:
+            raise ValueError("the block is not folded; use pdevision.symmetry.fold_batchnorm(model) first")
+        return cls(
+            block.coef.weight[:, :, 0, 0].to(dtype),
+            block.mix.weight[:, :, 0, 0].to(dtype),
+            block.shortcut.weight[:, :, 0, 0].to(dtype),
+            block.mix.bias.to(dtype),
+            block.deriv.weight.to(dtype),
+        )
+
+    def to(self, device: torch.device | str) -> BlockMatrices:
+        return BlockMatrices(*(t.to(device) for t in (self.W, self.A, self.S, self.c, self.K)))
+
+    @torch.no_grad()
+    def write(self, block: HyperbolicBlock) -> None:
+        dt = block.mix.weight.dtype
+        block.coef.weight.copy_(self.W[:, :, None, None].to(dt))
+        block.mix.weight.copy_(self.A[:, :, None, None].to(dt))
+        block.mix.bias.copy_(self.c.to(dt))
+        block.shortcut.weight.copy_(self.S[:, :, None, None].to(dt))
+        block.deriv.weight.copy_(self.K.to(dt))
+
+
+def act_on_block(
+    block: HyperbolicBlock,
+    m: BlockMatrices,
+    g_in: torch.Tensor | None,
+    g_in_inv: torch.Tensor | None,
+    g_out: torch.Tensor,
+    monomial: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> BlockMatrices:
+    """The weights after ``u_in -> g_in u_in`` (``None``: unchanged input) and ``u_out -> g_out u_out``.
+
+    ``S -> g_out S g_in^-1``, ``c -> g_out c``; the bilinear part: eq5/eq6 read the stream with ``W`` only,
+    ``W -> W g_in^-1``, ``A -> g_out A``. In eq3/eq4/eq7 the stream enters the product entry by entry, so
+    ``g_in`` must be monomial, given as ``monomial = (pi, d)`` (``(g_in u)_i = d_i u_pi(i)``): hidden channel
+    ``(i, a)`` takes the role of ``(pi(i), a)``, the rows of ``W g_in^-1`` are permuted and divided by ``d_i``,
+    the columns of ``g_out A`` permuted, per-channel kernels permuted (a shared bank is unchanged). Without
+    ``monomial`` a non-mixed block gets the eq5 rule, which is not a symmetry (used to show that a
+    non-member changes the function). Differentiable in the group elements.
+    """
+    a = g_out @ m.A
+    c = g_out @ m.c
+    if g_in is None:
+        return BlockMatrices(m.W, a, g_out @ m.S, c, m.K)
+    s = g_out @ m.S @ g_in_inv
+    w = m.W @ g_in_inv
+    if block.equation in MIXED_EQUATIONS or monomial is None:
+        return BlockMatrices(w, a, s, c, m.K)
+    pi, d = monomial
+    k = block.hidden // block.in_chs
+    sigma = (pi[:, None] * k + torch.arange(k, device=pi.device)[None, :]).reshape(-1)
+    w = w[sigma] / d.repeat_interleave(k)[:, None]
+    kernels = m.K if block.deriv.shared else m.K[sigma]
+    return BlockMatrices(w, a[:, sigma], s, c, kernels)
+
+
+def stream_blocks(model: nn.Module) -> list[tuple[HyperbolicBlock, int | None, int]]:
+    """Every block with the stage index of its input stream (``None``: the stem) and of its output stream."""
+    out = []
+    for i, stage in enumerate(model.stages):
+        for j, block in enumerate(stage.blocks):
+            out.append((block, (i - 1 if i > 0 else None) if j == 0 else i, i))
+    return out
+
+
+@torch.no_grad()
+def transform(model: nn.Module, elements: Sequence[torch.Tensor | None], check: bool = True) -> nn.Module:
+    """A folded eval-mode copy of the PDE-ResNet ``model`` whose stage ``i`` stream is ``g_i`` times the
+    original's (``elements[i] = g_i``, ``None`` for the identity), weights compensated so that the logits are
+    unchanged. The stem and the head compensate the first and last stream (``fc -> fc g^-1``).
+
+    With ``check`` (default), an element outside the group that acts on its stage (:func:`stage_groups`)
+    raises ``ValueError``; with ``check=False`` it is applied anyway (the function then changes). The algebra
+    runs in float64; the copy keeps ``model``'s dtype.
+    """
+    dims = stage_dims(model)
+    if len(elements) != len(dims):
+        raise ValueError(f"need one element per stage ({len(dims)}), got {len(elements)}")
+    groups = stage_groups(model)
+    gs: list[torch.Tensor] = []
+    for i, (g, n) in enumerate(zip(elements, dims, strict=True)):
+        g = torch.eye(n, dtype=torch.float64) if g is None else torch.as_tensor(g).detach().double().cpu()
+        if g.shape != (n, n):
+            raise ValueError(f"stage {i}: expected a {n}x{n} matrix, got shape {tuple(g.shape)}")
+        if check and not is_member(g, groups[i], tol=1e-5):
+            raise ValueError(
+                f"stage {i}: the element is not in {groups[i]} ({GROUPS[groups[i]]}), the group that acts on "
+                f"the residual streams of this model (equation={model.equation!r}, activation="
+                f"{model.activation!r}); pass check=False to apply it anyway"
+            )
+        gs.append(g)
+    inverses = [torch.linalg.inv(g) for g in gs]
+    out = copy.deepcopy(model).eval() if getattr(model, "folded", False) else fold_batchnorm(model)
+    device = next(out.parameters()).device
+    for block, src, dst in stream_blocks(out):
+        m = BlockMatrices.of(block)
+        g_in = None if src is None else gs[src].to(device)
+        g_in_inv = None if src is None else inverses[src].to(device)
+        mono = None
+        if g_in is not None and block.equation not in MIXED_EQUATIONS and is_member(g_in, "monomial", tol=1e-5):
+            mono = monomial_parts(g_in)
+        act_on_block(block, m, g_in, g_in_inv, gs[dst].to(device), mono).write(block)
+    fc = out.head.fc
+    if isinstance(fc, nn.Linear):
+        fc.weight.copy_((fc.weight.double() @ inverses[-1].to(device)).to(fc.weight.dtype))
+    return out
+
+
+@torch.no_grad()
+def check_invariance(a: nn.Module, b: nn.Module, inputs: torch.Tensor) -> float:
+    """Relative difference ``|a(x) - b(x)| / |a(x)|`` (Frobenius norms over the batch) of two models' outputs,
+    both run in eval mode (their modes are restored)."""
+    modes = a.training, b.training
+    a.eval()
+    b.eval()
+    try:
+        ya = a(inputs.to(next(a.parameters()).dtype))
+        yb = b(inputs.to(next(b.parameters()).dtype))
+    finally:
+        a.train(modes[0])
+        b.train(modes[1])
+    return float((ya.double() - yb.double()).norm() / ya.double().norm().clamp_min(1e-300))

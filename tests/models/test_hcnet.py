@@ -1,0 +1,206 @@
+"""HcNet through timm's model API: sizes, heads, features, options, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+import pdevision  # noqa: F401
+from pdevision.bench import count_macs, count_params
+from pdevision.layers import HeatConductionLayer, RefinementActivation
+from pdevision.models import list_models
+from pdevision.models.hcnet import HcNet
+
+
+@pytest.fixture(scope="module")
+def micro() -> HcNet:
+    torch.manual_seed(0)
+    return timm.create_model("hcnet_micro", num_classes=7).eval()
+
+
+def _heat_layers(model: torch.nn.Module) -> list[HeatConductionLayer]:
+    return [m for m in model.modules() if isinstance(m, HeatConductionLayer)]
+
+
+def test_registered_in_timm() -> None:
+    names = {"hcnet_micro", "hcnet_tiny", "hcnet_small", "hcnet_base"}
+    assert names <= set(timm.list_models("hcnet_*"))
+    assert names <= set(list_models("hcnet_*"))
+
+
+def test_tiny_matches_the_paper_budget() -> None:
+    model = timm.create_model("hcnet_tiny")
+    assert model.dims == [96, 192, 384, 768] and model.depths == [2, 2, 6, 2]
+    params, macs = count_params(model), count_macs(model, 224)
+    assert abs(params / 28e6 - 1) < 0.10, params  # paper: 28M
+    assert abs(macs / 4.1e9 - 1) < 0.10, macs  # paper: 4.1 GMACs
+    block = model.stages[2].blocks[-1]
+    assert isinstance(block.ls1, torch.nn.Identity) and not block.post_norm
+    assert model.stages[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "dims", "layer_scale", "drop_path", "params_m"),
+    [("hcnet_small", 96, 1e-5, 0.3, 48.0), ("hcnet_base", 128, 1e-5, 0.5, 84.8)],
+)
+def test_small_and_base_configurations(
+    name: str, dims: int, layer_scale: float, drop_path: float, params_m: float
+) -> None:
+    model = timm.create_model(name)
+    assert model.depths == [2, 2, 18, 2] and model.dims[0] == dims
+    block = model.stages[2].blocks[-1]
+    assert torch.allclose(block.ls1.gamma, torch.full_like(block.ls1.gamma, layer_scale))
+    assert model.stages[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(drop_path)
+    assert count_params(model) / 1e6 == pytest.approx(params_m, abs=0.05)
+
+
+def test_defaults_are_the_documented_ones(micro: HcNet) -> None:
+    layers = _heat_layers(micro)
+    assert len(layers) == 6
+    assert all(
+        (m.k_mode, m.parametrisation, m.boundary, m.steps) == ("input", "stable", "insulated", 1) for m in layers
+    )
+    assert all(isinstance(b.mlp.act, RefinementActivation) for s in micro.stages for b in s.blocks)
+
+
+@pytest.mark.parametrize("size", [(225, 317), (64, 64), (33, 45), (32, 32)])
+def test_any_input_size_batch_one(micro: HcNet, size: tuple[int, int]) -> None:
+    with torch.no_grad():
+        out = micro(torch.randn(1, 3, *size))
+    assert out.shape == (1, 7)
+    assert torch.isfinite(out).all()
+
+
+def test_forward_features_and_head(micro: HcNet) -> None:
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        feats = micro.forward_features(x)
+        assert feats.shape == (2, 2, 2, micro.num_features)  # NHWC
+        assert micro.forward_head(feats, pre_logits=True).shape == (2, micro.num_features)
+        torch.testing.assert_close(micro.forward_head(feats), micro(x))
+
+
+def test_forward_intermediates(micro: HcNet) -> None:
+    x = torch.randn(2, 3, 96, 80)
+    with torch.no_grad():
+        final, inter = micro.forward_intermediates(x)
+        assert [t.shape for t in inter] == [(2, 32, 24, 20), (2, 64, 12, 10), (2, 128, 6, 5), (2, 256, 3, 3)]
+        torch.testing.assert_close(final, micro.forward_features(x))
+        only = micro.forward_intermediates(x, indices=[1, 3], intermediates_only=True, norm=True)
+        assert len(only) == 2
+        torch.testing.assert_close(only[1], final.permute(0, 3, 1, 2))
+        nhwc = micro.forward_intermediates(x, indices=1, stop_early=True, intermediates_only=True, output_fmt="NHWC")
+        assert [t.shape for t in nhwc] == [(2, 3, 3, 256)]
+
+
+def test_features_only_with_out_indices() -> None:
+    model = timm.create_model("hcnet_micro", features_only=True, out_indices=(1, 2))
+    assert model.feature_info.channels() == [64, 128]
+    assert model.feature_info.reduction() == [8, 16]
+    feats = model(torch.randn(1, 3, 64, 64))
+    assert [f.shape for f in feats] == [(1, 64, 8, 8), (1, 128, 4, 4)]
+
+
+def test_prune_intermediate_layers() -> None:
+    model = timm.create_model("hcnet_micro")
+    assert model.prune_intermediate_layers([0, 1]) == [0, 1]
+    assert len(model.stages) == 2 and model.num_classes == 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(k_mode="fixed", k_init=0.1),
+        dict(k_mode="learnable"),
+        dict(parametrisation="paper"),
+        dict(boundary="zeros", steps=2),
+        dict(ra_filter=False, mlp_ratio=2.0),
+    ],
+)
+def test_create_model_options(options: dict) -> None:
+    model = timm.create_model("hcnet_micro", num_classes=5, in_chans=1, drop_path_rate=0.2, **options)
+    heat = _heat_layers(model)[0]
+    for key in ("k_mode", "parametrisation", "boundary", "steps"):
+        if key in options:
+            assert getattr(heat, key) == options[key]
+    if "ra_filter" in options:
+        assert not any(isinstance(m, RefinementActivation) for m in model.modules())
+        assert model.stages[0].blocks[0].mlp.fc1.out_features == 64
+    assert model.stages[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(0.2)
+    assert model(torch.randn(2, 1, 64, 48)).shape == (2, 5)
+
+
+def test_reset_classifier() -> None:
+    model = timm.create_model("hcnet_micro")
+    model.reset_classifier(3)
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 3)
+    model.reset_classifier(0)
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, model.num_features)
+    assert model.get_classifier() is model.head.fc
+
+
+def test_no_weight_decay_lists_the_stencils() -> None:
+    model = timm.create_model("hcnet_micro", k_mode="learnable")
+    names = model.no_weight_decay()
+    assert "stages.0.blocks.0.mixer.heat.weight" in names and "stages.3.blocks.0.mixer.heat.k_logit" in names
+    assert len(names) == 12 and names <= dict(model.named_parameters()).keys()
+
+
+def test_grad_checkpointing_same_output_and_grads() -> None:
+    model = timm.create_model("hcnet_micro", num_classes=4).train()
+    x = torch.randn(2, 3, 64, 64)
+    model(x).sum().backward()
+    ref = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.set_grad_checkpointing(True)
+    assert all(s.grad_checkpointing for s in model.stages)
+    model(x).sum().backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, ref[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("parametrisation", ["stable", "paper"])
+def test_gradients_flow_to_all_parameters(parametrisation: str) -> None:
+    model = timm.create_model("hcnet_micro", num_classes=4, parametrisation=parametrisation)
+    model(torch.randn(2, 3, 64, 64)).logsumexp(-1).sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_bfloat16_autocast_and_weights(micro: HcNet) -> None:
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        ref = micro(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = micro(x)
+        assert torch.isfinite(out).all()
+        assert torch.corrcoef(torch.stack([out.float().flatten(), ref.flatten()]))[0, 1] > 0.95
+        model16 = timm.create_model("hcnet_micro", num_classes=7).bfloat16().eval()
+        assert model16(x.bfloat16()).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("shape", "match"),
+    [
+        ((2, 1, 64, 64), r"expected 3 input channels.*got 1 channels in shape \(2, 1, 64, 64\)"),
+        ((2, 3, 31, 64), r"at least 32.*got 31x64"),
+        ((3, 64, 64), r"4-D tensor of shape \(batch, 3, height, width\), got 3-D shape \(3, 64, 64\)"),
+        ((1, 2, 3, 64, 64), r"got 5-D"),
+    ],
+)
+def test_bad_input_is_clear(micro: HcNet, shape: tuple[int, ...], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        micro(torch.randn(*shape))
+    with pytest.raises(ValueError, match=match):
+        micro.forward_intermediates(torch.randn(*shape))
+
+
+def test_bad_constructor_arguments() -> None:
+    with pytest.raises(ValueError, match="one entry per stage"):
+        HcNet(dims=[8, 16], depths=(1, 1, 1))
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        HcNet(dimz=8)
+    with pytest.raises(ValueError, match="k_mode"):
+        HcNet(dims=8, depths=(1, 1, 1, 1), k_mode="adaptive")

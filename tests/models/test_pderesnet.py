@@ -1,0 +1,223 @@
+"""PDE-ResNet through timm's model API: paper parameter counts, sizes, heads, features, the training guard."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from torch import nn
+
+import pdevision  # noqa: F401
+from pdevision.bench.flops import count_params
+from pdevision.layers import EQUATIONS, BoundedActivation, HyperbolicBlock
+from pdevision.models import list_models
+from pdevision.models.pderesnet import PDEResNet
+
+
+@pytest.fixture(scope="module")
+def micro() -> PDEResNet:
+    torch.manual_seed(0)
+    return timm.create_model("pderesnet_micro", num_classes=7).eval()
+
+
+def test_registered_in_timm() -> None:
+    names = set(timm.list_models("pderesnet*"))
+    assert {
+        "pderesnet_micro",
+        "pderesnet50",
+        "pderesnet50_hardtanh",
+        "pderesnet50_noshare",
+        "pderesnet50_noshare_x6",
+        "pderesnet50_eq7_noshare_x6",
+    } <= names
+    assert names <= set(list_models())
+
+
+@pytest.mark.parametrize(
+    ("name", "paper", "exact"),
+    [
+        ("pderesnet50", 8.61e6, 8_613_092),
+        ("pderesnet50_noshare", 8.73e6, 8_732_324),
+        ("pderesnet50_noshare_x6", 13.0e6, 12_975_268),
+        ("pderesnet50_eq7_noshare_x6", 13.0e6, 12_975_268),
+    ],
+)
+def test_parameter_counts_match_the_paper(name: str, paper: float, exact: int) -> None:
+    n = count_params(timm.create_model(name, num_classes=100))
+    assert n == exact
+    assert abs(n - paper) / paper < 0.05
+
+
+def test_paper_configurations() -> None:
+    model = timm.create_model("pderesnet50")
+    assert [len(s.blocks) for s in model.stages] == [3, 4, 6, 3]
+    assert model.dims == [64, 128, 256, 512]
+    first = model.stages[1].blocks[0]
+    assert first.equation == "eq3" and first.expansion == 4 and first.shared and first.stride == 2
+    assert first.deriv.weight.shape == (4, 1, 3, 3)  # one 4x1x3x3 bank for all channels
+    assert isinstance(first.act, BoundedActivation) and first.act.kind == "softball"
+    assert all(isinstance(b.act, nn.Identity) for s in model.stages for b in s.blocks[1:])  # once per stage
+    relu = timm.create_model("pderesnet50_relu")
+    assert all(isinstance(b.act, nn.ReLU) for s in relu.stages for b in s.blocks)
+    x6 = timm.create_model("pderesnet50_eq7_noshare_x6")
+    assert x6.stages[0].blocks[0].hidden == 6 * 64 and not x6.stages[0].blocks[0].shared
+    assert x6.stages[0].blocks[0].equation == "eq7"
+
+
+@pytest.mark.parametrize("size", [(64, 64), (33, 45), (32, 32), (97, 70)])
+def test_any_input_size_batch_one(micro: PDEResNet, size: tuple[int, int]) -> None:
+    with torch.no_grad():
+        out = micro(torch.randn(1, 3, *size))
+    assert out.shape == (1, 7)
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("equation", EQUATIONS)
+def test_every_equation_runs_and_trains(equation: str) -> None:
+    model = timm.create_model("pderesnet_micro", num_classes=3, equation=equation, zero_init_last=False)
+    x = torch.randn(2, 3, 40, 36)
+    model(x).logsumexp(-1).sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+
+
+def test_forward_features_and_head(micro: PDEResNet) -> None:
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        feats = micro.forward_features(x)
+        assert feats.shape == (2, 128, 2, 2)  # NCHW
+        assert micro.forward_head(feats, pre_logits=True).shape == (2, 128)
+        torch.testing.assert_close(micro.forward_head(feats), micro(x))
+
+
+def test_forward_intermediates(micro: PDEResNet) -> None:
+    x = torch.randn(2, 3, 96, 80)
+    with torch.no_grad():
+        final, inter = micro.forward_intermediates(x)
+        assert [t.shape for t in inter] == [(2, 16, 24, 20), (2, 32, 12, 10), (2, 64, 6, 5), (2, 128, 3, 3)]
+        torch.testing.assert_close(final, micro.forward_features(x))
+        only = micro.forward_intermediates(x, indices=[1, 3], intermediates_only=True)
+        assert len(only) == 2
+        torch.testing.assert_close(only[1], final)
+        early = micro.forward_intermediates(x, indices=[0], stop_early=True, intermediates_only=True)
+        torch.testing.assert_close(early[0], inter[0])
+    with pytest.raises(ValueError, match="output_fmt"):
+        micro.forward_intermediates(x, output_fmt="NHWC")
+
+
+def test_features_only_with_out_indices() -> None:
+    model = timm.create_model("pderesnet_micro", features_only=True, out_indices=(1, 2))
+    assert model.feature_info.channels() == [32, 64]
+    assert model.feature_info.reduction() == [8, 16]
+    feats = model(torch.randn(1, 3, 64, 64))
+    assert [f.shape for f in feats] == [(1, 32, 8, 8), (1, 64, 4, 4)]
+
+
+def test_prune_intermediate_layers() -> None:
+    model = timm.create_model("pderesnet_micro", num_classes=4)
+    assert model.prune_intermediate_layers([1]) == [1]
+    assert len(model.stages) == 2 and model.num_classes == 0
+
+
+def test_create_model_arguments_and_reset_classifier() -> None:
+    model = timm.create_model("pderesnet_micro", num_classes=5, in_chans=1, drop_path_rate=0.2, expansion=6)
+    assert model.stages[-1].blocks[-1].drop_path.drop_prob == pytest.approx(0.2)
+    assert model.stages[0].blocks[0].hidden == 6 * 16
+    assert model(torch.randn(2, 1, 64, 64)).shape == (2, 5)
+    model.reset_classifier(3)
+    assert model(torch.randn(1, 1, 64, 64)).shape == (1, 3)
+    model.reset_classifier(0)
+    assert model(torch.randn(1, 1, 64, 64)).shape == (1, model.num_features)
+    assert model.get_classifier() is model.head.fc
+
+
+def test_grad_checkpointing_same_output_and_grads() -> None:
+    model = timm.create_model("pderesnet_micro", num_classes=4, zero_init_last=False).train()
+    x = torch.randn(2, 3, 48, 48)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model(x).sum().backward()
+    ref = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.load_state_dict(state)  # BatchNorm running statistics back to where they were
+    model.zero_grad()
+    model.set_grad_checkpointing(True)
+    assert all(s.grad_checkpointing for s in model.stages)
+    model(x).sum().backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, ref[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_bfloat16_autocast(micro: PDEResNet) -> None:
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        ref = micro(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = micro(x)
+    assert torch.isfinite(out).all()
+    assert torch.corrcoef(torch.stack([out.float().flatten(), ref.flatten()]))[0, 1] > 0.95
+
+
+def test_training_guard_names_the_first_bad_block() -> None:
+    model = timm.create_model("pderesnet_micro", num_classes=4, check_finite=True).eval()
+    x = torch.randn(2, 3, 64, 64)
+    assert torch.isfinite(model(x)).all()
+    with torch.no_grad():
+        model.stages[2].blocks[1].mix.weight[0, 0] = float("inf")
+    # the zero-initialised last BatchNorm would hide the inf: give it a scale
+    with torch.no_grad():
+        model.stages[2].blocks[1].norm.weight.fill_(1.0)
+    with pytest.raises(FloatingPointError, match=r"first appeared in stages\.2\.blocks\.1 "):
+        model(x)
+    with pytest.raises(FloatingPointError, match=r"stages\.2\.blocks\.1"):
+        model.forward_intermediates(x)
+    model.check_finite = False
+    assert not all(s.check_finite for s in model.stages)
+    with torch.no_grad():
+        assert not torch.isfinite(model(x)).all()  # without the guard, NaN flows silently
+    guarded = timm.create_model("pderesnet_micro", check_finite=True)
+    with pytest.raises(FloatingPointError, match="input images"):
+        guarded(torch.full((1, 3, 32, 32), float("nan")))
+    with torch.no_grad():
+        guarded.stem.conv.weight[0, 0, 0, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="first appeared in stem"):
+        guarded(x)
+
+
+@pytest.mark.parametrize(
+    ("shape", "match"),
+    [
+        ((2, 1, 64, 64), r"expected 3 input channels.*got 1 channels in shape \(2, 1, 64, 64\)"),
+        ((2, 3, 31, 64), r"at least 32.*got 31x64"),
+        ((3, 64, 64), r"4-D tensor of shape \(batch, 3, height, width\), got 3-D shape \(3, 64, 64\)"),
+    ],
+)
+def test_bad_input_is_clear(micro: PDEResNet, shape: tuple[int, ...], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        micro(torch.randn(*shape))
+    with pytest.raises(ValueError, match=match):
+        micro.forward_intermediates(torch.randn(*shape))
+
+
+def test_bad_constructor_arguments() -> None:
+    with pytest.raises(ValueError, match="one entry per stage"):
+        PDEResNet(dims=[8, 16], depths=(1, 1, 1))
+    with pytest.raises(ValueError, match="equation must be one of"):
+        PDEResNet(equation="eq2")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        PDEResNet(activation="gelu")
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        PDEResNet(dimz=8)
+
+
+def test_fold_batchnorm_in_place_matches_eval() -> None:
+    model = timm.create_model("pderesnet_micro", num_classes=4, zero_init_last=False)
+    model(torch.randn(8, 3, 48, 48))  # train mode: BatchNorm running statistics move away from the init
+    model.eval()
+    x = torch.randn(3, 3, 48, 40)
+    with torch.no_grad():
+        ref = model(x)
+        model.fold_batchnorm()
+        out = model(x)
+    assert model.folded
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+    assert all(isinstance(b, HyperbolicBlock) for s in model.stages for b in s.blocks)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,154 @@
+"""Folding and the weight symmetry: transformed models compute the same logits; non-members do not."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from torch import nn
+
+import pdevision  # noqa: F401
+from pdevision.layers import ACTIVATIONS, EQUATIONS, DerivativeConv
+from pdevision.models.pderesnet import PDEResNet
+from pdevision.symmetry import (
+    check_invariance,
+    fold_batchnorm,
+    is_member,
+    random_element,
+    stage_groups,
+    transform,
+)
+
+MIXED = ("eq5", "eq6")
+
+
+def _randomise(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Random BatchNorm statistics and affine parameters and random derivative kernels (so per-channel
+    kernels differ, and zero-initialised BatchNorms no longer hide the branches)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                n = m.num_features
+                m.weight.copy_(torch.rand(n, generator=gen) + 0.5)
+                m.bias.copy_(torch.randn(n, generator=gen) * 0.3)
+                m.running_mean.copy_(torch.randn(n, generator=gen) * 0.3)
+                m.running_var.copy_(torch.rand(n, generator=gen) + 0.5)
+            if isinstance(m, DerivativeConv):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * 0.5)
+    return model.eval()
+
+
+def _tiny(equation: str = "eq3", activation: str = "softball", shared: bool = True, dtype=torch.float64):
+    torch.manual_seed(0)
+    model = PDEResNet(
+        depths=(1, 2, 1, 1), dims=(8, 12, 16, 20), equation=equation, activation=activation, shared=shared,
+        num_classes=5,
+    )  # fmt: skip
+    return _randomise(model.to(dtype))
+
+
+X64 = torch.randn(2, 3, 33, 37, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2
+
+
+@pytest.mark.parametrize("equation", EQUATIONS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fold_batchnorm_matches_eval_model(equation: str, dtype: torch.dtype) -> None:
+    model = _tiny(equation, dtype=dtype)
+    folded = fold_batchnorm(model)
+    assert folded.folded and not model.folded
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules())
+    assert any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+    assert check_invariance(model, folded, X64) < 1e-5
+
+
+@pytest.mark.parametrize("equation", EQUATIONS)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("shared", [True, False])
+def test_group_elements_leave_logits_unchanged(equation: str, activation: str, shared: bool) -> None:
+    model = _tiny(equation, activation, shared)
+    group = stage_groups(model)[0]
+    elements = random_element(model, seed=3, cond=10.0)
+    assert all(is_member(g, group) for g in elements)
+    twin = transform(model, elements)
+    assert check_invariance(model, twin, X64) < 1e-4
+    # the weights did change
+    a0 = fold_batchnorm(model).stages[2].blocks[0].mix.weight
+    a1 = twin.stages[2].blocks[0].mix.weight
+    assert (a0 - a1).abs().max() > 1e-3
+    if not shared and equation not in MIXED:  # per-channel kernels move with the channels
+        k0 = model.stages[1].blocks[1].deriv.weight
+        assert not torch.allclose(k0, twin.stages[1].blocks[1].deriv.weight)
+
+
+@pytest.mark.parametrize(("equation", "activation"), [("eq6", "softball"), ("eq3", "softball"), ("eq7", "relu@all")])
+def test_float32_invariance_on_micro(equation: str, activation: str) -> None:
+    torch.manual_seed(0)
+    model = _randomise(timm.create_model("pderesnet_micro", num_classes=10, equation=equation, activation=activation))
+    x = torch.randn(4, 3, 64, 64)
+    twin = transform(model, random_element(model, seed=5, dtype=torch.float32))
+    assert twin.stages[0].blocks[0].mix.weight.dtype == torch.float32
+    assert check_invariance(model, twin, x) < 1e-3
+
+
+def test_float32_invariance_gl() -> None:
+    # Without activations the quadratic blocks grow fast (the paper's NaNs); the tiny model stays finite.
+    model = _tiny("eq5", "none", dtype=torch.float32)
+    twin = transform(model, random_element(model, seed=5, dtype=torch.float32))
+    assert check_invariance(model, twin, X64.float()) < 1e-3
+
+
+# (equation, activation, a group that is strictly larger than the acting one)
+NON_MEMBERS = [
+    ("eq6", "softball", "GL"),
+    ("eq5", "hardball", "GL"),
+    ("eq6", "hardtanh", "O"),
+    ("eq5", "relu", "signed_perm"),
+    ("eq3", "none", "O"),
+    ("eq4", "none", "GL"),
+    ("eq3", "softball", "O"),
+    ("eq7", "softball", "perm_scale"),
+    ("eq3", "hardtanh", "O"),
+    ("eq4", "hardtanh", "perm_scale"),
+    ("eq7", "relu@all", "signed_perm"),
+]
+
+
+@pytest.mark.parametrize(("equation", "activation", "group"), NON_MEMBERS)
+def test_non_members_change_the_logits(equation: str, activation: str, group: str) -> None:
+    model = _tiny(equation, activation)
+    elements = random_element(model, group, seed=4)
+    assert not all(is_member(g, stage_groups(model)[0]) for g in elements)
+    with pytest.raises(ValueError, match="is not in"):
+        transform(model, elements)
+    twin = transform(model, elements, check=False)
+    assert check_invariance(model, twin, X64) > 1e-2
+
+
+def test_transform_leaves_the_original_and_moves_the_features() -> None:
+    model = _tiny("eq6", "softball")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    twin = transform(model, random_element(model, seed=0))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    with torch.no_grad():
+        f0 = model.forward_head(model.forward_features(X64), pre_logits=True)
+        f1 = twin.forward_head(twin.forward_features(X64), pre_logits=True)
+    assert (f0 - f1).abs().max() > 1e-2  # the stream's basis changed, the logits did not
+    assert check_invariance(model, twin, X64) < 1e-4
+    # transforming again (an already folded model) composes
+    twice = transform(twin, random_element(model, seed=1))
+    assert check_invariance(model, twice, X64) < 1e-4
+
+
+def test_transform_argument_errors_and_modes() -> None:
+    model = _tiny("eq6", "none")
+    with pytest.raises(ValueError, match="one element per stage"):
+        transform(model, [None])
+    with pytest.raises(ValueError, match="expected a 8x8 matrix"):
+        transform(model, [torch.eye(3), None, None, None])
+    identity = transform(model, [None] * 4)
+    assert check_invariance(model, identity, X64) < 1e-10
+    model.train()
+    check_invariance(model, identity, X64)
+    assert model.training and not identity.training
