@@ -19,7 +19,7 @@ def test_fit_exponent_recovers_power_law() -> None:
 def test_bench_cli_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench"
     argv = ["bench", "--models", "vheat_micro", "resnet18", "--resolutions", "64", "--batch", "2"]
-    argv += ["--repeats", "2", "--train-resolutions", "64", "--out", str(out)]
+    argv += ["--repeats", "2", "--train-resolutions", "64", "--operator-sides", "8", "16", "--out", str(out)]
     assert main(argv) == 0
     result = json.loads((out / "results.json").read_text())
     rows = {r["model"]: r for r in result["rows"]}

@@ -111,9 +111,18 @@ def _is_rank0() -> bool:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from pdevision.engine import evaluate_checkpoint, resolve_checkpoint
+    from pdevision.engine import evaluate_checkpoint, read_meta, resolve_checkpoint
 
     output = args.output or str(resolve_checkpoint(args.checkpoint) / "eval")
+    if read_meta(args.checkpoint).get("kind") == "encoder":
+        from pdevision.ssl import knn_evaluate
+
+        r = knn_evaluate(args.checkpoint, args.data, args.k, args.batch_size, args.device, output=output)
+        print(
+            f"{r['model']} encoder ({r['method']} pretraining), no classifier: k-NN (k={r['k']}) top-1 "
+            f"{r['knn_top1']:.2f}% on {r['images']} images ({r['train_images']} as memory); {output}/knn.json"
+        )
+        return 0
     r = evaluate_checkpoint(args.checkpoint, args.model, args.data, args.batch_size, output, args.device)
     print(
         f"{r['model']} on {r['images']} images: top-1 {r['top1']:.2f}%  top-5 {r['top5']:.2f}%  "
@@ -121,6 +130,42 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     print("per-class top-1: " + ", ".join(f"{c} {v:.1f}%" for c, v in r["per_class_top1"].items() if v is not None))
     print(f"confusion matrix: {r['confusion_png']}")
+    return 0
+
+
+def _json_dict(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"depth\": 4}'")
+    return value
+
+
+def _rate(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive or 'none', got {value}")
+    return value
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from pdevision.ssl import PretrainConfig, pretrain
+
+    fields = PretrainConfig.__dataclass_fields__
+    summary = pretrain(PretrainConfig(**{k: v for k, v in vars(args).items() if k in fields}))
+    if summary.get("world_size", 1) > 1 and not _is_rank0():
+        return 0
+    loss = summary["final_loss"]
+    print(
+        f"{summary['method']} pretraining of {summary['model']}: {summary['status']}, {summary['epochs_run']} epochs, "
+        f"{summary['steps']} steps ({summary['images_seen']} crops) in {summary['seconds']:.0f} s; "
+        f"final loss {loss if loss is None else f'{loss:.4f}'}; encoder checkpoint {summary['encoder']} "
+        f"(pdevision train --init-from {summary['encoder']} [--linear-probe])"
+    )
     return 0
 
 
@@ -139,6 +184,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pdevision.bench.run import DEFAULT_OURS, run_bench
     from pdevision.models.factory import build_model
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     models = list(args.models or [*DEFAULT_OURS, *DEFAULT_PEERS])
     if args.peers:
         models += [m for m in LARGER_PEERS[args.peers] if m not in models]
@@ -153,8 +200,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         train_resolutions=tuple(args.train_resolutions),
-        memory=not args.no_memory,
         operators=not args.no_operators,
+        operator_sides=tuple(args.operator_sides),
     )
     print((Path(args.out) / "results.md").read_text())
     print(f"written to {args.out} in {result['seconds']:.0f} s")
@@ -200,9 +247,64 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resume", default=None, help="checkpoint or run folder to resume")
     g.add_argument("--init-from", default=None, help="checkpoint to start from (fine-tuning)")
     g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
+    g.add_argument(
+        "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
+    )
     g.add_argument("--stop-after-epochs", type=_positive_int, default=None, help="stop early (resume later)")
     g.add_argument("--max-train-batches", type=_positive_int, default=None, help="per epoch, for smoke runs")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("method, data and model")
+    g.add_argument("--method", default="qbheat", choices=["qbheat", "mae"], help="default: qbheat")
+    g.add_argument(
+        "--model", default=None, help="backbone (default: vheat_micro; mae: vit_tiny_patch16_224, patch 8, depth 4)"
+    )
+    g.add_argument("--model-args", type=_json_dict, default={}, help="JSON model arguments, e.g. '{\"depth\": 4}'")
+    g.add_argument("--data", default=None, help="ImageFolder root (labels unused); default: scikit-image photos")
+    g.add_argument("--img-size", type=_positive_int, default=64, help="crop side in pixels (default 64)")
+    g.add_argument("--output", default="runs/pretrain", help="run folder (last/, encoder/, metrics, PNG)")
+    g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
+    g = p.add_argument_group("QB-Heat")
+    g.add_argument("--block-size", type=_positive_int, default=None, help="visible block side (default: half)")
+    g.add_argument("--block-position", default="center", choices=["center", "random"])
+    g.add_argument("--stride", type=_positive_int, default=8, help="feature stride of the prediction (default 8)")
+    g.add_argument("--pred-dim", type=_positive_int, default=128, help="channels of the predicted features")
+    g.add_argument("--predictor", default="discrete", choices=["discrete", "exact"], help="(I + dx A)^n or expm")
+    g.add_argument("--corner", default="mean", choices=["mean", "xy", "yx"], help="order of the corner extrapolation")
+    g.add_argument("--constraint", default="skew", choices=["skew", "none"], help="A, B skew-symmetric or free")
+    g.add_argument("--max-rate", type=_rate, default=0.25, help="cap on dx ||A||_2 ('none': no cap)")
+    g.add_argument("--no-fuse-deeper", dest="fuse_deeper", action="store_false", help="only the stride's stage")
+    g.add_argument("--decoder", default="transformer", choices=["transformer", "conv"])
+    g = p.add_argument_group("MAE")
+    g.add_argument("--mask-ratio", type=float, default=0.75)
+    g = p.add_argument_group("decoder and loss")
+    g.add_argument("--decoder-width", type=_positive_int, default=128)
+    g.add_argument("--decoder-depth", type=_positive_int, default=2)
+    g.add_argument("--decoder-heads", type=_positive_int, default=4)
+    g.add_argument("--loss-region", default="unseen", choices=["unseen", "all"], help="hidden cells or whole image")
+    g.add_argument("--no-norm-pix", dest="norm_pix", action="store_false", help="raw instead of per-patch pixels")
+    g = p.add_argument_group("schedule and optimiser")
+    g.add_argument("--epochs", type=_positive_int, default=10)
+    g.add_argument("--crops-per-epoch", type=_positive_int, default=2048)
+    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (the schedule follows it)")
+    g.add_argument("--batch-size", type=_positive_int, default=64, help="per process (default 64)")
+    g.add_argument("--lr", type=float, default=None, help="absolute; default 1e-3 x global batch / 64")
+    g.add_argument("--min-lr", type=float, default=1e-5)
+    g.add_argument("--warmup", type=float, default=0.05, help="warm-up fraction of training (default 0.05)")
+    g.add_argument("--weight-decay", type=float, default=0.05)
+    g.add_argument("--clip-grad", type=float, default=None)
+    g = p.add_argument_group("runtime")
+    g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"])
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--deterministic", action="store_true")
+    g.add_argument("--workers", type=int, default=0)
+    g.add_argument("--device", default="auto")
+    g.add_argument("--resume", default=None, help="pretraining checkpoint (RUN/last) or run folder to resume")
+    g.add_argument("--stop-after-epochs", type=_positive_int, default=None)
+    g.add_argument("--max-train-batches", type=_positive_int, default=None)
+    g.add_argument("--no-progress", dest="progress", action="store_false")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -224,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--photo", default="chelsea", help="scikit-image sample photo (default: chelsea)")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("bench", help="throughput, memory, FLOPs against timm's peers (Swin, ConvNeXt, DeiT, ResNet)")
-    p.add_argument("--models", nargs="+", default=None, help="default: vheat_tiny and the four tiny peers")
+    p.add_argument("--models", nargs="+", default=None, help="default: our tiny models and the four tiny peers")
     p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
     p.add_argument("--resolutions", nargs="+", type=_positive_int, default=[224, 512, 768, 1024])
     p.add_argument("--batch", type=_positive_int, default=None, help="default: 8 at 224, 2 up to 512, 1 above")
@@ -233,12 +335,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--out", default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)")
-    p.add_argument("--no-memory", action="store_true", help="skip the fresh-process memory probes")
+    p.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--no-operators", action="store_true", help="skip the token-mixer microbenchmark")
+    p.add_argument(
+        "--operator-sides", nargs="+", type=_positive_int, default=[14, 28, 56, 112, 160, 256], help="map sides"
+    )
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")
     _add_train_args(p)
     p.set_defaults(func=cmd_train)
+    p = sub.add_parser(
+        "pretrain", help="self-supervised pretraining (QB-Heat or MAE) on photos; writes an encoder checkpoint"
+    )
+    _add_pretrain_args(p)
+    p.set_defaults(func=cmd_pretrain)
     p = sub.add_parser("eval", help="evaluate a checkpoint: top-1/top-5, per class, confusion matrix")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder (or run folder: uses best)")
     p.add_argument("--model", default=None, help="model name (default: the one stored in the checkpoint)")
@@ -246,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive_int, default=64)
     p.add_argument("--output", default=None, help="folder for eval.json and the PNG (default: CHECKPOINT/eval)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--k", type=_positive_int, default=20, help="neighbours for an encoder checkpoint's k-NN (20)")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("predict", help="top-k labels of image files from a checkpoint")
     p.add_argument("--checkpoint", required=True)

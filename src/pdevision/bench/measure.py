@@ -2,8 +2,9 @@
 
 Throughput is measured for several models in one process, each repeat running every model once in
 turn (interleaved), so slow drifts of the machine (turbo, other load) hit all models alike. Peak
-memory of a forward pass is measured in a fresh process per model on the CPU (the growth of the
-process's peak resident set during one forward), and with the allocator's statistics on a GPU.
+memory of a forward pass is measured in a fresh process per model: on the CPU the growth of the
+resident set during one forward (freed heap returned to the OS and the peak mark reset before each
+size), on a GPU the allocator's statistics.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -115,55 +115,82 @@ def train_step_fn(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None =
     return run
 
 
-def _peak_rss_bytes() -> int:
-    # ru_maxrss is in KiB on Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def _rss_status() -> dict[str, int]:
+    """Current and peak resident set size of this process (bytes), from /proc/self/status."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0]) * 1024
+    return out
 
 
-def forward_peak_memory(
-    model_name: str,
-    img_size: int,
-    batch: int,
-    device: torch.device,
-    fold: bool = True,
-    timeout: float = 600.0,
-) -> float:
-    """Peak extra memory (MiB) of one inference forward of ``model_name``, in a fresh process."""
+def _release_and_reset_peak() -> int:
+    """Return freed heap to the OS, reset the peak-RSS mark (Linux ``clear_refs``), return current RSS."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _rss_status()["VmRSS"]
+
+
+def probe_model(
+    model_name: str, sizes: list[tuple[int, int]], device: torch.device, timeout: float = 900.0
+) -> list[dict[str, float]]:
+    """For each ``(img_size, batch)``: peak extra memory (MiB) of one inference forward and the MACs
+    per image (``count_macs`` of that forward, FFT work included). Runs in a fresh process per model."""
     cmd = [
         sys.executable,
         "-m",
         "pdevision.bench.measure",
-        json.dumps({"model": model_name, "img_size": img_size, "batch": batch, "device": str(device), "fold": fold}),
+        json.dumps({"model": model_name, "sizes": sizes, "device": str(device)}),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     if out.returncode != 0:
-        raise RuntimeError(f"memory probe for {model_name} at {img_size} failed: {out.stderr.strip()[-2000:]}")
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"])
+        raise RuntimeError(f"probe of {model_name} failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _memory_probe(args: dict[str, Any]) -> dict[str, float]:
+def _probe(args: dict[str, Any]) -> list[dict[str, float]]:
+    from torch.utils.flop_counter import FlopCounterMode
+
     from pdevision.bench.models import build_for_bench
+    from pdevision.ops.dct import tally_fft_flops
 
     device = torch.device(args["device"])
-    model = build_for_bench(args["model"], args["img_size"], device, fold=args["fold"])
-    x = torch.randn(args["batch"], 3, args["img_size"], args["img_size"], device=device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        with torch.inference_mode():
-            model(x)
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - base
-    else:
-        base = _peak_rss_bytes()
-        with torch.inference_mode():
-            model(x)
-        peak = _peak_rss_bytes() - base
-    return {"peak_mib": peak / 2**20}
+    results = []
+    for img_size, batch in args["sizes"]:
+        model = build_for_bench(args["model"], img_size, device)
+        x = torch.randn(batch, 3, img_size, img_size, device=device)
+        with torch.inference_mode(), tally_fft_flops() as fft, FlopCounterMode(display=False) as counter:
+            model(x[:1])  # MACs of one image (also warms caches before the memory measurement)
+        macs = (counter.get_total_flops() + fft[0]) / 2
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            base = torch.cuda.memory_allocated(device)
+            with torch.inference_mode():
+                model(x)
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device) - base
+        else:
+            base = _release_and_reset_peak()
+            with torch.inference_mode():
+                model(x)
+            peak = _rss_status()["VmHWM"] - base
+        results.append({"img_size": img_size, "batch": batch, "peak_mib": peak / 2**20, "macs": macs})
+        del model, x
+    return results
 
 
 if __name__ == "__main__":
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
-    print(json.dumps(_memory_probe(json.loads(sys.argv[1]))))
+    print(json.dumps(_probe(json.loads(sys.argv[1]))))

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
-from pdevision.bench.flops import count_macs, count_params
+from pdevision.bench.flops import count_params
 from pdevision.bench.measure import (
-    forward_peak_memory,
     inference_fn,
     interleaved_medians,
     machine_description,
     matmul_gflops,
+    probe_model,
     train_step_fn,
 )
 from pdevision.bench.models import DEFAULT_PEERS, build_for_bench
@@ -31,7 +31,7 @@ from pdevision.bench.operators import operator_benchmark, tokens_label
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OURS: tuple[str, ...] = ("vheat_tiny",)
+DEFAULT_OURS: tuple[str, ...] = ("vheat_tiny", "hcnet_tiny", "pderesnet50")
 
 
 def default_batch(img_size: int) -> int:
@@ -48,8 +48,8 @@ def run_bench(
     device: str = "cpu",
     dtype: str = "fp32",
     train_resolutions: tuple[int, ...] = (224,),
-    memory: bool = True,
     operators: bool = True,
+    operator_sides: tuple[int, ...] = (14, 28, 56, 112, 160, 256),
 ) -> dict[str, Any]:
     """Measure ``models`` at ``resolutions``; write ``results.{csv,json,md}`` and plots to ``out_dir``."""
     dev = torch.device(device)
@@ -61,6 +61,8 @@ def run_bench(
     machine["matmul_gflops"] = peak
     log.info("machine: %s; measured %s matmul rate %.1f GFLOP/s", machine, dtype, peak)
     rows: list[dict[str, Any]] = []
+    sizes = [(res, batch or default_batch(res)) for res in resolutions]
+    probes = {name: {p["img_size"]: p for p in probe_model(name, sizes, dev)} for name in models}
     for res in resolutions:
         b = batch or default_batch(res)
         built = {name: build_for_bench(name, res, dev) for name in models}
@@ -74,7 +76,7 @@ def run_bench(
             )
             del trained
         for name, model in built.items():
-            macs = count_macs(model, res, fold=False)  # already folded at this resolution
+            macs = probes[name][res]["macs"]
             seconds = times[name]["median"]
             flops_per_s = 2 * macs * b / seconds
             row = {
@@ -89,14 +91,14 @@ def run_bench(
                 "train_img_s": b / train_times[name]["median"] if name in train_times else None,
                 "achieved_gflops": flops_per_s / 1e9,
                 "fraction_of_matmul": flops_per_s / 1e9 / peak,
-                "peak_mem_mib": forward_peak_memory(name, res, b, dev) if memory else None,
+                "peak_mem_mib": probes[name][res]["peak_mib"],
             }
             rows.append(row)
             log.info("%s", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
         del built
     result: dict[str, Any] = {"machine": machine, "repeats": repeats, "rows": rows}
     if operators:
-        result["operators"] = operator_benchmark(repeats=repeats, device=dev)
+        result["operators"] = operator_benchmark(sides=operator_sides, repeats=repeats, device=dev)
     result["seconds"] = time.perf_counter() - start
     write_results(result, out_dir)
     return result
