@@ -101,8 +101,10 @@ def test_forward_intermediates(micro: PDEResNet) -> None:
         torch.testing.assert_close(only[1], final)
         early = micro.forward_intermediates(x, indices=[0], stop_early=True, intermediates_only=True)
         torch.testing.assert_close(early[0], inter[0])
+        nhwc = micro.forward_intermediates(x, indices=[2], output_fmt="NHWC", intermediates_only=True)
+        torch.testing.assert_close(nhwc[0], inter[2].permute(0, 2, 3, 1))
     with pytest.raises(ValueError, match="output_fmt"):
-        micro.forward_intermediates(x, output_fmt="NHWC")
+        micro.forward_intermediates(x, output_fmt="NLC")
 
 
 def test_features_only_with_out_indices() -> None:

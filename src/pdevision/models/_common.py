@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
+from torch import nn
 
 
 def to_2tuple_size(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -42,3 +44,120 @@ def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> None:
             f"expected height and width of at least {min_size} (the network's total stride), "
             f"got {x.shape[2]}x{x.shape[3]} in shape {tuple(x.shape)}"
         )
+
+
+def default_cfg(**kwargs: Any) -> dict[str, Any]:
+    """timm pretrained config shared by the families (ImageNet normalisation, ``stem.conv1``, ``head.fc``)."""
+    return {
+        "url": "",
+        "num_classes": 1000,
+        "input_size": (3, 224, 224),
+        "pool_size": (7, 7),
+        "crop_pct": 0.875,
+        "interpolation": "bicubic",
+        "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225),
+        "first_conv": "stem.conv1",
+        "classifier": "head.fc",
+        "license": "apache-2.0",
+        **kwargs,
+    }
+
+
+class StagedBackbone(nn.Module):
+    """timm's model API for the families' common shape: ``stem -> stages -> norm -> head``.
+
+    Subclasses set ``stem``, ``stages`` (each with a ``grad_checkpointing`` flag), ``norm``, ``head``
+    (timm ``ClassifierHead``), ``in_chans``, ``min_input_size``, ``num_classes`` and ``output_fmt``:
+    ``"NHWC"`` when the stages run channels-last (the stem's NCHW output is permuted), else ``"NCHW"``.
+    ``forward_intermediates`` always returns NCHW maps unless asked for NHWC.
+    """
+
+    stem: nn.Module
+    stages: nn.ModuleList
+    norm: nn.Module
+    head: nn.Module
+    in_chans: int
+    min_input_size: int
+    num_classes: int
+    output_fmt: str = "NHWC"
+    grad_checkpointing: bool = False
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+        for stage in self.stages:
+            stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head.fc
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        self.num_classes = num_classes
+        self.head.reset(num_classes, pool_type=global_pool)
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
+        check_image_batch(x, self.in_chans, self.min_input_size)
+        x = self.stem(x)
+        return x.permute(0, 2, 3, 1) if self.output_fmt == "NHWC" else x
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Image batch ``(B, C, H, W)`` to the normalised last-stage features, in ``output_fmt``."""
+        x = self._stem(x)
+        for stage in self.stages:
+            x = stage(x)
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return self.head(x, pre_logits=pre_logits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | None = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Stage outputs for ``indices`` (NCHW by default); with ``norm`` the final norm is applied to the last."""
+        from timm.models._features import feature_take_indices
+
+        if output_fmt not in ("NCHW", "NHWC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        last = len(self.stages) - 1
+        x = self._stem(x)
+        stages = self.stages[: max_index + 1] if stop_early else self.stages
+        intermediates = []
+        i = 0
+        for i, stage in enumerate(stages):
+            x = stage(x)
+            if i in take_indices:
+                y = self.norm(x) if norm and i == last else x
+                if output_fmt != self.output_fmt:
+                    y = y.permute(0, 3, 1, 2).contiguous() if output_fmt == "NCHW" else y.permute(0, 2, 3, 1)
+                intermediates.append(y)
+        if intermediates_only:
+            return intermediates
+        if i == last:
+            x = self.norm(x)
+        return x, intermediates
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop stages after the last needed one (and the norm / head), for feature extraction."""
+        from timm.models._features import feature_take_indices
+
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        self.stages = self.stages[: max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, "")
+        return take_indices

@@ -29,7 +29,6 @@ import torch
 import torch.utils.checkpoint
 from timm.layers import ClassifierHead, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
-from timm.models._features import feature_take_indices
 from torch import nn
 
 from pdevision.layers import ConvDownsample, ConvStem, MixerBlock
@@ -41,7 +40,7 @@ from pdevision.layers.hcl import (
     Parametrisation,
     refinement_act_layer,
 )
-from pdevision.models._common import check_image_batch, to_2tuple_size
+from pdevision.models._common import StagedBackbone, default_cfg, to_2tuple_size
 from pdevision.ops.fdm import Boundary
 
 __all__ = ["HcNet", "HcNetStage"]
@@ -89,7 +88,7 @@ class HcNetStage(nn.Module):
         return x
 
 
-class HcNet(nn.Module):
+class HcNet(StagedBackbone):
     """HcNet backbone: conv stem (stride 4), four stages of Hc-Ra blocks (downsampling 2x between stages,
     channels doubling), LayerNorm, pooled linear head.
 
@@ -206,78 +205,6 @@ class HcNet(nn.Module):
             blocks=r"^stages\.(\d+)" if coarse else [(r"^stages\.(\d+)\.blocks\.(\d+)", None), (r"^norm", (99999,))],
         )
 
-    @torch.jit.ignore
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
-        for stage in self.stages:
-            stage.grad_checkpointing = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> nn.Module:
-        return self.head.fc
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        self.num_classes = num_classes
-        self.head.reset(num_classes, pool_type=global_pool)
-
-    def _stem(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_batch(x, self.in_chans, self.min_input_size)
-        return self.stem(x).permute(0, 2, 3, 1)
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Image batch ``(B, C, H, W)`` to normalised features, NHWC."""
-        x = self._stem(x)
-        for stage in self.stages:
-            x = stage(x)
-        return self.norm(x)
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return self.head(x, pre_logits=pre_logits)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | list[int] | None = None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Stage outputs (NCHW) for ``indices``; with ``norm`` the final norm is applied to the last."""
-        if output_fmt not in ("NCHW", "NHWC"):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        last = len(self.stages) - 1
-        x = self._stem(x)
-        stages = self.stages[: max_index + 1] if stop_early else self.stages
-        intermediates = []
-        i = 0
-        for i, stage in enumerate(stages):
-            x = stage(x)
-            if i in take_indices:
-                y = self.norm(x) if norm and i == last else x
-                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == "NCHW" else y)
-        if intermediates_only:
-            return intermediates
-        if i == last:
-            x = self.norm(x)
-        return x, intermediates
-
-    def prune_intermediate_layers(
-        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
-    ) -> list[int]:
-        """Drop stages after the last needed one (and the norm / head), for feature extraction."""
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        self.stages = self.stages[: max_index + 1]
-        if prune_norm:
-            self.norm = nn.Identity()
-        if prune_head:
-            self.reset_classifier(0, "")
-        return take_indices
-
 
 # -- registry ------------------------------------------------------------------------------------
 
@@ -293,29 +220,12 @@ def _create_hcnet(variant: str, pretrained: bool = False, **kwargs: Any) -> HcNe
     )
 
 
-def _cfg(**kwargs: Any) -> dict[str, Any]:
-    return {
-        "url": "",
-        "num_classes": 1000,
-        "input_size": (3, 224, 224),
-        "pool_size": (7, 7),
-        "crop_pct": 0.875,
-        "interpolation": "bicubic",
-        "mean": (0.485, 0.456, 0.406),
-        "std": (0.229, 0.224, 0.225),
-        "first_conv": "stem.conv1",
-        "classifier": "head.fc",
-        "license": "apache-2.0",
-        **kwargs,
-    }
-
-
 default_cfgs = generate_default_cfgs(
     {
-        "hcnet_micro.untrained": _cfg(input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0),
-        "hcnet_tiny.untrained": _cfg(),
-        "hcnet_small.untrained": _cfg(),
-        "hcnet_base.untrained": _cfg(),
+        "hcnet_micro.untrained": default_cfg(input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0),
+        "hcnet_tiny.untrained": default_cfg(),
+        "hcnet_small.untrained": default_cfg(),
+        "hcnet_base.untrained": default_cfg(),
     }
 )
 

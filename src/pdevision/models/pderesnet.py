@@ -26,7 +26,6 @@ import torch
 import torch.utils.checkpoint
 from timm.layers import ClassifierHead
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
-from timm.models._features import feature_take_indices
 from torch import nn
 
 from pdevision.layers.hyperbolic import (
@@ -37,7 +36,7 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._common import check_image_batch
+from pdevision.models._common import StagedBackbone, check_image_batch, default_cfg
 
 __all__ = ["PDEResNet", "PDEResNetStage"]
 
@@ -100,7 +99,7 @@ class PDEResNetStage(nn.Module):
         return x
 
 
-class PDEResNet(nn.Module):
+class PDEResNet(StagedBackbone):
     """PDE-ResNet backbone: ResNet stem, hyperbolic stages, pooled linear head.
 
     Args:
@@ -186,6 +185,7 @@ class PDEResNet(nn.Module):
             )
             prev = self.dims[i]
             self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
+        self.norm = nn.Identity()  # no final norm: the last stage's BatchNorm ends the trunk
         self.head = ClassifierHead(self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate)
         init_hyperbolic_weights(self)
         if zero_init_last:
@@ -224,20 +224,6 @@ class PDEResNet(nn.Module):
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
         return dict(stem=r"^stem", blocks=r"^stages\.(\d+)" if coarse else r"^stages\.(\d+)\.blocks\.(\d+)")
 
-    @torch.jit.ignore
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
-        for stage in self.stages:
-            stage.grad_checkpointing = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> nn.Module:
-        return self.head.fc
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        self.num_classes = num_classes
-        self.head.reset(num_classes, pool_type=global_pool)
-
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
         check_image_batch(x, self.in_chans, self.min_input_size)
         if self._check_finite and not bool(torch.isfinite(x).all()):
@@ -246,53 +232,6 @@ class PDEResNet(nn.Module):
         if self._check_finite and not bool(torch.isfinite(x).all()):
             raise _nonfinite("stem")
         return x
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Image batch ``(B, C, H, W)`` to the last stage's output, NCHW (stride 32)."""
-        x = self._stem(x)
-        for stage in self.stages:
-            x = stage(x)
-        return x
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return self.head(x, pre_logits=pre_logits)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | list[int] | None = None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Stage outputs (NCHW) for ``indices``; ``norm`` is accepted for timm's API (there is no final norm)."""
-        if output_fmt != "NCHW":
-            raise ValueError(f"output_fmt must be 'NCHW', got {output_fmt!r}")
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        x = self._stem(x)
-        stages = self.stages[: max_index + 1] if stop_early else self.stages
-        intermediates = []
-        for i, stage in enumerate(stages):
-            x = stage(x)
-            if i in take_indices:
-                intermediates.append(x)
-        if intermediates_only:
-            return intermediates
-        return x, intermediates
-
-    def prune_intermediate_layers(
-        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
-    ) -> list[int]:
-        """Drop stages after the last needed one (and the head), for feature extraction."""
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        self.stages = self.stages[: max_index + 1]
-        if prune_head:
-            self.reset_classifier(0, "")
-        return take_indices
 
 
 # -- registry ------------------------------------------------------------------------------------
@@ -310,21 +249,7 @@ def _create_pderesnet(variant: str, pretrained: bool = False, **kwargs: Any) -> 
 
 
 def _cfg(**kwargs: Any) -> dict[str, Any]:
-    return {
-        "url": "",
-        "num_classes": 1000,
-        "input_size": (3, 224, 224),
-        "pool_size": (7, 7),
-        "crop_pct": 0.875,
-        "interpolation": "bilinear",
-        "mean": (0.485, 0.456, 0.406),
-        "std": (0.229, 0.224, 0.225),
-        "first_conv": "stem.conv",
-        "classifier": "head.fc",
-        "license": "apache-2.0",
-        "paper_ids": "arXiv:2308.01621",
-        **kwargs,
-    }
+    return default_cfg(interpolation="bilinear", first_conv="stem.conv", paper_ids="arXiv:2308.01621", **kwargs)
 
 
 _R50 = dict(depths=(3, 4, 6, 3), dims=(64, 128, 256, 512))

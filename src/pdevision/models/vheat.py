@@ -20,11 +20,10 @@ import torch
 import torch.utils.checkpoint
 from timm.layers import ClassifierHead, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
-from timm.models._features import feature_take_indices
 from torch import nn
 
 from pdevision.layers import ConvDownsample, ConvStem, HeatConductionOperator, MixerBlock
-from pdevision.models._common import check_image_batch, conv_out_size, to_2tuple_size
+from pdevision.models._common import StagedBackbone, conv_out_size, default_cfg, to_2tuple_size
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
@@ -103,7 +102,7 @@ class VHeatStage(nn.Module):
         return x
 
 
-class VHeat(nn.Module):
+class VHeat(StagedBackbone):
     """vHeat backbone: conv stem (stride 4), four heat-conduction stages, LayerNorm, pooled linear head.
 
     Args:
@@ -206,84 +205,12 @@ class VHeat(nn.Module):
             blocks=r"^stages\.(\d+)" if coarse else [(r"^stages\.(\d+)\.blocks\.(\d+)", None), (r"^norm", (99999,))],
         )
 
-    @torch.jit.ignore
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
-        for stage in self.stages:
-            stage.grad_checkpointing = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> nn.Module:
-        return self.head.fc
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        self.num_classes = num_classes
-        self.head.reset(num_classes, pool_type=global_pool)
-
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
         """Fold every stage's FVE projection into decay factors for ``img_size`` (default: training)."""
         size = to_2tuple_size(img_size) if img_size is not None else self.img_size
         for i, stage in enumerate(self.stages):
             stage.reparameterize((conv_out_size(size[0], 2 + i), conv_out_size(size[1], 2 + i)))
-
-    def _stem(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_batch(x, self.in_chans, self.min_input_size)
-        return self.stem(x).permute(0, 2, 3, 1)
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Image batch ``(B, C, H, W)`` to normalised features, NHWC."""
-        x = self._stem(x)
-        for stage in self.stages:
-            x = stage(x)
-        return self.norm(x)
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return self.head(x, pre_logits=pre_logits)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | list[int] | None = None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Stage outputs (NCHW) for ``indices``; with ``norm`` the final norm is applied to the last."""
-        if output_fmt not in ("NCHW", "NHWC"):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        last = len(self.stages) - 1
-        x = self._stem(x)
-        stages = self.stages[: max_index + 1] if stop_early else self.stages
-        intermediates = []
-        i = 0
-        for i, stage in enumerate(stages):
-            x = stage(x)
-            if i in take_indices:
-                y = self.norm(x) if norm and i == last else x
-                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == "NCHW" else y)
-        if intermediates_only:
-            return intermediates
-        if i == last:
-            x = self.norm(x)
-        return x, intermediates
-
-    def prune_intermediate_layers(
-        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
-    ) -> list[int]:
-        """Drop stages after the last needed one (and the norm / head), for feature extraction."""
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        self.stages = self.stages[: max_index + 1]
-        if prune_norm:
-            self.norm = nn.Identity()
-        if prune_head:
-            self.reset_classifier(0, "")
-        return take_indices
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
@@ -373,29 +300,12 @@ def _create_vheat(variant: str, pretrained: bool = False, **kwargs: Any) -> VHea
     )
 
 
-def _cfg(**kwargs: Any) -> dict[str, Any]:
-    return {
-        "url": "",
-        "num_classes": 1000,
-        "input_size": (3, 224, 224),
-        "pool_size": (7, 7),
-        "crop_pct": 0.875,
-        "interpolation": "bicubic",
-        "mean": (0.485, 0.456, 0.406),
-        "std": (0.229, 0.224, 0.225),
-        "first_conv": "stem.conv1",
-        "classifier": "head.fc",
-        "license": "apache-2.0",
-        **kwargs,
-    }
-
-
 default_cfgs = generate_default_cfgs(
     {
-        "vheat_micro.untrained": _cfg(input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0),
-        "vheat_tiny.in1k": _cfg(paper_ids="arXiv:2405.16555"),
-        "vheat_small.in1k": _cfg(paper_ids="arXiv:2405.16555"),
-        "vheat_base.in1k": _cfg(paper_ids="arXiv:2405.16555"),
+        "vheat_micro.untrained": default_cfg(input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0),
+        "vheat_tiny.in1k": default_cfg(paper_ids="arXiv:2405.16555"),
+        "vheat_small.in1k": default_cfg(paper_ids="arXiv:2405.16555"),
+        "vheat_base.in1k": default_cfg(paper_ids="arXiv:2405.16555"),
     }
 )
 
