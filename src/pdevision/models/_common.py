@@ -83,6 +83,24 @@ class StagedBackbone(nn.Module):
     output_fmt: str = "NHWC"
     grad_checkpointing: bool = False
 
+    @staticmethod
+    def init_linear(m: nn.Module) -> None:
+        """Truncated-normal (std 0.02) linear weights and zero biases, as Swin / vHeat initialise them."""
+        if isinstance(m, nn.Linear):
+            from timm.layers import trunc_normal_
+
+            trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """Parameter groups for timm's layer-wise learning-rate decay."""
+        return dict(
+            stem=r"^stem",
+            blocks=r"^stages\.(\d+)" if coarse else [(r"^stages\.(\d+)\.blocks\.(\d+)", None), (r"^norm", (99999,))],
+        )
+
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from timm.layers import ClassifierHead, trunc_normal_
+from timm.layers import ClassifierHead
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 
@@ -177,14 +177,7 @@ class HcNet(StagedBackbone):
         self.head = ClassifierHead(
             self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate, input_fmt="NHWC"
         )
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
+        self.apply(self.init_linear)
 
     # -- timm model API -------------------------------------------------------------------------
     @torch.jit.ignore
@@ -197,13 +190,6 @@ class HcNet(StagedBackbone):
             for p in ("weight", "k_logit")
             if getattr(m, p) is not None
         }
-
-    @torch.jit.ignore
-    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
-        return dict(
-            stem=r"^stem",
-            blocks=r"^stages\.(\d+)" if coarse else [(r"^stages\.(\d+)\.blocks\.(\d+)", None), (r"^norm", (99999,))],
-        )
 
 
 # -- registry ------------------------------------------------------------------------------------
