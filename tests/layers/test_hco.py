@@ -78,3 +78,15 @@ def test_gradients_reach_every_parameter_and_the_fve() -> None:
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     assert fve.grad is not None and fve.grad.abs().sum() > 0
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_chunked_mlp_in_inference_equals_whole_map() -> None:
+    from pdevision.layers import MixerBlock
+
+    block = MixerBlock(8, HeatConductionOperator(8), mlp_chunk=10).eval()
+    x, fve = torch.randn(2, 7, 9, 8), torch.randn(7, 9, 8)
+    with torch.no_grad():
+        chunked = block(x, fve)
+        block.mlp_chunk = None
+        whole = block(x, fve)
+    torch.testing.assert_close(chunked, whole)

@@ -64,6 +64,7 @@ class VHeatStage(nn.Module):
                 post_norm=post_norm,
                 layer_scale=layer_scale,
                 drop_path=dpr[i],
+                mlp_chunk=16384,  # token-wise MLP: chunked in inference on large maps
             )
             for i in range(depth)
         )

@@ -1,0 +1,98 @@
+"""Where the inference time goes: torch.profiler over one folded forward, grouped by operator kind.
+
+Run: ``.venv/bin/python benchmarks/profile_models.py [--res 224 1024] [--threads N]``; writes
+benchmarks/profile_models.md. Categories: linear layers (addmm/mm), the heat operator's DCT products
+(bmm), convolutions, normalisation, element-wise and memory (copies, activations, adds, multiplies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.profiler import profile
+
+import pdevision  # noqa: F401
+from pdevision.bench.models import build_for_bench
+
+MODELS = ["vheat_tiny", "convnext_tiny", "swin_tiny_patch4_window7_224"]
+CATEGORIES = {
+    "linear (addmm/mm)": ("aten::addmm", "aten::mm"),
+    "batched matmul (vHeat DCT; attention)": ("aten::bmm", "aten::baddbmm"),
+    "attention kernels": ("aten::_scaled_dot_product", "aten::_softmax", "aten::softmax"),
+    "convolution": ("aten::mkldnn_convolution", "aten::_convolution", "aten::convolution"),
+    "normalisation": ("aten::native_layer_norm", "aten::native_batch_norm"),
+    "element-wise and copies": (
+        "aten::copy_",
+        "aten::gelu",
+        "aten::silu",
+        "aten::mul",
+        "aten::add",
+        "aten::exp",
+        "aten::clamp",
+        "aten::relu",
+        "aten::roll",
+        "aten::constant_pad_nd",
+        "aten::cat",
+        "aten::index",
+    ),
+}
+
+
+def categorise(name: str) -> str:
+    for cat, prefixes in CATEGORIES.items():
+        if name.startswith(prefixes):
+            return cat
+    return "other"
+
+
+def profile_model(name: str, res: int, batch: int) -> dict[str, float]:
+    model = build_for_bench(name, res, torch.device("cpu"))
+    x = torch.randn(batch, 3, res, res)
+    with torch.inference_mode():
+        model(x)
+        with profile() as prof:
+            model(x)
+    totals: dict[str, float] = defaultdict(float)
+    for evt in prof.key_averages():
+        totals[categorise(evt.key)] += evt.self_cpu_time_total / 1000.0
+    return dict(totals)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--res", nargs="+", type=int, default=[224, 1024])
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cats = [*CATEGORIES, "other"]
+    lines = [
+        "# Where the inference time goes",
+        "",
+        f"torch.profiler, one folded forward after a warm-up; {platform.machine()}, {os.cpu_count()} cores, "
+        f"{args.threads} torch threads, torch {torch.__version__}. Self CPU time in ms by operator kind.",
+        "",
+    ]
+    for res in args.res:
+        batch = 8 if res <= 224 else 1
+        lines += [
+            f"## {res} px, batch {batch}",
+            "",
+            "| kind | " + " | ".join(MODELS) + " |",
+            "|---|" + "---:|" * len(MODELS),
+        ]
+        results = {m: profile_model(m, res, batch) for m in MODELS}
+        for cat in cats:
+            lines.append(f"| {cat} | " + " | ".join(f"{results[m].get(cat, 0.0):.0f}" for m in MODELS) + " |")
+        lines.append("| **total** | " + " | ".join(f"{sum(results[m].values()):.0f}" for m in MODELS) + " |")
+        lines.append("")
+        print("\n".join(lines[-len(cats) - 5 :]), flush=True)
+    Path(__file__).with_suffix(".md").write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
