@@ -8,6 +8,7 @@ run folder: ``metrics.csv`` (one row per epoch), TensorBoard events when tensorb
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -92,8 +93,9 @@ class TrainConfig:
     val_split: float = 0.2
     verify_images: bool = True
     resume: str | None = None  # a checkpoint folder or run folder
-    init_from: str | None = None  # weights to start from (fine-tuning)
+    init_from: str | None = None  # weights to start from (fine-tuning); an encoder checkpoint gets a new head
     reset_head: bool = False  # with init_from: replace the classifier
+    linear_probe: bool = False  # freeze everything but the classifier (kept in eval mode), train the classifier
     device: str = "auto"
     stop_after_epochs: int | None = None  # stop (as if interrupted) after this many epochs of the schedule
     max_train_batches: int | None = None  # per epoch, for smoke runs
@@ -294,7 +296,20 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
 
     # model (built first: its default resolution and normalisation set the transforms)
     init_meta = read_meta(config.init_from) if config.init_from else None
+    init_kind = (init_meta or {}).get("kind")
+    if init_kind == "pretrain":
+        folder = resolve_checkpoint(str(config.init_from))
+        raise CheckpointError(
+            f"{folder} is a pretraining state (encoder, predictor, decoder); fine-tune its backbone with "
+            f"--init-from {folder.parent / 'encoder'}"
+        )
+    from_encoder = init_kind == "encoder"  # backbone written by `pdevision pretrain`: no classifier
     model_args = dict(config.model_args)
+    if from_encoder:
+        assert init_meta is not None
+        stored = init_meta.get("model_args", {})
+        model_args = {**{k: v for k, v in stored.items() if k not in ("img_size", "drop_path_rate")}, **model_args}
+        img_size = config.img_size or int(init_meta["img_size"])
     if config.drop_path is not None:
         model_args["drop_path_rate"] = config.drop_path
     recipe = RECIPES[cfg["recipe"]]
@@ -316,7 +331,10 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
 
     model = build_model(config.model, num_classes=len(classes), img_size=img_size, **model_args)
     if init_meta is not None:
-        load_into_model(model, config.init_from, config.model, classes, reset_head=config.reset_head)
+        reset_head = config.reset_head or from_encoder
+        load_into_model(model, config.init_from, config.model, classes, reset_head=reset_head)
+    if config.linear_probe:
+        _freeze_all_but_classifier(model)
     if config.grad_checkpointing:
         model.set_grad_checkpointing(True)
     model.to(device)
@@ -363,6 +381,9 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
         updates_per_epoch=steps_per_epoch,
     )
     scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
+    probe = None
+    if config.linear_probe:  # before the EMA copy, which must standardise its classifier's input too
+        probe = _ProbeStandardiser.from_data(model, loader, steps_per_epoch, device, info, config.amp)
     ema = ModelEmaV3(model, decay=cfg["ema_decay"]) if cfg["ema_decay"] else None
     mixup = None
     if cfg["mixup"] > 0 or cfg["cutmix"] > 0:
@@ -384,6 +405,8 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
         load_into_model(model, folder, config.model, classes)
         if ema is not None:
             ema.module.load_state_dict(load_weights(folder, ema=True))
+        if probe is not None:  # the checkpoint holds the folded classifier; continue from the trained one
+            probe.load_heads(state["probe_heads"], model, ema.module if ema else None)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
@@ -407,6 +430,9 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
         train_model.train()
+        if config.linear_probe:  # the frozen backbone keeps its norm statistics, no dropout or drop path
+            model.eval()
+            model.get_classifier().train()
         loss_sum, correct, seen = 0.0, 0.0, 0.0
         start = time.perf_counter()
         bar = tqdm(
@@ -511,11 +537,16 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
                 "rng": rng,
             }
             epoch_meta = {**meta, "epoch": epoch + 1, "val_top1": val["top1"]}
-            save_checkpoint(run_dir, "last", model, epoch_meta, trainer_state, ema.module if ema else None)
-            if improved:
-                # best: the better of model and EMA, stored as the model weights
-                best_model = ema.module if val_ema and val_ema["top1"] > val["top1"] else model
-                save_checkpoint(run_dir, "best", best_model, {**epoch_meta, "val_top1": score})
+            heads = [m.get_classifier() for m in (model, ema.module if ema else None) if m is not None]
+            folded = probe.folded(heads) if probe is not None else contextlib.nullcontext()
+            if probe is not None:
+                trainer_state["probe_heads"] = probe.head_states(heads)
+            with folded:  # checkpoints hold an ordinary classifier
+                save_checkpoint(run_dir, "last", model, epoch_meta, trainer_state, ema.module if ema else None)
+                if improved:
+                    # best: the better of model and EMA, stored as the model weights
+                    best_model = ema.module if val_ema and val_ema["top1"] > val["top1"] else model
+                    save_checkpoint(run_dir, "best", best_model, {**epoch_meta, "val_top1": score})
     if stop < epochs:
         status = f"stopped after epoch {stop} of {epochs}"
     identical = parameters_identical_across_ranks(model, info, device)
@@ -541,6 +572,96 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
         if writer is not None:
             writer.close()
     return summary
+
+
+def _freeze_all_but_classifier(model: nn.Module) -> None:
+    """Linear probing: only the parameters of ``model.get_classifier()`` keep ``requires_grad``."""
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    trainable = {id(p) for p in head.parameters()} if isinstance(head, nn.Module) else set()
+    if not trainable:
+        raise ValueError(f"--linear-probe needs a model with a linear classifier, {type(model).__name__} has none")
+    for p in model.parameters():
+        p.requires_grad_(id(p) in trainable)
+    count = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("linear probe: %d trainable parameters (the classifier), the rest frozen", count)
+
+
+class _ProbeStandardiser:
+    """Linear probing on standardised features: the classifier sees ``(f - mean) / std`` per feature, with the
+    statistics of one pass of the frozen model over the training data (as MAE's linear probe, arXiv:2111.06377,
+    appendix: BatchNorm without affine before the linear head, here with fixed statistics). Checkpoints hold the
+    equivalent ordinary classifier ``W' = W / std``, ``b' = b - W' mean``, so they load and evaluate like any other."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.mean, self.std = mean, std
+
+    @classmethod
+    @torch.no_grad()
+    def from_data(
+        cls, model: nn.Module, loader: DataLoader, steps: int, device: torch.device, info: DistInfo, amp: str
+    ) -> _ProbeStandardiser | None:
+        head = model.get_classifier()
+        if not isinstance(head, nn.Linear) or head.bias is None:
+            log.info("linear probe: the classifier is not a linear layer with bias; features are not standardised")
+            return None
+        stats: list[torch.Tensor] = []
+
+        def grab(_: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+            x = args[0].detach().float().reshape(-1, args[0].shape[-1])
+            row = torch.cat([x.new_tensor([x.shape[0]]), x.sum(0), x.pow(2).sum(0)])
+            stats.append(row.double())
+
+        handle = head.register_forward_pre_hook(grab)
+        model.eval()
+        try:
+            for step, (images, _) in enumerate(loader):
+                if step >= steps:
+                    break
+                with _autocast(device, amp):
+                    model(images.to(device))
+        finally:
+            handle.remove()
+        total = torch.stack(stats).sum(0)
+        if info.enabled:
+            torch.distributed.all_reduce(total)
+        n, dim = total[0], head.in_features
+        mean = total[1 : 1 + dim] / n
+        var = (total[1 + dim :] / n - mean.pow(2)).clamp_min(0.0)
+        probe = cls(mean.float(), (var + 1e-6).sqrt().float())
+        head.register_forward_pre_hook(probe._standardise)
+        log.info("linear probe: classifier inputs standardised with statistics of %d training images", int(n))
+        return probe
+
+    def _standardise(self, _: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        x = args[0]
+        return ((x - self.mean.to(x)) / self.std.to(x), *args[1:])
+
+    @contextlib.contextmanager
+    def folded(self, heads: list[nn.Module]):
+        """Within the block, ``heads`` hold the classifier for raw (not standardised) features."""
+        saved = self.head_states(heads)
+        with torch.no_grad():
+            for head in heads:
+                weight = head.weight / self.std.to(head.weight)
+                head.bias.sub_(weight @ self.mean.to(weight))
+                head.weight.copy_(weight)
+        try:
+            yield
+        finally:
+            self.load_states(heads, saved)
+
+    @staticmethod
+    def head_states(heads: list[nn.Module]) -> list[dict[str, torch.Tensor]]:
+        return [{k: v.detach().clone().cpu() for k, v in head.state_dict().items()} for head in heads]
+
+    @staticmethod
+    def load_states(heads: list[nn.Module], states: list[dict[str, torch.Tensor]]) -> None:
+        for head, state in zip(heads, states, strict=True):
+            head.load_state_dict(state)
+
+    def load_heads(self, states: list[dict[str, torch.Tensor]], model: nn.Module, ema: nn.Module | None) -> None:
+        heads = [m.get_classifier() for m in (model, ema) if m is not None]
+        self.load_states(heads, states)
 
 
 def _append_csv(path: Path, row: dict[str, Any]) -> None:

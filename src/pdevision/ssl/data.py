@@ -1,0 +1,117 @@
+"""Unlabelled images for pretraining: random crops of scikit-image's sample photographs (embedded, no
+download), or of any ImageFolder tree.
+
+Each item is ``(tensor (3, S, S), 0)``: a random resized crop (scale 5-100% of the photo, aspect 3/4-4/3),
+a horizontal flip with probability 0.5 and a conversion to grey with probability 0.2, drawn from the global
+torch RNG (so a resumed run that restores the RNG state draws the same crops), normalised with ``mean``/``std``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import transforms as T
+
+from pdevision.data import DataError, FolderDataset
+
+log = logging.getLogger(__name__)
+
+# scikit-image's bundled photographs (in the package, no download): colour, then grey
+SAMPLE_PHOTOS: tuple[str, ...] = (
+    "astronaut",
+    "chelsea",
+    "coffee",
+    "rocket",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "retina",
+    "stereo_motorcycle",
+    "camera",
+    "coins",
+    "moon",
+    "page",
+    "text",
+    "clock",
+    "brick",
+    "grass",
+    "gravel",
+)
+MAX_SIDE = 512  # photos are downscaled to at most this side once, at load time
+
+
+def load_sample_photos(names: Sequence[str] = SAMPLE_PHOTOS) -> list[Image.Image]:
+    """scikit-image's sample photographs as RGB PIL images (longest side at most 512 px)."""
+    import skimage.data
+
+    photos = []
+    for name in names:
+        if not hasattr(skimage.data, name):
+            raise DataError(f"scikit-image has no sample photo {name!r}")
+        array = getattr(skimage.data, name)()
+        array = array[0] if isinstance(array, tuple) else array  # stereo_motorcycle: (left, right, disparity)
+        img = Image.fromarray(np.asarray(array)).convert("RGB")
+        img.thumbnail((MAX_SIDE, MAX_SIDE), Image.BICUBIC)
+        photos.append(img)
+    return photos
+
+
+def crop_transform(img_size: int, mean: Sequence[float], std: Sequence[float]) -> Callable:
+    """Random resized crop to ``img_size``, flip, grey with probability 0.2, tensor, normalise (PIL in)."""
+    return T.Compose(
+        [
+            T.RandomResizedCrop(img_size, scale=(0.05, 1.0), interpolation=T.InterpolationMode.BICUBIC),
+            T.RandomHorizontalFlip(),
+            T.RandomGrayscale(0.2),
+            T.ToTensor(),
+            T.Normalize(mean, std),
+        ]
+    )
+
+
+class RandomCrops(Dataset):
+    """``length`` random crops per epoch of a list of images (item ``i`` crops image ``i % len(images)``).
+
+    ``images``: PIL images, or a dataset whose items are ``(PIL image, label)`` (an ImageFolder; labels unused).
+    """
+
+    def __init__(self, images: Sequence[Image.Image] | Dataset, length: int, transform: Callable) -> None:
+        if len(images) == 0:  # type: ignore[arg-type]
+            raise DataError("no images to pretrain on")
+        if length <= 0:
+            raise ValueError(f"crops per epoch must be a positive integer, got {length}")
+        self.images, self.length, self.transform = images, length, transform
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        item = self.images[index % len(self.images)]  # type: ignore[arg-type]
+        img = item[0] if isinstance(item, tuple) else item
+        return self.transform(img), 0
+
+
+def build_pretrain_dataset(
+    data: str | Path | None,
+    img_size: int,
+    length: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    verify: bool = True,
+) -> RandomCrops:
+    """Random crops of the sample photographs (``data=None``) or of an ImageFolder tree (its ``train/``
+    sub-folder when there is one; class sub-folders are required, their names are ignored)."""
+    transform = crop_transform(img_size, mean, std)
+    if data is None:
+        return RandomCrops(load_sample_photos(), length, transform)
+    root = Path(data)
+    if not root.exists():
+        raise DataError(f"data folder {root} does not exist")
+    if (root / "train").is_dir():
+        root = root / "train"
+    return RandomCrops(FolderDataset(root, transform=None, verify=verify), length, transform)
