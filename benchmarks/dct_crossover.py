@@ -16,7 +16,7 @@ import torch
 
 from pdevision.ops import dct2, idct2
 
-SIZES = [7, 14, 28, 56, 64, 96, 128, 160, 192, 256]
+SIZES = [7, 14, 28, 56, 64, 96, 128, 160, 192, 256, 384, 512]
 
 
 def _time(fn, x: torch.Tensor, repeats: int) -> list[float]:

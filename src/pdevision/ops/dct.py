@@ -24,9 +24,10 @@ import torch
 DctMethod = Literal["matrix", "fft", "auto"]
 
 # Token count (H*W) from which ``method="auto"`` uses the FFT transform. On the 2-core development CPU
-# the matrix transform was faster at every size measured, up to 256x256 (benchmarks/dct_crossover.md),
-# so auto uses the FFT only beyond that; override with ``set_auto_threshold`` for other machines.
-_AUTO_FFT_MIN_TOKENS = 256 * 256 + 1
+# the matrix path was faster at every size measured with 2 threads, up to 512x512 (benchmarks/dct_crossover.md,
+# and the heat-operator rows of benchmarks/bench_cpu/results.md), so auto uses the FFT only beyond that;
+# override with ``set_auto_threshold`` for other machines.
+_AUTO_FFT_MIN_TOKENS = 512 * 512 + 1
 
 
 def set_auto_threshold(tokens: int) -> None:
