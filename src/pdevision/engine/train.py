@@ -60,6 +60,31 @@ class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; the run stopped, earlier checkpoints are intact."""
 
 
+def optimizer_step(
+    loss: torch.Tensor,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    clip_grad: float | None,
+    where: str,
+    run_dir: Path,
+) -> None:
+    """One update: stop with :class:`NonFiniteLossError` on a NaN/inf ``loss`` (``where`` names the
+    step), else backward (scaled for fp16), optional gradient-norm clipping, optimizer step."""
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(
+            f"non-finite {where} ({loss.item()}); the run stopped and the last good checkpoint in {run_dir} "
+            "is intact (try a lower --lr, --clip-grad, or --amp none)"
+        )
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if clip_grad:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
+    scaler.step(optimizer)
+    scaler.update()
+
+
 @dataclass
 class TrainConfig:
     """All knobs of :func:`train`. ``None`` means: take the value from ``recipe``."""
@@ -451,19 +476,8 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
             with _autocast(device, config.amp):
                 logits = train_model(images)
                 loss = criterion(logits.float(), labels)
-            if not torch.isfinite(loss):
-                raise NonFiniteLossError(
-                    f"non-finite training loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}; "
-                    f"the run stopped and the last good checkpoint in {run_dir} is intact "
-                    "(try a lower --lr, --clip-grad, or --amp none)"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if cfg["clip_grad"]:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip_grad"])
-            scaler.step(optimizer)
-            scaler.update()
+            where = f"training loss at epoch {epoch + 1}, step {step + 1}"
+            optimizer_step(loss, model, optimizer, scaler, cfg["clip_grad"], where, run_dir)
             num_updates += 1
             scheduler.step_update(num_updates)
             if ema is not None:
@@ -673,4 +687,4 @@ def _append_csv(path: Path, row: dict[str, Any]) -> None:
         w.writerow(row)
 
 
-__all__ = ["CheckpointError", "NonFiniteLossError", "TrainConfig", "evaluate_model", "train"]
+__all__ = ["CheckpointError", "NonFiniteLossError", "TrainConfig", "evaluate_model", "optimizer_step", "train"]

@@ -83,6 +83,34 @@ class StagedBackbone(nn.Module):
     output_fmt: str = "NHWC"
     grad_checkpointing: bool = False
 
+    def _setup(
+        self,
+        img_size: int | tuple[int, int],
+        in_chans: int,
+        num_classes: int,
+        global_pool: str,
+        depths: list[int] | tuple[int, ...],
+        dims: int | list[int] | tuple[int, ...],
+    ) -> list[int]:
+        """Common attributes of a four-stage NHWC backbone (stride 4, then 2 per stage); returns the
+        per-stage widths (an int ``dims`` doubles per stage)."""
+        num_stages = len(depths)
+        if isinstance(dims, int):
+            dims = [dims * 2**i for i in range(num_stages)]
+        if len(dims) != num_stages:
+            raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {num_stages}")
+        self.img_size = to_2tuple_size(img_size)
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.dims = list(dims)
+        self.depths = list(depths)
+        self.num_features = self.head_hidden_size = self.dims[-1]
+        self.output_fmt = "NHWC"
+        self.min_input_size = 4 * 2 ** (num_stages - 1)
+        self.grad_checkpointing = False
+        return self.dims
+
     @staticmethod
     def init_linear(m: nn.Module) -> None:
         """Truncated-normal (std 0.02) linear weights and zero biases, as Swin / vHeat initialise them."""

@@ -40,7 +40,7 @@ from pdevision.layers.hcl import (
     Parametrisation,
     refinement_act_layer,
 )
-from pdevision.models._common import StagedBackbone, default_cfg, to_2tuple_size
+from pdevision.models._common import StagedBackbone, default_cfg
 from pdevision.ops.fdm import Boundary
 
 __all__ = ["HcNet", "HcNetStage"]
@@ -137,21 +137,7 @@ class HcNet(StagedBackbone):
         super().__init__()
         if kwargs:
             raise TypeError(f"HcNet got unexpected arguments: {sorted(kwargs)}")
-        num_stages = len(depths)
-        if isinstance(dims, int):
-            dims = [dims * 2**i for i in range(num_stages)]
-        if len(dims) != num_stages:
-            raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {num_stages}")
-        self.img_size = to_2tuple_size(img_size)
-        self.in_chans = in_chans
-        self.num_classes = num_classes
-        self.global_pool = global_pool
-        self.dims = list(dims)
-        self.depths = list(depths)
-        self.num_features = self.head_hidden_size = self.dims[-1]
-        self.output_fmt = "NHWC"
-        self.min_input_size = 4 * 2 ** (num_stages - 1)
-        self.grad_checkpointing = False
+        self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)
         hcl_kwargs = dict(k_mode=k_mode, k_init=k_init, parametrisation=parametrisation, boundary=boundary, steps=steps)
 
         self.stem = ConvStem(in_chans, self.dims[0])

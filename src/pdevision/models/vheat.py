@@ -144,21 +144,7 @@ class VHeat(StagedBackbone):
             raise TypeError(f"VHeat got unexpected arguments: {sorted(kwargs)}")
         if fve_resize not in ("interp", "pad"):
             raise ValueError(f"fve_resize must be 'interp' or 'pad', got {fve_resize!r}")
-        num_stages = len(depths)
-        if isinstance(dims, int):
-            dims = [dims * 2**i for i in range(num_stages)]
-        if len(dims) != num_stages:
-            raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {num_stages}")
-        self.img_size = to_2tuple_size(img_size)
-        self.in_chans = in_chans
-        self.num_classes = num_classes
-        self.global_pool = global_pool
-        self.dims = list(dims)
-        self.depths = list(depths)
-        self.num_features = self.head_hidden_size = self.dims[-1]
-        self.output_fmt = "NHWC"
-        self.min_input_size = 4 * 2 ** (num_stages - 1)
-        self.grad_checkpointing = False
+        self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)
 
         self.stem = ConvStem(in_chans, self.dims[0])
         dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()

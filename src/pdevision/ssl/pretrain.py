@@ -47,13 +47,13 @@ from pdevision.engine.checkpoint import (
 from pdevision.engine.distributed import DistInfo, all_reduce_sum, cleanup_distributed, init_distributed
 from pdevision.engine.train import (
     EpochSampler,
-    NonFiniteLossError,
     _append_csv,
     _autocast,
     _device,
     _rng_state,
     _seed_everything,
     _set_rng_state,
+    optimizer_step,
 )
 from pdevision.ssl.data import build_pretrain_dataset
 from pdevision.ssl.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
@@ -318,19 +318,8 @@ def _pretrain(config: PretrainConfig, device: torch.device, info: DistInfo) -> d
             images = images.to(device)
             with _autocast(device, config.amp):
                 loss = train_model(images)["loss"]
-            if not torch.isfinite(loss):
-                raise NonFiniteLossError(
-                    f"non-finite pretraining loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}; "
-                    f"the run stopped and the last good checkpoint in {run_dir} is intact "
-                    "(try a lower --lr, --clip-grad, or --amp none)"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if config.clip_grad:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
-            scaler.step(optimizer)
-            scaler.update()
+            where = f"pretraining loss at epoch {epoch + 1}, step {step + 1}"
+            optimizer_step(loss, model, optimizer, scaler, config.clip_grad, where, run_dir)
             num_updates += 1
             loss_sum += loss.item() * images.shape[0]
             seen += images.shape[0]
