@@ -181,7 +181,6 @@ def test_bfloat16_autocast_and_weights(micro: HcNet) -> None:
         assert model16(x.bfloat16()).dtype == torch.bfloat16
 
 
-
 def test_bad_constructor_arguments() -> None:
     with pytest.raises(ValueError, match="one entry per stage"):
         HcNet(dims=[8, 16], depths=(1, 1, 1))

@@ -184,7 +184,6 @@ def test_training_guard_names_the_first_bad_block() -> None:
         guarded(x)
 
 
-
 def test_bad_constructor_arguments() -> None:
     with pytest.raises(ValueError, match="one entry per stage"):
         PDEResNet(dims=[8, 16], depths=(1, 1, 1))

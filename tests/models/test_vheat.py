@@ -235,7 +235,6 @@ def test_pretrained_with_new_head_drops_classifier(tmp_path: Path, micro: VHeat)
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 3)
 
 
-
 def test_bad_constructor_arguments() -> None:
     with pytest.raises(ValueError, match="one entry per stage"):
         VHeat(dims=[8, 16], depths=(1, 1, 1))
