@@ -1,6 +1,6 @@
 """nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling."""
 
-from pdevision.layers.blocks import ConvDownsample, ConvStem, MixerBlock
+from pdevision.layers.blocks import ConvDownsample, ConvStem, MixerBlock, run_block
 from pdevision.layers.hcl import HeatConductionLayer, HeatConductionMixer, RefinementActivation, refinement_act_layer
 from pdevision.layers.hco import HeatConductionOperator
 from pdevision.layers.hyperbolic import (
@@ -33,4 +33,5 @@ __all__ = [
     "create_activation",
     "derivative_stencils",
     "refinement_act_layer",
+    "run_block",
 ]

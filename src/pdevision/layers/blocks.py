@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.utils.checkpoint
 from timm.layers import DropPath, LayerNorm2d, LayerScale, Mlp
 from torch import nn
+
+
+def run_block(block: nn.Module, x: torch.Tensor, *args: object, checkpointing: bool = False) -> torch.Tensor:
+    """``block(x, *args)``, through activation checkpointing when asked and when gradients are recorded."""
+    if checkpointing and not torch.jit.is_scripting() and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(block, x, *args, use_reentrant=False)
+    return block(x, *args)
 
 
 class MixerBlock(nn.Module):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -110,6 +111,34 @@ class StagedBackbone(nn.Module):
         self.min_input_size = 4 * 2 ** (num_stages - 1)
         self.grad_checkpointing = False
         return self.dims
+
+    def _build(
+        self,
+        make_stage: Callable[[int, int | None, int, int, list[float]], nn.Module],
+        drop_path_rate: float,
+        drop_rate: float,
+    ) -> None:
+        """Conv stem (stride 4), one stage per depth from ``make_stage(index, in_dim, dim, depth,
+        drop_path_rates)``, final LayerNorm and an NHWC pooled linear head; linear layers initialised."""
+        from timm.layers import ClassifierHead
+
+        from pdevision.layers import ConvStem
+
+        depths = self.depths
+        self.stem = ConvStem(self.in_chans, self.dims[0])
+        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = nn.ModuleList()
+        self.feature_info: list[dict[str, Any]] = []
+        for i, depth in enumerate(depths):
+            in_dim = self.dims[i - 1] if i > 0 else None
+            rates = dpr[sum(depths[:i]) : sum(depths[: i + 1])]
+            self.stages.append(make_stage(i, in_dim, self.dims[i], depth, rates))
+            self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
+        self.norm = nn.LayerNorm(self.num_features)
+        self.head = ClassifierHead(
+            self.num_features, self.num_classes, pool_type=self.global_pool, drop_rate=drop_rate, input_fmt="NHWC"
+        )
+        self.apply(self.init_linear)
 
     @staticmethod
     def init_linear(m: nn.Module) -> None:

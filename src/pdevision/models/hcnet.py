@@ -27,11 +27,10 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from timm.layers import ClassifierHead
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 
-from pdevision.layers import ConvDownsample, ConvStem, MixerBlock
+from pdevision.layers import ConvDownsample, MixerBlock, run_block
 from pdevision.layers.hcl import (
     DEFAULT_PARAMETRISATION,
     HeatConductionLayer,
@@ -81,10 +80,7 @@ class HcNetStage(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.downsample(x)
         for block in self.blocks:
-            if self.grad_checkpointing and not torch.jit.is_scripting() and torch.is_grad_enabled():
-                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
+            x = run_block(block, x, checkpointing=self.grad_checkpointing)
         return x
 
 
@@ -140,30 +136,21 @@ class HcNet(StagedBackbone):
         self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)
         hcl_kwargs = dict(k_mode=k_mode, k_init=k_init, parametrisation=parametrisation, boundary=boundary, steps=steps)
 
-        self.stem = ConvStem(in_chans, self.dims[0])
-        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
-        self.stages = nn.ModuleList()
-        self.feature_info: list[dict[str, Any]] = []
-        for i, depth in enumerate(depths):
-            self.stages.append(
-                HcNetStage(
-                    in_dim=self.dims[i - 1] if i > 0 else None,
-                    dim=self.dims[i],
-                    depth=depth,
-                    mlp_ratio=mlp_ratio,
-                    ra_filter=ra_filter,
-                    post_norm=post_norm,
-                    layer_scale=layer_scale,
-                    drop_path=dpr[sum(depths[:i]) : sum(depths[: i + 1])],
-                    **hcl_kwargs,
-                )
-            )
-            self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
-        self.norm = nn.LayerNorm(self.num_features)
-        self.head = ClassifierHead(
-            self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate, input_fmt="NHWC"
+        self._build(
+            lambda i, in_dim, dim, depth, rates: HcNetStage(
+                in_dim=in_dim,
+                dim=dim,
+                depth=depth,
+                mlp_ratio=mlp_ratio,
+                ra_filter=ra_filter,
+                post_norm=post_norm,
+                layer_scale=layer_scale,
+                drop_path=rates,
+                **hcl_kwargs,
+            ),
+            drop_path_rate,
+            drop_rate,
         )
-        self.apply(self.init_linear)
 
     # -- timm model API -------------------------------------------------------------------------
     @torch.jit.ignore

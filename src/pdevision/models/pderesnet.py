@@ -28,6 +28,7 @@ from timm.layers import ClassifierHead
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 
+from pdevision.layers.blocks import run_block
 from pdevision.layers.hyperbolic import (
     ACTIVATIONS,
     EQUATIONS,
@@ -90,10 +91,7 @@ class PDEResNetStage(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for j, block in enumerate(self.blocks):
-            if self.grad_checkpointing and not torch.jit.is_scripting() and torch.is_grad_enabled():
-                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
+            x = run_block(block, x, checkpointing=self.grad_checkpointing)
             if self.check_finite and not bool(torch.isfinite(x).all()):
                 raise _nonfinite(f"stages.{self.index}.blocks.{j}")
         return x

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from timm.layers import ClassifierHead, trunc_normal_
+from timm.layers import trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 
-from pdevision.layers import ConvDownsample, ConvStem, HeatConductionOperator, MixerBlock
+from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, run_block
 from pdevision.models._common import StagedBackbone, conv_out_size, default_cfg, to_2tuple_size
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
@@ -96,10 +96,7 @@ class VHeatStage(nn.Module):
             )
         fve = None if use_folded else self.fve(size)
         for block in self.blocks:
-            if self.grad_checkpointing and not torch.jit.is_scripting() and torch.is_grad_enabled():
-                x = torch.utils.checkpoint.checkpoint(block, x, fve, use_reentrant=False)
-            else:
-                x = block(x, fve)
+            x = run_block(block, x, fve, checkpointing=self.grad_checkpointing)
         return x
 
 
@@ -146,32 +143,22 @@ class VHeat(StagedBackbone):
             raise ValueError(f"fve_resize must be 'interp' or 'pad', got {fve_resize!r}")
         self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)
 
-        self.stem = ConvStem(in_chans, self.dims[0])
-        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
-        self.stages = nn.ModuleList()
-        self.feature_info: list[dict[str, Any]] = []
-        for i, depth in enumerate(depths):
-            feat = (conv_out_size(self.img_size[0], 2 + i), conv_out_size(self.img_size[1], 2 + i))
-            self.stages.append(
-                VHeatStage(
-                    in_dim=self.dims[i - 1] if i > 0 else None,
-                    dim=self.dims[i],
-                    depth=depth,
-                    feat_size=feat,
-                    mlp_ratio=mlp_ratio,
-                    post_norm=post_norm,
-                    layer_scale=layer_scale,
-                    drop_path=dpr[sum(depths[:i]) : sum(depths[: i + 1])],
-                    fve_resize=fve_resize,
-                    dct_method=dct_method,
-                )
-            )
-            self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
-        self.norm = nn.LayerNorm(self.num_features)
-        self.head = ClassifierHead(
-            self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate, input_fmt="NHWC"
+        self._build(
+            lambda i, in_dim, dim, depth, rates: VHeatStage(
+                in_dim=in_dim,
+                dim=dim,
+                depth=depth,
+                feat_size=(conv_out_size(self.img_size[0], 2 + i), conv_out_size(self.img_size[1], 2 + i)),
+                mlp_ratio=mlp_ratio,
+                post_norm=post_norm,
+                layer_scale=layer_scale,
+                drop_path=rates,
+                fve_resize=fve_resize,
+                dct_method=dct_method,
+            ),
+            drop_path_rate,
+            drop_rate,
         )
-        self.apply(self.init_linear)
 
     # -- timm model API -------------------------------------------------------------------------
     @torch.jit.ignore
