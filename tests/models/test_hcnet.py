@@ -65,50 +65,6 @@ def test_defaults_are_the_documented_ones(micro: HcNet) -> None:
     assert all(isinstance(b.mlp.act, RefinementActivation) for s in micro.stages for b in s.blocks)
 
 
-@pytest.mark.parametrize("size", [(225, 317), (64, 64), (33, 45), (32, 32)])
-def test_any_input_size_batch_one(micro: HcNet, size: tuple[int, int]) -> None:
-    with torch.no_grad():
-        out = micro(torch.randn(1, 3, *size))
-    assert out.shape == (1, 7)
-    assert torch.isfinite(out).all()
-
-
-def test_forward_features_and_head(micro: HcNet) -> None:
-    x = torch.randn(2, 3, 64, 64)
-    with torch.no_grad():
-        feats = micro.forward_features(x)
-        assert feats.shape == (2, 2, 2, micro.num_features)  # NHWC
-        assert micro.forward_head(feats, pre_logits=True).shape == (2, micro.num_features)
-        torch.testing.assert_close(micro.forward_head(feats), micro(x))
-
-
-def test_forward_intermediates(micro: HcNet) -> None:
-    x = torch.randn(2, 3, 96, 80)
-    with torch.no_grad():
-        final, inter = micro.forward_intermediates(x)
-        assert [t.shape for t in inter] == [(2, 32, 24, 20), (2, 64, 12, 10), (2, 128, 6, 5), (2, 256, 3, 3)]
-        torch.testing.assert_close(final, micro.forward_features(x))
-        only = micro.forward_intermediates(x, indices=[1, 3], intermediates_only=True, norm=True)
-        assert len(only) == 2
-        torch.testing.assert_close(only[1], final.permute(0, 3, 1, 2))
-        nhwc = micro.forward_intermediates(x, indices=1, stop_early=True, intermediates_only=True, output_fmt="NHWC")
-        assert [t.shape for t in nhwc] == [(2, 3, 3, 256)]
-
-
-def test_features_only_with_out_indices() -> None:
-    model = timm.create_model("hcnet_micro", features_only=True, out_indices=(1, 2))
-    assert model.feature_info.channels() == [64, 128]
-    assert model.feature_info.reduction() == [8, 16]
-    feats = model(torch.randn(1, 3, 64, 64))
-    assert [f.shape for f in feats] == [(1, 64, 8, 8), (1, 128, 4, 4)]
-
-
-def test_prune_intermediate_layers() -> None:
-    model = timm.create_model("hcnet_micro")
-    assert model.prune_intermediate_layers([0, 1]) == [0, 1]
-    assert len(model.stages) == 2 and model.num_classes == 0
-
-
 @pytest.mark.parametrize(
     "options",
     [
@@ -132,33 +88,11 @@ def test_create_model_options(options: dict) -> None:
     assert model(torch.randn(2, 1, 64, 48)).shape == (2, 5)
 
 
-def test_reset_classifier() -> None:
-    model = timm.create_model("hcnet_micro")
-    model.reset_classifier(3)
-    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 3)
-    model.reset_classifier(0)
-    assert model(torch.randn(1, 3, 64, 64)).shape == (1, model.num_features)
-    assert model.get_classifier() is model.head.fc
-
-
 def test_no_weight_decay_lists_the_stencils() -> None:
     model = timm.create_model("hcnet_micro", k_mode="learnable")
     names = model.no_weight_decay()
     assert "stages.0.blocks.0.mixer.heat.weight" in names and "stages.3.blocks.0.mixer.heat.k_logit" in names
     assert len(names) == 12 and names <= dict(model.named_parameters()).keys()
-
-
-def test_grad_checkpointing_same_output_and_grads() -> None:
-    model = timm.create_model("hcnet_micro", num_classes=4).train()
-    x = torch.randn(2, 3, 64, 64)
-    model(x).sum().backward()
-    ref = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    model.set_grad_checkpointing(True)
-    assert all(s.grad_checkpointing for s in model.stages)
-    model(x).sum().backward()
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, ref[n], rtol=1e-4, atol=1e-6, msg=n)
 
 
 @pytest.mark.parametrize("parametrisation", ["stable", "paper"])
@@ -167,18 +101,6 @@ def test_gradients_flow_to_all_parameters(parametrisation: str) -> None:
     model(torch.randn(2, 3, 64, 64)).logsumexp(-1).sum().backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
-
-
-def test_bfloat16_autocast_and_weights(micro: HcNet) -> None:
-    x = torch.randn(2, 3, 64, 64)
-    with torch.no_grad():
-        ref = micro(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = micro(x)
-        assert torch.isfinite(out).all()
-        assert torch.corrcoef(torch.stack([out.float().flatten(), ref.flatten()]))[0, 1] > 0.95
-        model16 = timm.create_model("hcnet_micro", num_classes=7).bfloat16().eval()
-        assert model16(x.bfloat16()).dtype == torch.bfloat16
 
 
 def test_bad_constructor_arguments() -> None:
