@@ -172,10 +172,11 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from pdevision.engine import predict_images
 
-    for r in predict_images(args.checkpoint, args.images, args.topk, args.device):
+    results = predict_images(args.checkpoint, args.images, args.topk, args.device)
+    for r in results:
         print(r["image"] + ": " + ", ".join(f"{c} {p:.3f}" for c, p in r["top"]))
     if args.json:
-        print(json.dumps(predict_images(args.checkpoint, args.images, args.topk, args.device)))
+        print(json.dumps(results))
     return 0
 
 
@@ -224,7 +225,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=_positive_int, default=64, help="per process (default 64)")
     g.add_argument("--lr", type=float, default=None, help="absolute; default: recipe lr x global batch / 512")
     g.add_argument("--min-lr", type=float, default=None)
-    g.add_argument("--warmup-epochs", type=float, default=None)
+    g.add_argument("--warmup-epochs", type=int, default=None)
     g.add_argument("--weight-decay", type=float, default=None)
     g.add_argument("--clip-grad", type=float, default=None, help="gradient norm clip (0: off)")
     g.add_argument("--ema-decay", type=float, default=None, help="EMA of weights (imagenet recipe: 0.9999)")

@@ -28,9 +28,12 @@ def _model(value: float) -> nn.Module:
 
 def test_round_trip_and_metadata(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, "last", _model(1.0), {"model": "m", "classes": ["a", "b"]}, {"epoch": 4})
+    save_checkpoint(tmp_path, "best", _model(2.0), {"model": "m"})  # best carries no trainer state
     assert read_meta(tmp_path / "last") == {"model": "m", "classes": ["a", "b"]}
     assert torch.equal(load_weights(tmp_path / "last")["weight"], torch.ones(2, 3))
-    assert load_trainer_state(tmp_path)["epoch"] == 4  # a run folder resolves to best, then last
+    assert resolve_checkpoint(tmp_path) == tmp_path / "best"  # to evaluate: best first
+    assert resolve_checkpoint(tmp_path, prefer=("last",)) == tmp_path / "last"  # to resume
+    assert load_trainer_state(resolve_checkpoint(tmp_path, prefer=("last",)))["epoch"] == 4
     assert resolve_checkpoint(tmp_path / "last" / "model.safetensors") == tmp_path / "last"
 
 
@@ -55,8 +58,11 @@ def test_interrupted_swap_falls_back_to_old(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, "last", _model(1.0), {"epoch": 1})
     (tmp_path / "last").rename(tmp_path / ".last.old")  # crash between the two renames
     assert resolve_checkpoint(tmp_path / "last") == tmp_path / ".last.old"
+    assert resolve_checkpoint(tmp_path, prefer=("last",)) == tmp_path / ".last.old"
+    (tmp_path / ".last.tmp-killed").mkdir()  # a writer killed mid-write leaves its folder behind
     save_checkpoint(tmp_path, "last", _model(3.0), {"epoch": 2})
     assert read_meta(tmp_path / "last") == {"epoch": 2} and not (tmp_path / ".last.old").exists()
+    assert not list(tmp_path.glob(".last.tmp-*"))
 
 
 def test_trainer_state_is_read_with_weights_only(tmp_path: Path) -> None:

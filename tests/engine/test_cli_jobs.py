@@ -39,12 +39,13 @@ def test_predict_prints_class_names(run_dir: Path, tmp_path: Path, capsys: pytes
     img, _ = DigitsDataset("val")[0]
     path = tmp_path / "digit.png"
     img.save(path)
-    assert main(["predict", "--checkpoint", str(run_dir / "best"), "--topk", "3", "--json", str(path)]) == 0
+    assert main(["predict", "--checkpoint", str(run_dir / "best"), "--topk", "10", "--json", str(path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(str(path))  # one line per image, then the JSON
     result = json.loads(lines[-1])[0]
-    assert len(result["top"]) == 3
-    assert all(name in [str(i) for i in range(10)] for name, _ in result["top"])
-    assert abs(sum(p for _, p in result["top"])) <= 1.0 + 1e-6
+    names, probs = zip(*result["top"], strict=True)
+    assert sorted(names) == [str(i) for i in range(10)]
+    assert sum(probs) == pytest.approx(1.0, abs=1e-5) and list(probs) == sorted(probs, reverse=True)
 
 
 def test_eval_with_wrong_model_is_a_clear_error(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -45,8 +45,10 @@ def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
     train(TrainConfig(output=str(tmp_path / "full"), **common))
     train(TrainConfig(output=str(tmp_path / "part"), stop_after_epochs=1, **common))
     assert read_meta(tmp_path / "part" / "last")["epoch"] == 1
-    summary = train(TrainConfig(output=str(tmp_path / "part"), resume=str(tmp_path / "part" / "last"), **common))
+    summary = train(TrainConfig(output=str(tmp_path / "part"), resume=str(tmp_path / "part"), **common))
     assert summary["epochs_run"] == 3
+    rows = list(csv.DictReader(open(tmp_path / "part" / "metrics.csv")))
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3]
     full, part = _weights(tmp_path / "full" / "last"), _weights(tmp_path / "part" / "last")
     assert full.keys() == part.keys()
     for key in full:
@@ -118,6 +120,13 @@ def test_timm_peer_and_full_recipe_flags(tmp_path: Path) -> None:
     assert config["auto_augment"] == "rand-m9-mstd0.5-inc1" and config["mixup"] == 0.8 and config["re_prob"] == 0.25
 
 
-def test_grad_checkpointing_option(tmp_path: Path) -> None:
+def test_grad_checkpointing_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdevision.models import VHeat
+
+    calls: list[bool] = []
+    original = VHeat.set_grad_checkpointing
+    monkeypatch.setattr(
+        VHeat, "set_grad_checkpointing", lambda self, enable=True: (calls.append(enable), original(self, enable))
+    )
     summary = train(TrainConfig(output=str(tmp_path / "gc"), epochs=1, grad_checkpointing=True, **FAST))
-    assert summary["epochs_run"] == 1
+    assert summary["epochs_run"] == 1 and calls == [True]

@@ -130,3 +130,10 @@ def test_fold_batchnorm_in_place_matches_eval() -> None:
     assert not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
     assert all(isinstance(b, HyperbolicBlock) for s in model.stages for b in s.blocks)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_named_variants_accept_overrides_of_their_preset() -> None:
+    model = timm.create_model("pderesnet50_noshare", shared=True, num_classes=10)
+    assert sum(p.numel() for p in model.parameters()) == sum(
+        p.numel() for p in timm.create_model("pderesnet50", num_classes=10).parameters()
+    )

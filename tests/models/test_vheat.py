@@ -167,3 +167,15 @@ def test_bad_constructor_arguments() -> None:
         VHeat(dims=[8, 16], depths=(1, 1, 1))
     with pytest.raises(TypeError, match="unexpected arguments"):
         VHeat(dimz=8)
+
+
+def test_training_after_folding_reaches_the_fve_and_projection() -> None:
+    model = timm.create_model("vheat_micro", num_classes=4)
+    with torch.no_grad():
+        for stage in model.stages:
+            for block in stage.blocks:
+                block.mixer.to_k[0].bias.fill_(0.5)
+    model.reparameterize()
+    model.train()(torch.randn(2, 3, 64, 64)).sum().backward()
+    assert model.stages[0].freq_embed.grad is not None and model.stages[0].freq_embed.grad.abs().sum() > 0
+    assert model.stages[0].blocks[0].mixer.to_k[0].weight.grad is not None

@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from timm.utils.model import reparameterize_model
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from pdevision.models.factory import fold_for_inference
 from pdevision.ops.dct import force_method, tally_fft_flops
 
 
@@ -39,12 +39,7 @@ def count_macs(
     operators' ``"auto"`` DCT to ``"matrix"`` or ``"fft"``; by default the path that runs is counted.
     """
     h, w = (img_size, img_size) if isinstance(img_size, int) else img_size
-    target = reparameterize_model(model) if fold else model
-    if fold and hasattr(target, "reparameterize"):
-        try:
-            target.reparameterize(img_size=(h, w))  # vHeat: fold at the counted size
-        except TypeError:
-            target.reparameterize()
+    target = fold_for_inference(model, (h, w)) if fold else model
     was_training = target.training
     target.eval()
     try:

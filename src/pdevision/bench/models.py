@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import torch
-from timm.utils.model import reparameterize_model
 from torch import nn
 
-from pdevision.models.factory import build_model
+from pdevision.models.factory import build_model, fold_for_inference
 
 DEFAULT_PEERS: tuple[str, ...] = (
     "swin_tiny_patch4_window7_224",
@@ -29,11 +28,4 @@ def build_for_bench(
     if train:
         return model.train()
     model.eval()
-    if fold:
-        model = reparameterize_model(model, inplace=True)
-        if hasattr(model, "reparameterize"):
-            try:
-                model.reparameterize(img_size=img_size)
-            except TypeError:
-                pass
-    return model
+    return fold_for_inference(model, img_size, inplace=True) if fold else model

@@ -20,7 +20,7 @@ class Recipe:
 
     name: str
     epochs: int
-    warmup_epochs: float
+    warmup_epochs: int
     lr: float  # for a global batch of 512; scaled linearly with the batch size
     min_lr: float
     weight_decay: float

@@ -60,6 +60,8 @@ def save_checkpoint(
     """Write ``run_dir/name`` atomically and return its path. ``meta`` values must be JSON-serialisable."""
     run_dir.mkdir(parents=True, exist_ok=True)
     final = run_dir / name
+    for stale in run_dir.glob(f".{name}.tmp-*"):  # left by a process killed while writing
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=run_dir))
     try:
         metadata = {k: json.dumps(v) for k, v in meta.items()}
@@ -69,8 +71,6 @@ def save_checkpoint(
         if trainer_state is not None:
             with open(tmp / "trainer.pt", "wb") as f:
                 torch.save(trainer_state, f)
-                f.flush()
-                os.fsync(f.fileno())
         for file in tmp.iterdir():
             with open(file, "rb") as f:
                 os.fsync(f.fileno())
@@ -90,16 +90,18 @@ def save_checkpoint(
     return final
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """The checkpoint folder for ``path``: a folder, its ``model.safetensors``, or a run folder (uses
-    ``best``, then ``last``); falls back to ``.<name>.old`` after an interrupted swap."""
+def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "last")) -> Path:
+    """The checkpoint folder for ``path``: a folder, its ``model.safetensors``, or a run folder (the
+    first of ``prefer`` present: ``best`` then ``last`` to evaluate, ``last`` alone to resume); falls
+    back to ``.<name>.old`` after an interrupted swap."""
     path = Path(path)
     if path.is_file() and path.name.endswith(".safetensors"):
         path = path.parent
     if path.is_dir() and not (path / "model.safetensors").exists():
-        for name in ("best", "last"):
-            if (path / name / "model.safetensors").exists():
-                return path / name
+        for name in prefer:
+            for folder in (path / name, path / f".{name}.old"):
+                if (folder / "model.safetensors").exists():
+                    return folder
     if not (path / "model.safetensors").exists():
         old = path.parent / f".{path.name}.old"
         if (old / "model.safetensors").exists():

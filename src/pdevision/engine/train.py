@@ -13,7 +13,7 @@ import csv
 import dataclasses
 import json
 import logging
-import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -98,7 +98,7 @@ class TrainConfig:
     img_size: int | None = None  # None: 64 for the digits, the model's default otherwise
     lr: float | None = None  # absolute; None: recipe lr * global batch / 512
     min_lr: float | None = None
-    warmup_epochs: float | None = None
+    warmup_epochs: int | None = None
     weight_decay: float | None = None
     clip_grad: float | None = None
     auto_augment: str | None = None
@@ -399,7 +399,7 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
         optimizer,
         sched="cosine",
         num_epochs=epochs,
-        warmup_epochs=math.ceil(cfg["warmup_epochs"]),
+        warmup_epochs=int(cfg["warmup_epochs"]),
         min_lr=cfg["min_lr"],
         warmup_lr=lr * 0.01,
         step_on_epochs=False,
@@ -425,7 +425,12 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
     # resume
     start_epoch, best_top1, history = 0, -1.0, []
     if config.resume:
-        folder = resolve_checkpoint(config.resume)
+        folder = resolve_checkpoint(config.resume, prefer=("last",))
+        if read_meta(folder).get("kind") in ("pretrain", "encoder"):
+            raise CheckpointError(
+                f"{folder} is a pretraining checkpoint; resume it with `pdevision pretrain --resume`, "
+                "or start training from it with --init-from RUN/encoder"
+            )
         state = load_trainer_state(folder)
         load_into_model(model, folder, config.model, classes)
         if ema is not None:
@@ -534,7 +539,7 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
             torch.distributed.all_gather_object(gathered, rng[0])
             rng = gathered
         if info.is_main:
-            _append_csv(run_dir / "metrics.csv", row)
+            write_metrics(run_dir / "metrics.csv", history)
             if writer is not None:
                 for key, value in row.items():
                     if key != "epoch" and value is not None:
@@ -678,13 +683,23 @@ class _ProbeStandardiser:
         self.load_states(heads, states)
 
 
-def _append_csv(path: Path, row: dict[str, Any]) -> None:
-    new = not path.exists()
-    with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(row))
-        if new:
-            w.writeheader()
-        w.writerow(row)
+def write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
+    """Write every epoch's row to ``path`` (rewritten from the run history, so a resumed run never
+    repeats or loses a row), through a temporary file and a rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(history[0]))
+        writer.writeheader()
+        writer.writerows(history)
+    os.replace(tmp, path)
 
 
-__all__ = ["CheckpointError", "NonFiniteLossError", "TrainConfig", "evaluate_model", "optimizer_step", "train"]
+__all__ = [
+    "CheckpointError",
+    "NonFiniteLossError",
+    "TrainConfig",
+    "evaluate_model",
+    "optimizer_step",
+    "train",
+    "write_metrics",
+]

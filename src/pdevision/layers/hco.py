@@ -39,10 +39,11 @@ class HeatConductionOperator(nn.Module):
         return self.to_k(fve)
 
     def decay(self, h: int, w: int, fve: torch.Tensor | None) -> torch.Tensor:
-        """Decay factors ``exp(-k (wx^2 + wy^2))`` of shape ``(h, w, C)``."""
-        if self.k_exp is not None and self.k_exp.shape[:2] == (h, w):
-            return self.k_exp
+        """Decay factors ``exp(-k (wx^2 + wy^2))`` of shape ``(h, w, C)``: from ``fve`` when given (so
+        training after folding still reaches the FVE and projection), else the folded factors."""
         if fve is None:
+            if self.k_exp is not None and self.k_exp.shape[:2] == (h, w):
+                return self.k_exp
             raise ValueError(
                 f"the heat operator needs a frequency embedding for a {h}x{w} map "
                 f"(folded for {tuple(self.k_exp.shape[:2]) if self.k_exp is not None else 'no size'})"

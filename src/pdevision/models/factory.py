@@ -30,3 +30,19 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
             if "img_size" not in str(exc):
                 raise
     return timm.create_model(name, **kwargs)
+
+
+def fold_for_inference(
+    model: nn.Module, img_size: int | tuple[int, int] | None = None, inplace: bool = False
+) -> nn.Module:
+    """timm's ``reparameterize_model`` (re-parameterisable blocks fused), then, for models whose
+    folding depends on the input size (vHeat's decay factors), a fold at ``img_size``."""
+    from timm.utils.model import reparameterize_model
+
+    model = reparameterize_model(model, inplace=inplace)
+    if img_size is not None and hasattr(model, "reparameterize"):
+        try:
+            model.reparameterize(img_size=img_size)
+        except TypeError:  # a model whose reparameterize() takes no size
+            pass
+    return model

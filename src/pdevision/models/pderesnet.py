@@ -274,7 +274,7 @@ default_cfgs = generate_default_cfgs(
 
 
 def _r50(variant: str, pretrained: bool, kwargs: dict[str, Any], **args: Any) -> PDEResNet:
-    return _create_pderesnet(variant, pretrained, **dict(_R50, **args, **kwargs))
+    return _create_pderesnet(variant, pretrained, **{**_R50, **args, **kwargs})
 
 
 @register_model

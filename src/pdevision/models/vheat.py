@@ -227,7 +227,6 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: VHeat) -> dict[str, 
                 converted[mapped[0]] = mapped[1]
         state_dict = converted
 
-    own = model.state_dict()
     for i, stage in enumerate(model.stages):
         key = f"stages.{i}.freq_embed"
         if key in state_dict and state_dict[key].shape != stage.freq_embed.shape:

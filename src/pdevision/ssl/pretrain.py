@@ -47,13 +47,13 @@ from pdevision.engine.checkpoint import (
 from pdevision.engine.distributed import DistInfo, all_reduce_sum, cleanup_distributed, init_distributed
 from pdevision.engine.train import (
     EpochSampler,
-    _append_csv,
     _autocast,
     _device,
     _rng_state,
     _seed_everything,
     _set_rng_state,
     optimizer_step,
+    write_metrics,
 )
 from pdevision.ssl.data import build_pretrain_dataset
 from pdevision.ssl.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
@@ -243,7 +243,7 @@ def _pretrain(config: PretrainConfig, device: torch.device, info: DistInfo) -> d
 
     start_epoch, num_updates, elapsed, history = 0, 0, 0.0, []
     if config.resume:
-        folder = resolve_checkpoint(config.resume)
+        folder = resolve_checkpoint(config.resume, prefer=("last",))
         old = read_meta(folder)
         if old.get("kind") != "pretrain":
             raise CheckpointError(f"{folder} is not a pretraining checkpoint (resume from RUN/last)")
@@ -252,7 +252,13 @@ def _pretrain(config: PretrainConfig, device: torch.device, info: DistInfo) -> d
                 f"checkpoint {folder} was pretrained with --method {old.get('method')} --model {old.get('model')}, "
                 f"not --method {config.method} --model {name}"
             )
-        model.load_state_dict(load_weights(folder))
+        try:
+            model.load_state_dict(load_weights(folder))
+        except RuntimeError as exc:
+            raise CheckpointError(
+                f"checkpoint {folder} does not fit this model (other --img-size or model arguments?): "
+                f"{str(exc).splitlines()[0]}"
+            ) from exc
         state = load_trainer_state(folder)
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
@@ -358,7 +364,7 @@ def _pretrain(config: PretrainConfig, device: torch.device, info: DistInfo) -> d
             torch.distributed.all_gather_object(gathered, rng[0])
             rng = gathered
         if info.is_main:
-            _append_csv(run_dir / "metrics.csv", row)
+            write_metrics(run_dir / "metrics.csv", history)
             trainer_state = {
                 "optimizer": optimizer.state_dict(),
                 "scaler": scaler.state_dict(),
