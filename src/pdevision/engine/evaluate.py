@@ -14,7 +14,8 @@ from PIL import Image
 from pdevision.data import RECIPES, build_datasets, build_transforms
 from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
 from pdevision.engine.modeling import build_model, load_into_model
-from pdevision.engine.train import _device, evaluate_model
+from pdevision.engine.runtime import resolve_device
+from pdevision.engine.train import evaluate_model
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def evaluate_checkpoint(
     checkpoint on the validation split of ``data`` (the embedded digits when ``None``)."""
     if batch_size <= 0:
         raise ValueError(f"batch size must be a positive integer, got {batch_size}")
-    dev = _device(device)
+    dev = resolve_device(device)
     model, meta, folder = _model_from_checkpoint(checkpoint, model_name, dev)
     classes = list(meta["classes"])
     _, val_tf = build_transforms(RECIPES["light"], int(meta["img_size"]), tuple(meta["mean"]), tuple(meta["std"]))
@@ -106,7 +107,7 @@ def predict_images(
     checkpoint: str | Path, images: list[str | Path], topk: int = 5, device: str = "auto"
 ) -> list[dict[str, Any]]:
     """Top-``topk`` class names with probabilities for each image file."""
-    dev = _device(device)
+    dev = resolve_device(device)
     model, meta, _ = _model_from_checkpoint(checkpoint, None, dev)
     classes = list(meta["classes"])
     _, tf = build_transforms(RECIPES["light"], int(meta["img_size"]), tuple(meta["mean"]), tuple(meta["std"]))

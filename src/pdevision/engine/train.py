@@ -9,18 +9,14 @@ run folder: ``metrics.csv`` (one row per epoch), TensorBoard events when tensorb
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import json
 import logging
-import os
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import timm
 import torch
 import torch.nn.functional as F
@@ -52,37 +48,19 @@ from pdevision.engine.distributed import (
     parameters_identical_across_ranks,
 )
 from pdevision.engine.modeling import build_model, check_image_size, load_into_model
+from pdevision.engine.runtime import (
+    EpochSampler,
+    NonFiniteLossError,
+    autocast,
+    optimizer_step,
+    resolve_device,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+    write_metrics,
+)
 
 log = logging.getLogger(__name__)
-
-
-class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or infinite; the run stopped, earlier checkpoints are intact."""
-
-
-def optimizer_step(
-    loss: torch.Tensor,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    clip_grad: float | None,
-    where: str,
-    run_dir: Path,
-) -> None:
-    """One update: stop with :class:`NonFiniteLossError` on a NaN/inf ``loss`` (``where`` names the
-    step), else backward (scaled for fp16), optional gradient-norm clipping, optimizer step."""
-    if not torch.isfinite(loss):
-        raise NonFiniteLossError(
-            f"non-finite {where} ({loss.item()}); the run stopped and the last good checkpoint in {run_dir} "
-            "is intact (try a lower --lr, --clip-grad, or --amp none)"
-        )
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    if clip_grad:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
-    scaler.step(optimizer)
-    scaler.update()
 
 
 @dataclass
@@ -154,74 +132,6 @@ class TrainConfig:
         return out
 
 
-class EpochSampler(Sampler[int]):
-    """A fresh permutation each epoch from ``seed + epoch`` alone, so a resumed run sees the same order."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.seed, self.epoch = n, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):  # type: ignore[override]
-        g = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(torch.randperm(self.n, generator=g).tolist())
-
-    def __len__(self) -> int:
-        return self.n
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def _rng_state() -> dict[str, Any]:
-    np_state = np.random.get_state()  # noqa: NPY002  (timm's mixup draws from the legacy global state)
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
-        "numpy_meta": [int(np_state[2]), int(np_state[3]), float(np_state[4])],
-        "python": [list(t) if isinstance(t, tuple) else t for t in random.getstate()],
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    pos, has_gauss, gauss = state["numpy_meta"]
-    keys = state["numpy_keys"].numpy().astype(np.uint32)
-    np.random.set_state(("MT19937", keys, pos, has_gauss, gauss))  # noqa: NPY002
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _seed_everything(seed: int, deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed)  # noqa: NPY002  (the global generator is what timm's mixup draws from)
-    torch.manual_seed(seed)
-    if deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
-
-
-def _autocast(device: torch.device, amp: str):
-    if amp == "none":
-        return torch.autocast(device.type, enabled=False)
-    if amp == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if amp == "fp16":
-        if device.type != "cuda":
-            raise ValueError("--amp fp16 needs a CUDA device; use --amp bf16 on the CPU")
-        return torch.autocast("cuda", dtype=torch.float16)
-    raise ValueError(f"--amp must be none, bf16 or fp16, got {amp!r}")
-
-
 @torch.no_grad()
 def evaluate_model(
     model: nn.Module,
@@ -242,7 +152,7 @@ def evaluate_model(
     start = time.perf_counter()
     for images, labels in loader:
         images, labels = images.to(device), labels.to(device)
-        with _autocast(device, amp):
+        with autocast(device, amp):
             logits = model(images)
         logits = logits.float()
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
@@ -302,7 +212,7 @@ def _tensorboard(run_dir: Path):
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train ``config.model`` and return the run summary (also written to ``summary.json``)."""
     cfg = config.resolved()
-    device = _device(config.device)
+    device = resolve_device(config.device)
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
@@ -315,7 +225,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
 def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info: DistInfo) -> dict[str, Any]:
     if config.batch_size <= 0:
         raise ValueError(f"batch size must be a positive integer, got {config.batch_size}")
-    _seed_everything(config.seed, config.deterministic)
+    seed_everything(config.seed, config.deterministic)
     run_dir = Path(config.output)
     img_size = (config.img_size or 64) if config.data is None else config.img_size
 
@@ -441,7 +351,7 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
         start_epoch, best_top1, history = state["epoch"] + 1, state["best_top1"], state["history"]
-        _set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])
+        set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])
         log.info("resumed from %s at epoch %d", folder, start_epoch)
 
     train_model: nn.Module = model
@@ -478,7 +388,7 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
             hard_labels = labels
             if mixup is not None:
                 images, labels = mixup(images, labels)
-            with _autocast(device, config.amp):
+            with autocast(device, config.amp):
                 logits = train_model(images)
                 loss = criterion(logits.float(), labels)
             where = f"training loss at epoch {epoch + 1}, step {step + 1}"
@@ -533,7 +443,7 @@ def _train(config: TrainConfig, cfg: dict[str, Any], device: torch.device, info:
             f" (EMA {val_ema['top1']:.2f}%)" if val_ema else "",
             row["train_images_per_s"],
         )
-        rng = [_rng_state()]
+        rng = [rng_state()]
         if info.enabled:
             gathered: list[Any] = [None] * info.world_size
             torch.distributed.all_gather_object(gathered, rng[0])
@@ -636,7 +546,7 @@ class _ProbeStandardiser:
             for step, (images, _) in enumerate(loader):
                 if step >= steps:
                     break
-                with _autocast(device, amp):
+                with autocast(device, amp):
                     model(images.to(device))
         finally:
             handle.remove()
@@ -681,17 +591,6 @@ class _ProbeStandardiser:
     def load_heads(self, states: list[dict[str, torch.Tensor]], model: nn.Module, ema: nn.Module | None) -> None:
         heads = [m.get_classifier() for m in (model, ema) if m is not None]
         self.load_states(heads, states)
-
-
-def write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
-    """Write every epoch's row to ``path`` (rewritten from the run history, so a resumed run never
-    repeats or loses a row), through a temporary file and a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(history[0]))
-        writer.writeheader()
-        writer.writerows(history)
-    os.replace(tmp, path)
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 from pdevision.data import RECIPES, build_datasets, build_transforms
 from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta, resolve_checkpoint
 from pdevision.engine.modeling import build_model
-from pdevision.engine.train import _device
+from pdevision.engine.runtime import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def knn_evaluate(
     digits), with the training split as the memory bank; both at the encoder's image size, eval transforms."""
     if batch_size <= 0:
         raise ValueError(f"batch size must be a positive integer, got {batch_size}")
-    dev = _device(device)
+    dev = resolve_device(device)
     model, meta = load_encoder(checkpoint, dev)
     img_size = int(meta["img_size"])
     _, tf = build_transforms(RECIPES["light"], img_size, tuple(meta["mean"]), tuple(meta["std"]))

@@ -45,14 +45,14 @@ from pdevision.engine.checkpoint import (
     save_checkpoint,
 )
 from pdevision.engine.distributed import DistInfo, all_reduce_sum, cleanup_distributed, init_distributed
-from pdevision.engine.train import (
+from pdevision.engine.runtime import (
     EpochSampler,
-    _autocast,
-    _device,
-    _rng_state,
-    _seed_everything,
-    _set_rng_state,
+    autocast,
     optimizer_step,
+    resolve_device,
+    rng_state,
+    seed_everything,
+    set_rng_state,
     write_metrics,
 )
 from pdevision.ssl.data import build_pretrain_dataset
@@ -172,7 +172,7 @@ def count_params(module: nn.Module) -> int:
 
 def pretrain(config: PretrainConfig) -> dict[str, Any]:
     """Pretrain ``config.model`` with QB-Heat or MAE and return the run summary (also in ``summary.json``)."""
-    device = _device(config.device)
+    device = resolve_device(config.device)
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
@@ -196,7 +196,7 @@ def _check(config: PretrainConfig) -> None:
 
 def _pretrain(config: PretrainConfig, device: torch.device, info: DistInfo) -> dict[str, Any]:
     _check(config)
-    _seed_everything(config.seed, config.deterministic)
+    seed_everything(config.seed, config.deterministic)
     run_dir = Path(config.output)
     model = build_pretrainer(config)
     torch.manual_seed(config.seed + 1000 * info.rank)  # crops and masks differ across ranks
@@ -264,7 +264,7 @@ def _pretrain(config: PretrainConfig, device: torch.device, info: DistInfo) -> d
         scaler.load_state_dict(state["scaler"])
         start_epoch, num_updates, elapsed = state["epoch"] + 1, state["num_updates"], state["elapsed"]
         history = state["history"]
-        _set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])
+        set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])
         log.info("resumed from %s at epoch %d (%d steps, %.0f s)", folder, start_epoch, num_updates, elapsed)
 
     train_model: nn.Module = model
@@ -322,7 +322,7 @@ def _pretrain(config: PretrainConfig, device: torch.device, info: DistInfo) -> d
             for group in optimizer.param_groups:
                 group["lr"] = lr_now
             images = images.to(device)
-            with _autocast(device, config.amp):
+            with autocast(device, config.amp):
                 loss = train_model(images)["loss"]
             where = f"pretraining loss at epoch {epoch + 1}, step {step + 1}"
             optimizer_step(loss, model, optimizer, scaler, config.clip_grad, where, run_dir)
@@ -358,7 +358,7 @@ def _pretrain(config: PretrainConfig, device: torch.device, info: DistInfo) -> d
             num_updates,
             elapsed,
         )
-        rng = [_rng_state()]
+        rng = [rng_state()]
         if info.enabled:
             gathered: list[Any] = [None] * info.world_size
             torch.distributed.all_gather_object(gathered, rng[0])
