@@ -8,7 +8,7 @@ from pdevision.data.datasets import (
     scan_folder,
     stratified_split,
 )
-from pdevision.data.transforms import RECIPES, Recipe, build_transforms
+from pdevision.data.transforms import RECIPES, Recipe, build_transforms, eval_transform_for
 
 __all__ = [
     "RECIPES",
@@ -18,6 +18,7 @@ __all__ = [
     "Recipe",
     "build_datasets",
     "build_transforms",
+    "eval_transform_for",
     "scan_folder",
     "stratified_split",
 ]

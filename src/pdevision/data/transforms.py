@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from timm.data import create_transform
 
@@ -102,3 +103,9 @@ def build_transforms(
         input_size=img_size, is_training=False, interpolation="bicubic", mean=mean, std=std, crop_pct=recipe.crop_pct
     )
     return train, val
+
+
+def eval_transform_for(meta: dict[str, Any]) -> Callable:
+    """The evaluation transform of a checkpoint: its image size and normalisation, the ``light`` crop."""
+    _, val = build_transforms(RECIPES["light"], int(meta["img_size"]), tuple(meta["mean"]), tuple(meta["std"]))
+    return val

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pdevision.data import RECIPES, build_datasets, build_transforms
+from pdevision.data import build_datasets, eval_transform_for
 from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
-from pdevision.engine.modeling import build_model, load_into_model
+from pdevision.engine.modeling import load_into_model, model_from_meta
 from pdevision.engine.runtime import resolve_device
 from pdevision.engine.train import evaluate_model
 
@@ -23,16 +23,11 @@ log = logging.getLogger(__name__)
 def _model_from_checkpoint(checkpoint: str | Path, model_name: str | None, device: torch.device):
     folder = resolve_checkpoint(checkpoint)
     meta = read_meta(folder)
-    name = model_name or meta.get("model")
-    if not name:
-        raise CheckpointError(f"checkpoint {folder} does not name its model; pass --model")
     classes = meta.get("classes")
     if not classes:
         raise CheckpointError(f"checkpoint {folder} does not list its classes")
-    args = dict(meta.get("model_args", {}))
-    img_size = args.pop("img_size", meta.get("img_size"))
-    args.pop("drop_path_rate", None)
-    model = build_model(name, num_classes=len(classes), img_size=img_size, **args)
+    name = model_name or meta.get("model") or ""
+    model = model_from_meta(meta, len(classes), name or None)
     load_into_model(model, folder, name, classes)
     return model.to(device).eval(), meta, folder
 
@@ -75,7 +70,7 @@ def evaluate_checkpoint(
     dev = resolve_device(device)
     model, meta, folder = _model_from_checkpoint(checkpoint, model_name, dev)
     classes = list(meta["classes"])
-    _, val_tf = build_transforms(RECIPES["light"], int(meta["img_size"]), tuple(meta["mean"]), tuple(meta["std"]))
+    val_tf = eval_transform_for(meta)
     _, val_set = build_datasets(data, int(meta["img_size"]), val_split, val_tf, val_tf)
     if list(val_set.classes) != classes:
         raise CheckpointError(
@@ -110,7 +105,7 @@ def predict_images(
     dev = resolve_device(device)
     model, meta, _ = _model_from_checkpoint(checkpoint, None, dev)
     classes = list(meta["classes"])
-    _, tf = build_transforms(RECIPES["light"], int(meta["img_size"]), tuple(meta["mean"]), tuple(meta["std"]))
+    tf = eval_transform_for(meta)
     results = []
     for path in images:
         path = Path(path)

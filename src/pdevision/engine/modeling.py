@@ -10,7 +10,7 @@ from torch import nn
 from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta
 from pdevision.models.factory import ModelNameError, build_model
 
-__all__ = ["ModelNameError", "build_model", "check_image_size", "load_into_model", "min_input_size"]
+__all__ = ["ModelNameError", "build_model", "check_image_size", "load_into_model", "min_input_size", "model_from_meta"]
 
 
 def min_input_size(model: nn.Module) -> int:
@@ -67,3 +67,15 @@ def load_into_model(
         if missing or unexpected:
             raise CheckpointError(f"checkpoint {checkpoint} does not fit {model_name}: missing {missing[:5]}")
     return meta
+
+
+def model_from_meta(meta: dict[str, Any], num_classes: int, name: str | None = None) -> nn.Module:
+    """The model a checkpoint's metadata describes (name, arguments, image size), with ``num_classes``
+    outputs (0 for a bare encoder); training-only arguments such as drop path are left out."""
+    name = name or meta.get("model")
+    if not name:
+        raise CheckpointError("the checkpoint does not name its model; pass --model")
+    args = dict(meta.get("model_args", {}))
+    img_size = args.pop("img_size", meta.get("img_size"))
+    args.pop("drop_path_rate", None)
+    return build_model(name, num_classes=num_classes, img_size=img_size, **args)

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from pdevision.data import RECIPES, build_datasets, build_transforms
+from pdevision.data import build_datasets, eval_transform_for
 from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta, resolve_checkpoint
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import model_from_meta
 from pdevision.engine.runtime import resolve_device
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,7 @@ def load_encoder(checkpoint: str | Path, device: torch.device | str = "cpu") -> 
     meta = read_meta(folder)
     if meta.get("kind") != "encoder":
         raise CheckpointError(f"{folder} is not an encoder checkpoint (written by `pdevision pretrain` as RUN/encoder)")
-    args = dict(meta.get("model_args", {}))
-    img_size = args.pop("img_size", meta.get("img_size"))
-    model = build_model(meta["model"], num_classes=0, img_size=img_size, **args)
+    model = model_from_meta(meta, num_classes=0)
     model.load_state_dict(load_weights(folder))
     return model.to(device).eval(), meta
 
@@ -74,7 +72,7 @@ def knn_evaluate(
     dev = resolve_device(device)
     model, meta = load_encoder(checkpoint, dev)
     img_size = int(meta["img_size"])
-    _, tf = build_transforms(RECIPES["light"], img_size, tuple(meta["mean"]), tuple(meta["std"]))
+    tf = eval_transform_for(meta)
     train_set, val_set = build_datasets(data, img_size, val_split, tf, tf)
     train_feats, train_labels = embed(model, train_set, batch_size, dev)
     feats, labels = embed(model, val_set, batch_size, dev)
