@@ -16,21 +16,7 @@ from pdevision.layers import (
     create_activation,
     derivative_stencils,
 )
-
-
-def _randomise(module: nn.Module, seed: int = 0) -> None:
-    """Random BatchNorm statistics and affine parameters, random derivative kernels."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                n = m.num_features
-                m.weight.copy_(torch.rand(n, generator=gen) + 0.5)
-                m.bias.copy_(torch.randn(n, generator=gen) * 0.3)
-                m.running_mean.copy_(torch.randn(n, generator=gen) * 0.3)
-                m.running_var.copy_(torch.rand(n, generator=gen) + 0.5)
-            if isinstance(m, DerivativeConv):
-                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * 0.3)
+from tests.helpers import randomise_bn_and_kernels
 
 
 def _quadratic_field(channels: int, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -120,7 +106,7 @@ def test_fold_batchnorm_is_exact(equation: str, shared: bool) -> None:
     for n_in, n_out, stride in ((6, 6, 1), (6, 8, 2)):
         block = HyperbolicBlock(n_in, n_out, stride, equation, 4, shared, act_layer=BoundedActivation("softball"))
         block = block.double().eval()
-        _randomise(block)
+        randomise_bn_and_kernels(block)
         x = torch.randn(2, n_in, 9, 7, dtype=torch.float64)
         with torch.no_grad():
             ref = block(x)
@@ -143,7 +129,7 @@ def test_zero_init_last_starts_as_shortcut() -> None:
 
 def test_stem_fold_and_shape() -> None:
     stem = ResNetStem(3, 8).double().eval()
-    _randomise(stem)
+    randomise_bn_and_kernels(stem)
     x = torch.randn(2, 3, 33, 30, dtype=torch.float64)
     with torch.no_grad():
         ref = stem(x)

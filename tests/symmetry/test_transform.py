@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import pdevision  # noqa: F401
-from pdevision.layers import ACTIVATIONS, EQUATIONS, DerivativeConv
+from pdevision.layers import ACTIVATIONS, EQUATIONS
 from pdevision.models.pderesnet import PDEResNet
 from pdevision.symmetry import (
     check_invariance,
@@ -18,25 +18,13 @@ from pdevision.symmetry import (
     stage_groups,
     transform,
 )
+from tests.helpers import randomise_bn_and_kernels
 
 MIXED = ("eq5", "eq6")
 
 
 def _randomise(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Random BatchNorm statistics and affine parameters and random derivative kernels (so per-channel
-    kernels differ, and zero-initialised BatchNorms no longer hide the branches)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                n = m.num_features
-                m.weight.copy_(torch.rand(n, generator=gen) + 0.5)
-                m.bias.copy_(torch.randn(n, generator=gen) * 0.3)
-                m.running_mean.copy_(torch.randn(n, generator=gen) * 0.3)
-                m.running_var.copy_(torch.rand(n, generator=gen) + 0.5)
-            if isinstance(m, DerivativeConv):
-                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * 0.5)
-    return model.eval()
+    return randomise_bn_and_kernels(model, seed, kernel_scale=0.5).eval()
 
 
 def _tiny(equation: str = "eq3", activation: str = "softball", shared: bool = True, dtype=torch.float64):
