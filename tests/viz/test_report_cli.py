@@ -79,7 +79,7 @@ def test_cli_gradcam_erf_heat_symmetry(run: Path, tmp_path: Path, capsys: pytest
     args = ["viz", "erf", "--models", "resnet18", "--checkpoint", str(run), "--img-size", "32", "--images", "2"]
     assert main([*args, "--output", str(tmp_path / "e")]) == 0
     erf = json.loads((tmp_path / "e" / "erf.json").read_text())
-    assert [m["weights"] for m in erf["models"]] == ["trained, epoch 1", "random init"]
+    assert [m["weights"] for m in erf["models"]] == ["trained, epoch 1", "random init, branches not zeroed"]
     assert "random weights" in capsys.readouterr().out
     assert main(["viz", "heat", "--model", "hcnet_micro", "--img-size", "32", "--images", "2",
                  "--output", str(tmp_path / "h")]) == 0  # fmt: skip

@@ -50,6 +50,17 @@ DEFAULT_ERF_MODELS = (
 )
 
 
+def _nonzero_branches(name: str) -> dict[str, Any]:
+    """Constructor arguments that keep the residual branches of a randomly initialised model non-zero: timm's
+    ResNet and PDE-ResNet zero the last BatchNorm of each block and ConvNeXt scales its branches by 1e-6, so at
+    initialisation their ERF would be that of the stem and downsampling layers alone."""
+    if name.startswith(("resnet", "pderesnet")):
+        return {"zero_init_last": False}
+    if name.startswith("convnext"):
+        return {"ls_init_value": 1.0}
+    return {}
+
+
 def _images_for_named(model: nn.Module, img_size: int, data: str | None, count: int) -> tuple[torch.Tensor, str]:
     tf = model_transform(model, img_size)
     if data is not None:
@@ -91,15 +102,16 @@ def erf(
         sources[label] = source
         log.info("ERF of %s in %.1f s", label, time.perf_counter() - start)
     for name in models:
-        model = build_named_model(name, img_size).to(dev)
+        model = build_named_model(name, img_size, **_nonzero_branches(name)).to(dev)
         x, source = _images_for_named(model, img_size, data, images)
         start = time.perf_counter()
-        results.append(compute_erf(model, x.to(dev), name, weights="random init"))
+        init = "random init" + (", branches not zeroed" if _nonzero_branches(name) else "")
+        results.append(compute_erf(model, x.to(dev), name, weights=init))
         sources[name] = source
         log.info("ERF of %s in %.1f s", name, time.perf_counter() - start)
     png = plot_erf(results, out / "erf.png")
     numbers = {"models": [r.numbers() for r in results], "images": sources}
-    random = [r.model for r in results if r.weights == "random init"]
+    random = [r.model for r in results if r.weights.startswith("random init")]
     numbers["note"] = f"random weights (no pretrained download): {', '.join(random)}" if random else "trained weights"
     numbers["files"] = [str(png), str(write_json(out / "erf.json", numbers))]
     return numbers
@@ -345,7 +357,9 @@ def report(
             "hcnet_stencils.png": "learned stencils N(z) - W z, mean over channels",
             "pderesnet_point_response.png": "each block's response to a point perturbation of its input",
         }
-        sections.append("<h2>Heat</h2>" + "".join(figure(out / "heat" / n, c) for n, c in captions.items()))
+        sections.append(
+            "<h2>Heat</h2>" + "".join(figure(out / "heat" / n, c) for n, c in captions.items() if n.startswith(kind))
+        )
         numbers["heat_files"] = [Path(f).name for f in h["files"]]
     if kind == "pderesnet":
         s = symmetry(folder, output=out / "symmetry", data=data, images=max(images, 8), steps=steps)
