@@ -59,14 +59,14 @@ def symmetry_figures(
         if label != "folded"
     }
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), squeeze=False)
-    for ax, (label, ws) in zip(axes[0], weights.items(), strict=True):
+    for c, (ax, (label, ws)) in enumerate(zip(axes[0], weights.items(), strict=True)):
         w = dict(ws)[shown][:, :, 0, 0].detach().double().numpy()
         lim = float(np.abs(w).max())
         im = ax.imshow(w, cmap="coolwarm", vmin=-lim, vmax=lim, aspect="auto")
         fig.colorbar(im, ax=ax, shrink=0.8)
         diff = errors.get(label)
         ax.set_title(f"{label}" + (f"\nlogits diff {diff:.1e}" if diff is not None else "\n(reference)"), fontsize=8)
-        ax.set(xlabel="input channel", ylabel="output channel")
+        ax.set(xlabel="input channel", ylabel="output channel" if c == 0 else "")
     fig.suptitle(f"{shown} (1x1): groups per stage {', '.join(groups)}", fontsize=9, y=1.06)
     save_figure(fig, out / "symmetry_weights.png")
 
