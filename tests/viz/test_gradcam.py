@@ -52,7 +52,9 @@ def test_nhwc_gradcam_equals_the_permuted_nchw_computation(name: str) -> None:
     x = photo_images(model_transform(model, 32), 2)[0]
     classes = [1, 3]
     naive_differs = []
-    for i, (_, layer) in enumerate(stage_layers(model)):
+    layers = stage_layers(model)
+    for i in (0, len(layers) - 1):  # the first and the last stage
+        layer = layers[i][1]
         ours = gradcam_maps(model, layer, x, classes)
         wrapped = copy.deepcopy(model)
         wrapped.stages[i] = nn.Sequential(_NCHWOut(wrapped.stages[i]), _ToNHWC())
