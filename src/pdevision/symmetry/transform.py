@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pdevision.layers.hyperbolic import MIXED_EQUATIONS, HyperbolicBlock
+from pdevision.layers.hyperbolic import BILINEAR_FORMS, MIXED_EQUATIONS, HyperbolicBlock
 from pdevision.symmetry.fold import fold_batchnorm
 from pdevision.symmetry.groups import GROUPS, is_member, monomial_parts, stage_dims, stage_groups
 
@@ -30,6 +30,11 @@ class BlockMatrices:
     def of(cls, block: HyperbolicBlock, dtype: torch.dtype = torch.float64) -> BlockMatrices:
         if not block.folded:
             raise ValueError("the block is not folded; use pdevision.symmetry.fold_batchnorm(model) first")
+        if block.equation not in BILINEAR_FORMS:
+            raise NotImplementedError(
+                f"the weight transform is implemented for {BILINEAR_FORMS} (blocks act(S u + c + A h(u))), not for "
+                f"{block.equation!r}; stage_groups() still names the group that acts on it"
+            )
         return cls(
             block.coef.weight[:, :, 0, 0].to(dtype),
             block.mix.weight[:, :, 0, 0].to(dtype),
@@ -61,12 +66,12 @@ def act_on_block(
 ) -> BlockMatrices:
     """The weights after ``u_in -> g_in u_in`` (``None``: unchanged input) and ``u_out -> g_out u_out``.
 
-    ``S -> g_out S g_in^-1``, ``c -> g_out c``; the bilinear part: eq5/eq6 read the stream with ``W`` only,
-    ``W -> W g_in^-1``, ``A -> g_out A``. In eq3/eq4/eq7 the stream enters the product entry by entry, so
+    ``S -> g_out S g_in^-1``, ``c -> g_out c``; the bilinear part: mix/mix_cons read the stream with ``W`` only,
+    ``W -> W g_in^-1``, ``A -> g_out A``. In eq3/eq7/coef_grad the stream enters the product entry by entry, so
     ``g_in`` must be monomial, given as ``monomial = (pi, d)`` (``(g_in u)_i = d_i u_pi(i)``): hidden channel
     ``(i, a)`` takes the role of ``(pi(i), a)``, the rows of ``W g_in^-1`` are permuted and divided by ``d_i``,
     the columns of ``g_out A`` permuted, per-channel kernels permuted (a shared bank is unchanged). Without
-    ``monomial`` a non-mixed block gets the eq5 rule, which is not a symmetry (used to show that a
+    ``monomial`` a non-mixed block gets the mix rule, which is not a symmetry (used to show that a
     non-member changes the function). Differentiable in the group elements.
     """
     a = g_out @ m.A
@@ -107,6 +112,11 @@ def transform(model: nn.Module, elements: Sequence[torch.Tensor | None], check: 
     dims = stage_dims(model)
     if len(elements) != len(dims):
         raise ValueError(f"need one element per stage ({len(dims)}), got {len(elements)}")
+    if model.equation not in BILINEAR_FORMS:
+        raise NotImplementedError(
+            f"the weight transform is implemented for equation in {BILINEAR_FORMS}, not {model.equation!r} "
+            f"(stage_groups() names the group that acts on it: {stage_groups(model)[0]})"
+        )
     groups = stage_groups(model)
     gs: list[torch.Tensor] = []
     for i, (g, n) in enumerate(zip(elements, dims, strict=True)):
