@@ -33,6 +33,9 @@ __all__ = [
     "refinement_act_layer",
 ]
 
+# An FX leaf: the step checks concrete shapes (torchvision / timm FX feature extraction traces around it).
+torch.fx.wrap("fdm_heat_step")
+
 KMode = Literal["fixed", "learnable", "input"]
 Parametrisation = Literal["paper", "stable"]
 K_MODES: tuple[str, ...] = ("fixed", "learnable", "input")

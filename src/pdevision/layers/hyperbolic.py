@@ -76,6 +76,9 @@ PAPER_EQUATIONS: tuple[str, ...] = ("eq3", "eq4", "eq5", "eq6", "eq7")
 # This library's variants (not equations of the paper), each of the form r = A h(u).
 LIBRARY_VARIANTS: tuple[str, ...] = ("mix", "mix_cons", "coef_grad")
 EQUATIONS: tuple[str, ...] = PAPER_EQUATIONS + LIBRARY_VARIANTS
+# FX leaves: the default radius reads a concrete channel count.
+torch.fx.wrap("hardball")
+torch.fx.wrap("softball")
 # Forms whose folded block reads act(S u + c + A h_raw(u)) (the setting of pdevision.symmetry.transform).
 BILINEAR_FORMS: tuple[str, ...] = ("eq3", "eq7", *LIBRARY_VARIANTS)
 # Variants in which the residual stream enters only through 1x1 convs (GL(n) acts on it).

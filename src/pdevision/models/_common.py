@@ -26,9 +26,10 @@ def conv_out_size(size: int, times: int) -> int:
     return size
 
 
-def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> None:
-    """Raise ``ValueError`` naming expected and actual shape unless ``x`` is ``(B, in_chans, H, W)``
-    with ``H, W >= min_size``."""
+def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> torch.Tensor:
+    """``x`` itself; raise ``ValueError`` naming expected and actual shape unless ``x`` is ``(B, in_chans, H, W)``
+    with ``H, W >= min_size``. (Returning ``x`` keeps the check in FX graphs, whose dead-code pass would drop a
+    call whose result is unused.)"""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"expected a torch.Tensor of shape (batch, {in_chans}, height, width), got {type(x)}")
     if x.ndim != 4:
@@ -45,6 +46,12 @@ def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> None:
             f"expected height and width of at least {min_size} (the network's total stride), "
             f"got {x.shape[2]}x{x.shape[3]} in shape {tuple(x.shape)}"
         )
+    return x
+
+
+# A leaf of torch.fx graphs (torchvision's create_feature_extractor, timm's feature_cls="fx"): its checks
+# read concrete shapes, which a symbolic trace does not have. The calls still run when the graph runs.
+torch.fx.wrap("check_image_batch")
 
 
 def default_cfg(**kwargs: Any) -> dict[str, Any]:
@@ -173,7 +180,7 @@ class StagedBackbone(nn.Module):
         self.head.reset(num_classes, pool_type=global_pool)
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_batch(x, self.in_chans, self.min_input_size)
+        x = check_image_batch(x, self.in_chans, self.min_input_size)
         x = self.stem(x)
         return x.permute(0, 2, 3, 1) if self.output_fmt == "NHWC" else x
 

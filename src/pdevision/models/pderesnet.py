@@ -61,6 +61,8 @@ from pdevision.layers.hyperbolic import (
 )
 from pdevision.models._common import StagedBackbone, check_image_batch, default_cfg
 
+torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._common)
+
 __all__ = ["TABLE1_ROWS", "PDEResNet", "PDEResNetStage"]
 
 # The rows of the paper's Table 1 (arXiv:2308.01621) as model arguments. "@ds": the activation only at each
@@ -260,7 +262,7 @@ class PDEResNet(StagedBackbone):
         return dict(stem=r"^stem", blocks=r"^stages\.(\d+)" if coarse else r"^stages\.(\d+)\.blocks\.(\d+)")
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_batch(x, self.in_chans, self.min_input_size)
+        x = check_image_batch(x, self.in_chans, self.min_input_size)
         if self._check_finite and not bool(torch.isfinite(x).all()):
             raise FloatingPointError("the input images contain NaN or inf values")
         x = self.stem(x)

@@ -21,6 +21,7 @@ import torch.utils.checkpoint
 from timm.layers import trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, run_block
 from pdevision.models._common import StagedBackbone, conv_out_size, default_cfg, to_2tuple_size
@@ -28,6 +29,15 @@ from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
 __all__ = ["VHeat", "VHeatStage", "checkpoint_filter_fn"]
+
+
+def stage_fve(freq_embed: torch.Tensor, x: torch.Tensor, mode: str) -> torch.Tensor:
+    """A stage's FVE ``(H, W, C)`` resampled to the size of its NHWC input ``x`` (see :func:`resize_spectrum`)."""
+    return resize_spectrum(freq_embed, (x.shape[1], x.shape[2]), mode)
+
+
+# An FX leaf: the resampling depends on concrete sizes (FX feature extraction traces around it).
+torch.fx.wrap("stage_fve")
 
 
 class VHeatStage(nn.Module):
@@ -86,6 +96,12 @@ class VHeatStage(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.downsample(x)
+        if is_fx_symbolic_tracing():  # symbolic sizes: trace the general path (or the folded one of a folded stage)
+            use_folded = not self.training and self.folded_size() is not None
+            fve = None if use_folded else stage_fve(self.freq_embed, x, self.fve_resize)
+            for block in self.blocks:
+                x = block(x, fve)
+            return x
         size = (x.shape[1], x.shape[2])
         use_folded = not self.training and self.folded_size() == size
         if self.folded_only and not use_folded:
@@ -94,7 +110,7 @@ class VHeatStage(nn.Module):
                 f"it runs only in eval mode at feature size {self.folded_size()}, got {size} "
                 f"(training={self.training})"
             )
-        fve = None if use_folded else self.fve(size)
+        fve = None if use_folded else stage_fve(self.freq_embed, x, self.fve_resize)
         for block in self.blocks:
             x = run_block(block, x, fve, checkpointing=self.grad_checkpointing)
         return x
