@@ -39,7 +39,7 @@ from pdevision.layers.hcl import (
     Parametrisation,
     refinement_act_layer,
 )
-from pdevision.models._common import StagedBackbone, default_cfg
+from pdevision.models._common import StagedBackbone, default_cfg, resolve_local_head
 from pdevision.ops.fdm import Boundary
 
 __all__ = ["HcNet", "HcNetStage"]
@@ -170,6 +170,7 @@ class HcNet(StagedBackbone):
 
 def _create_hcnet(variant: str, pretrained: bool = False, **kwargs: Any) -> HcNet:
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    kwargs = resolve_local_head(pretrained, kwargs)
     return build_model_with_cfg(
         HcNet,
         variant,

@@ -59,7 +59,7 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._common import StagedBackbone, check_image_batch, default_cfg
+from pdevision.models._common import StagedBackbone, check_image_batch, default_cfg, resolve_local_head
 
 torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._common)
 
@@ -286,6 +286,7 @@ def _apply_table1_row(kwargs: dict[str, Any]) -> dict[str, Any]:
 def _create_pderesnet(variant: str, pretrained: bool = False, **kwargs: Any) -> PDEResNet:
     kwargs = _apply_table1_row(kwargs)
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    kwargs = resolve_local_head(pretrained, kwargs)
     return build_model_with_cfg(
         PDEResNet,
         variant,

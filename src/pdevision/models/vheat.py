@@ -24,7 +24,7 @@ from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, run_block
-from pdevision.models._common import StagedBackbone, conv_out_size, default_cfg, to_2tuple_size
+from pdevision.models._common import StagedBackbone, conv_out_size, default_cfg, resolve_local_head, to_2tuple_size
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
@@ -265,6 +265,7 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: VHeat) -> dict[str, 
 
 def _create_vheat(variant: str, pretrained: bool = False, **kwargs: Any) -> VHeat:
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    kwargs = resolve_local_head(pretrained, kwargs)
     return build_model_with_cfg(
         VHeat,
         variant,
