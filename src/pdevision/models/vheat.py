@@ -192,11 +192,11 @@ def _refuse_dynamic_size(x: torch.Tensor) -> None:
     """Raise ``ValueError`` when ``x`` is traced with a symbolic height or width (a dynamic-shape export)."""
     if not all(isinstance(d, int) for d in x.shape[2:]):
         raise ValueError(
-                "vHeat cannot be exported with a dynamic height or width: its DCT bases, frequency grid and "
-                "FVE resampling are built for one feature-map size, so the exported graph would be valid at the "
-                "example's size only. Export one model per resolution (static height and width; a dynamic "
-                "batch size is fine), e.g. torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
-            )
+            "vHeat cannot be exported with a dynamic height or width: its DCT bases, frequency grid and "
+            "FVE resampling are built for one feature-map size, so the exported graph would be valid at the "
+            "example's size only. Export one model per resolution (static height and width; a dynamic "
+            "batch size is fine), e.g. torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
+        )
 
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
