@@ -38,3 +38,16 @@ def test_another_label_set_still_gets_a_fresh_head(tmp_path: Path) -> None:
     )
     assert tuned.get_classifier().out_features == 3
     torch.testing.assert_close(tuned.stem.conv1.weight, model.stem.conv1.weight)
+
+
+def test_save_for_hf_and_local_dir_round_trip(tmp_path: Path) -> None:
+    """timm's own format: save_for_hf writes config.json + weights; "local-dir:" rebuilds the model with its head."""
+    from timm.models import save_for_hf
+
+    torch.manual_seed(0)
+    model = timm.create_model("vheat_micro", num_classes=5).eval()
+    save_for_hf(model, str(tmp_path / "vheat_micro_5"))
+    restored = timm.create_model(f"local-dir:{tmp_path / 'vheat_micro_5'}", pretrained=True).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(restored(x), model(x), rtol=0, atol=0)
