@@ -66,7 +66,11 @@ def _file_num_classes(path: str) -> int | None:
         with safe_open(str(path), framework="pt") as f:
             shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if k.endswith(_HEAD_KEYS)}
     else:
-        sd = torch.load(str(path), map_location="cpu", mmap=True, weights_only=True)
+        import argparse
+
+        # timm's train.py checkpoints also hold its argparse.Namespace of arguments
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            sd = torch.load(str(path), map_location="cpu", mmap=True, weights_only=True)
         for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
             if isinstance(sd, dict) and isinstance(sd.get(key), dict):
                 sd = sd[key]
@@ -96,7 +100,7 @@ def resolve_local_head(pretrained: bool, kwargs: dict[str, Any]) -> dict[str, An
         return kwargs
     try:
         classes = _file_num_classes(path)
-    except (OSError, RuntimeError, ValueError):  # unreadable here: timm's loader reports it
+    except Exception:  # unreadable here (e.g. not weights-only): timm's loader decides and reports
         return kwargs
     if classes is not None:
         kwargs["pretrained_cfg_overlay"] = {**overlay, "num_classes": classes}
