@@ -326,6 +326,10 @@ def vheat_small(pretrained: bool = False, **kwargs: Any) -> VHeat:
 
 @register_model
 def vheat_base(pretrained: bool = False, **kwargs: Any) -> VHeat:
-    """vHeat-B: dims 128, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.5 (92.13M)."""
+    """vHeat-B: dims 128, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.5 (92.13M).
+
+    The configuration of the authors' repository (``vHeat_base_224.yaml``); their README's 87M is the folded
+    inference model's count (87.50M). The CVPR text's vHeat-B (68M, 11.2 GFLOPs) has an unpublished
+    configuration and is not this model."""
     args = dict(dims=128, depths=(2, 2, 18, 2), post_norm=True, layer_scale=1e-5, drop_path_rate=0.5)
     return _create_vheat("vheat_base", pretrained, **dict(args, **kwargs))

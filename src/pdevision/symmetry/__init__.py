@@ -40,7 +40,11 @@ continuous scalings; the continuous O(n) / GL(n) symmetry needs the derivative t
 (``pderesnet50_mix``, ``pderesnet50_mix_cons``, not equations of the paper). The tests check each entry:
 random elements (condition number up to 10) leave the logits unchanged to 1e-4 relative where
 :func:`transform` is implemented (eq3, eq7 and the library variants; for eq4-eq6 it raises
-``NotImplementedError``), and an element of a larger group changes them.
+``NotImplementedError``), and an element of a larger group changes them. For eq4-eq6 the entries follow from
+the same argument and are not checked numerically. In eq5 the branch of a widening block writes the first
+``n_in`` output channels with the input channel's index (zero padding), so there the permutations of
+consecutive stages are coupled (the next stage's first ``n_in`` channels must be permuted like the previous
+stage's); scalings stay independent.
 
 The head's pre-logit features change by ``g``; the logits do not. Symmetries inside the blocks' hidden
 channels (e.g. scaling ``C u`` against ``D u``) are not used here.
