@@ -69,9 +69,25 @@ def test_group_elements_leave_logits_unchanged(equation: str, activation: str, s
         assert not torch.allclose(k0, twin.stages[1].blocks[1].deriv.weight)
 
 
-@pytest.mark.parametrize("equation", ["eq4", "eq5", "eq6"])
-def test_transform_of_the_other_paper_equations_is_refused(equation: str) -> None:
-    model = _tiny(equation, "none")
+@pytest.mark.parametrize("equation", ["eq4", "eq6"])
+@pytest.mark.parametrize("activation", ["none", "softball", "relu@all"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_paper_eq4_eq6_symmetries(equation: str, activation: str, shared: bool) -> None:
+    """Eq. (4) is entry-wise in the output channel, Eq. (6) in the input channel: monomial matrices act
+    (continuous scalings without activation), a dense element does not."""
+    model = _tiny(equation, activation, shared)
+    group = stage_groups(model)[0]
+    assert group == {"none": "monomial", "softball": "signed_perm", "relu@all": "perm_scale"}[activation]
+    twin = transform(model, random_element(model, seed=3, cond=10.0))
+    assert check_invariance(model, twin, X64) < 1e-4
+    a0, a1 = fold_batchnorm(model).stages[2].blocks[0].coef.weight, twin.stages[2].blocks[0].coef.weight
+    assert (a0 - a1).abs().max() > 1e-3
+    dense = transform(model, random_element(model, "GL", seed=3), check=False)
+    assert check_invariance(model, dense, X64) > 1e-2
+
+
+def test_transform_of_eq5_is_refused() -> None:
+    model = _tiny("eq5", "none")
     assert stage_groups(model) == ["monomial"] * 4
     with pytest.raises(NotImplementedError, match="names the group"):
         transform(model, random_element(model, seed=1))

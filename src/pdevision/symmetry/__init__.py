@@ -39,9 +39,9 @@ group of signed permutations (S_n with signs) on their streams; relu@all and act
 continuous scalings; the continuous O(n) / GL(n) symmetry needs the derivative taken of a mixed variable
 (``pderesnet50_mix``, ``pderesnet50_mix_cons``, not equations of the paper). The tests check each entry:
 random elements (condition number up to 10) leave the logits unchanged to 1e-4 relative where
-:func:`transform` is implemented (eq3, eq7 and the library variants; for eq4-eq6 it raises
-``NotImplementedError``), and an element of a larger group changes them. For eq4-eq6 the entries follow from
-the same argument and are not checked numerically. In eq5 the branch of a widening block writes the first
+:func:`transform` is implemented (eq3, eq4, eq6, eq7 and the library variants; for eq5 it raises
+``NotImplementedError`` and the entry is derived, not checked numerically), and an element of a larger group
+changes them. In eq5 the branch of a widening block writes the first
 ``n_in`` output channels with the input channel's index (zero padding), so there the permutations of
 consecutive stages are coupled (the next stage's first ``n_in`` channels must be permuted like the previous
 stage's); scalings stay independent.

@@ -99,6 +99,63 @@ def stream_blocks(model: nn.Module) -> list[tuple[HyperbolicBlock, int | None, i
     return out
 
 
+# Paper forms outside the bilinear setting for which the weight transform is written out (act_on_paper_block).
+TRANSFORMABLE_PAPER_FORMS: tuple[str, ...] = ("eq4", "eq6")
+
+
+def _hidden_permutation(pi: torch.Tensor, k: int) -> torch.Tensor:
+    """Hidden channel ``(i, a)`` (index ``i k + a``) takes the role of ``(pi(i), a)``."""
+    return (pi[:, None] * k + torch.arange(k, device=pi.device)[None, :]).reshape(-1)
+
+
+@torch.no_grad()
+def act_on_paper_block(block: HyperbolicBlock, g_in: torch.Tensor | None, g_out: torch.Tensor) -> None:
+    """Rewrite a folded eq4 / eq6 block (in place, float64 algebra) for ``u_in -> g_in u_in`` (``None``: unchanged)
+    and ``u_out -> g_out u_out``; exact when ``g_in`` (and for eq4 ``g_out``) is monomial.
+
+    eq6, ``A K[u * (C u)] + S u``: the product is entry-wise in the input channel, so with ``(g_in u)_i = d_i
+    u_pi(i)``: ``C[i] -> (C g_in^-1)[pi(i)] / d_i``, ``A``'s columns and per-channel kernels permuted, ``A -> g_out
+    A``. eq4, ``(C u) * (A K u + e) + S u``: entry-wise in the output channel, so with ``(g_out v)_i = d'_i
+    v_pi'(i)``: ``C -> d' P' C g_in^-1``, ``A -> P' A[:, sigma] / d``, ``e -> P' e``. Both: ``S -> g_out S g_in^-1``,
+    shortcut bias ``-> g_out b``. A non-monomial element is applied through its largest entries (which changes the
+    function: used to show that non-members are not symmetries).
+    """
+    dt = block.mix.weight.dtype
+    c = block.coef.weight[:, :, 0, 0].double()
+    a = block.mix.weight[:, :, 0, 0].double()
+    e = block.mix.bias.double()
+    s = block.shortcut.weight[:, :, 0, 0].double()
+    b = block.shortcut.bias.double()
+    kernels = block.deriv.weight
+    k = block.expansion
+    g_out = g_out.double()
+    if g_in is not None:
+        g_in = g_in.double()
+        g_inv = torch.linalg.inv(g_in)
+        pi, d = monomial_parts(g_in)
+        sigma = _hidden_permutation(pi, k)
+        s = s @ g_inv
+        if not block.deriv.shared:
+            kernels = kernels[sigma]
+        if block.equation == "eq6":
+            c = (c @ g_inv)[pi] / d[:, None]
+            a = a[:, sigma]
+        else:  # eq4
+            c = c @ g_inv
+            a = a[:, sigma] / d.repeat_interleave(k)[None, :]
+    if block.equation == "eq6":
+        a, e = g_out @ a, g_out @ e
+    else:
+        pi_o, d_o = monomial_parts(g_out)
+        c, a, e = d_o[:, None] * c[pi_o], a[pi_o], e[pi_o]
+    block.coef.weight.copy_(c[:, :, None, None].to(dt))
+    block.mix.weight.copy_(a[:, :, None, None].to(dt))
+    block.mix.bias.copy_(e.to(dt))
+    block.shortcut.weight.copy_((g_out @ s)[:, :, None, None].to(dt))
+    block.shortcut.bias.copy_((g_out @ b).to(dt))
+    block.deriv.weight.copy_(kernels)
+
+
 @torch.no_grad()
 def transform(model: nn.Module, elements: Sequence[torch.Tensor | None], check: bool = True) -> nn.Module:
     """A folded eval-mode copy of the PDE-ResNet ``model`` whose stage ``i`` stream is ``g_i`` times the
@@ -112,9 +169,10 @@ def transform(model: nn.Module, elements: Sequence[torch.Tensor | None], check: 
     dims = stage_dims(model)
     if len(elements) != len(dims):
         raise ValueError(f"need one element per stage ({len(dims)}), got {len(elements)}")
-    if model.equation not in BILINEAR_FORMS:
+    if model.equation not in BILINEAR_FORMS + TRANSFORMABLE_PAPER_FORMS:
         raise NotImplementedError(
-            f"the weight transform is implemented for equation in {BILINEAR_FORMS}, not {model.equation!r} "
+            f"the weight transform is implemented for equation in {BILINEAR_FORMS + TRANSFORMABLE_PAPER_FORMS}, "
+            f"not {model.equation!r} "
             f"(stage_groups() names the group that acts on it: {stage_groups(model)[0]})"
         )
     groups = stage_groups(model)
@@ -134,6 +192,9 @@ def transform(model: nn.Module, elements: Sequence[torch.Tensor | None], check: 
     out = copy.deepcopy(model).eval() if getattr(model, "folded", False) else fold_batchnorm(model)
     device = next(out.parameters()).device
     for block, src, dst in stream_blocks(out):
+        if block.equation in TRANSFORMABLE_PAPER_FORMS:
+            act_on_paper_block(block, None if src is None else gs[src].to(device), gs[dst].to(device))
+            continue
         m = BlockMatrices.of(block)
         g_in = None if src is None else gs[src].to(device)
         g_in_inv = None if src is None else inverses[src].to(device)
