@@ -40,6 +40,18 @@ def stage_fve(freq_embed: torch.Tensor, x: torch.Tensor, mode: str) -> torch.Ten
 torch.fx.wrap("stage_fve")
 
 
+@torch.compiler.disable  # runs eagerly: under a strict (dynamo) export the symbolic sizes would look like ints
+def _refuse_dynamic_size(x: torch.Tensor) -> None:
+    """Raise ``ValueError`` when ``x`` is traced with a symbolic height or width (a dynamic-shape export)."""
+    if not all(isinstance(d, int) for d in x.shape[2:]):
+        raise ValueError(
+            "vHeat cannot be exported with a dynamic height or width: its DCT bases, frequency grid and "
+            "FVE resampling are built for one feature-map size, so the exported graph would be valid at the "
+            "example's size only. Export one model per resolution (static height and width; a dynamic "
+            "batch size is fine), e.g. torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
+        )
+
+
 class VHeatStage(nn.Module):
     """Optional downsampling, then ``depth`` heat-conduction blocks sharing one FVE. NHWC in and out."""
 
@@ -185,18 +197,6 @@ class VHeat(StagedBackbone):
         if torch.compiler.is_exporting():
             _refuse_dynamic_size(x)
         return super()._stem(x)
-
-
-@torch.compiler.disable  # runs eagerly: under a strict (dynamo) export the symbolic sizes would look like ints
-def _refuse_dynamic_size(x: torch.Tensor) -> None:
-    """Raise ``ValueError`` when ``x`` is traced with a symbolic height or width (a dynamic-shape export)."""
-    if not all(isinstance(d, int) for d in x.shape[2:]):
-        raise ValueError(
-            "vHeat cannot be exported with a dynamic height or width: its DCT bases, frequency grid and "
-            "FVE resampling are built for one feature-map size, so the exported graph would be valid at the "
-            "example's size only. Export one model per resolution (static height and width; a dynamic "
-            "batch size is fine), e.g. torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
-        )
 
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
