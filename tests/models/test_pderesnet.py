@@ -55,14 +55,13 @@ def test_parameter_counts_match_the_paper(name: str, paper: float, exact: int) -
 def test_table1_rows_build_at_micro_scale() -> None:
     from pdevision.models.pderesnet import TABLE1_ROWS
 
-    x = torch.randn(2, 3, 32, 32)
-    for row, args in TABLE1_ROWS.items():
+    for row, args in TABLE1_ROWS.items():  # (every equation's forward and backward: test_every_equation_runs...)
         model = timm.create_model("pderesnet_micro", num_classes=4, table1_row=row)
         block = model.stages[1].blocks[0]
         assert (block.equation, block.shared, block.expansion, model.activation) == (
             args["equation"], args["shared"], args["expansion"], args["activation"]
         ), row  # fmt: skip
-        assert model(x).shape == (2, 4)
+        assert model.get_classifier().out_features == 4
     with pytest.raises(ValueError, match="table1_row must be one of"):
         timm.create_model("pderesnet_micro", table1_row="eq8")
 
