@@ -275,7 +275,12 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--predictor", default="discrete", choices=["discrete", "exact"], help="(I + dx A)^n or expm")
     g.add_argument("--corner", default="mean", choices=["mean", "xy", "yx"], help="order of the corner extrapolation")
     g.add_argument("--constraint", default="skew", choices=["skew", "none"], help="A, B skew-symmetric or free")
-    g.add_argument("--max-rate", type=_rate, default=0.25, help="cap on dx ||A||_2 ('none': no cap)")
+    g.add_argument(
+        "--max-rate",
+        type=lambda t: t if t == "auto" else _rate(t),
+        default="auto",
+        help="cap on dx ||A||_2 ('none': no cap; default 'auto': 0.25 for skew, none for --constraint none)",
+    )
     g.add_argument("--no-fuse-deeper", dest="fuse_deeper", action="store_false", help="only the stride's stage")
     g.add_argument("--decoder", default="transformer", choices=["transformer", "conv"])
     g = p.add_argument_group("MAE")

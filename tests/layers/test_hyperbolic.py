@@ -93,10 +93,17 @@ def test_block_shapes_and_parameter_count(equation: str, stride: int) -> None:
     out = block(torch.randn(2, n_in, 9, 8))
     assert out.shape == (2, n_out, 5 if stride == 2 else 9, 4 if stride == 2 else 8)
     n_params = sum(p.numel() for p in block.parameters())
-    expected = k * n_in * n_in + k * n_in * n_out + 9 * k * n_in + 2 * k * n_in + 2 * n_out + n_in * n_out + 2 * n_out
+    # C, A (or their replacements), the per-channel kernels, the two BatchNorms, the projection shortcut
+    coef_and_mix = {
+        "eq4": n_in * n_out + k * n_in * n_out,  # one C n -> n_out, A
+        "eq5": k * n_in * n_in,  # C_a, no A
+        "eq6": n_in * n_in + k * n_in * n_out,  # one C n -> n, A
+    }.get(equation, k * n_in * n_in + k * n_in * n_out)
+    final_bn = 2 * (n_in if equation == "eq5" else n_out)
+    expected = coef_and_mix + 9 * k * n_in + 2 * k * n_in + final_bn + n_in * n_out + 2 * n_out
     assert n_params == expected
     shared = HyperbolicBlock(n_in, n_out, stride=stride, equation=equation, expansion=k)
-    bank = 2 if equation in ("eq5", "eq6") else k
+    bank = 2 if equation in ("mix", "mix_cons") else k
     assert shared.deriv.weight.shape == (bank, 1, 3, 3)
 
 
@@ -113,7 +120,8 @@ def test_fold_batchnorm_is_exact(equation: str, shared: bool) -> None:
             block.fold_batchnorm()
             out = block(x)
         assert block.folded and isinstance(block.norm, nn.Identity) and isinstance(block.norm_deriv, nn.Identity)
-        assert isinstance(block.shortcut, nn.Conv2d) and block.mix.bias is not None
+        assert isinstance(block.shortcut, nn.Conv2d)
+        assert block.mix is None if equation == "eq5" else block.mix.bias is not None
         torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
         block.fold_batchnorm()  # idempotent
         with torch.no_grad():
@@ -121,7 +129,7 @@ def test_fold_batchnorm_is_exact(equation: str, shared: bool) -> None:
 
 
 def test_zero_init_last_starts_as_shortcut() -> None:
-    block = HyperbolicBlock(4, 4, equation="eq6").eval()
+    block = HyperbolicBlock(4, 4, equation="mix_cons").eval()
     block.zero_init_last()
     x = torch.randn(1, 4, 5, 5)
     torch.testing.assert_close(block(x), x)
@@ -154,6 +162,6 @@ def test_bad_block_arguments() -> None:
     with pytest.raises(ValueError, match="equation must be one of"):
         HyperbolicBlock(4, 4, equation="eq8")
     with pytest.raises(ValueError, match="even for"):
-        HyperbolicBlock(4, 4, equation="eq5", expansion=3)
+        HyperbolicBlock(4, 4, equation="mix", expansion=3)
     with pytest.raises(ValueError, match="identity shortcut"):
         HyperbolicBlock(4, 8, projection=False)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import timm
 import torch
 
 import pdevision  # noqa: F401
 from pdevision.bench import count_macs, count_params
-from pdevision.layers import HeatConductionLayer, RefinementActivation
+from pdevision.layers import HeatConductionLayer, HeatConductionMixer, RefinementActivation
 from pdevision.models import list_models
 from pdevision.models.hcnet import HcNet
 
@@ -72,7 +73,7 @@ def test_defaults_are_the_documented_ones(micro: HcNet) -> None:
         dict(k_mode="learnable"),
         dict(parametrisation="paper"),
         dict(boundary="zeros", steps=2),
-        dict(ra_filter=False, mlp_ratio=2.0),
+        dict(ra_filter=False, ra_filter_matched=False, mlp_ratio=2.0),
     ],
 )
 def test_create_model_options(options: dict) -> None:
@@ -110,3 +111,56 @@ def test_bad_constructor_arguments() -> None:
         HcNet(dimz=8)
     with pytest.raises(ValueError, match="k_mode"):
         HcNet(dims=8, depths=(1, 1, 1, 1), k_mode="adaptive")
+
+
+@pytest.mark.parametrize(("name", "layout"), [("hcnet_micro", "library"), ("hcnet_micro", "paper")])
+def test_filter_ablation_is_parameter_matched(name: str, layout: str) -> None:
+    """The paper's Table 6 compares the RaL filter at the same parameter count."""
+    with_filter = count_params(timm.create_model(name, layout=layout))
+    matched = timm.create_model(name, layout=layout, ra_filter=False)
+    plain = count_params(timm.create_model(name, layout=layout, ra_filter=False, ra_filter_matched=False))
+    assert not any(isinstance(m, RefinementActivation) for m in matched.modules())
+    assert abs(count_params(matched) - with_filter) / with_filter < 1e-3
+    assert (with_filter - plain) / with_filter > 5e-3  # what matching compensates
+
+
+def test_paper_layout_structure() -> None:
+    from timm.models.swin_transformer import PatchMerging
+
+    from pdevision.layers.hcl import PaperHcRaBlock
+    from pdevision.models.hcnet import PatchStem
+
+    model = timm.create_model("hcnet_micro", layout="paper", num_classes=3)
+    assert isinstance(model.stem, PatchStem) and model.stem.conv.stride == (4, 4)
+    assert all(isinstance(s.downsample, PatchMerging) for s in model.stages[1:])
+    assert all(isinstance(b, PaperHcRaBlock) for s in model.stages for b in s.blocks)
+    assert not any(isinstance(m, HeatConductionMixer) for m in model.modules())  # no projections around the HcL
+    for size in ((64, 64), (45, 61)):
+        assert model(torch.randn(2, 3, *size)).shape == (2, 3)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        timm.create_model("hcnet_micro", layout="swin")
+
+
+def test_paper_block_is_the_heat_step_on_its_input_then_the_ral() -> None:
+    """x <- x + k (N(x) - W x), k = sigmoid(Linear(GAP(x))) from the block input, then x <- x + RaL(LN(x)):
+    checked against numpy with the RaL's output layer zeroed (then the block is the heat step alone)."""
+    from pdevision.layers.hcl import PaperHcRaBlock
+
+    torch.manual_seed(0)
+    block = PaperHcRaBlock(4, parametrisation="paper").double().eval()
+    with torch.no_grad():
+        block.heat.weight.copy_(torch.rand(4, 4, dtype=torch.float64) * 0.3)
+        torch.nn.init.normal_(block.heat.k_proj.weight)
+        block.mlp.fc2.weight.zero_()
+        block.mlp.fc2.bias.zero_()
+    x = torch.randn(2, 5, 6, 4, dtype=torch.float64)  # NHWC
+    with torch.no_grad():
+        out = block(x).numpy()
+    xs = x.numpy()
+    wk, bk = block.heat.k_proj.weight.detach().numpy(), block.heat.k_proj.bias.detach().numpy()
+    k = 1 / (1 + np.exp(-(xs.mean(axis=(1, 2)) @ wk.T + bk)))  # (B, C), from the block input
+    w = block.heat.weight.detach().numpy()
+    p = np.pad(xs, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="edge")
+    neigh = w[:, 0] * p[:, 2:, 1:-1] + w[:, 1] * p[:, :-2, 1:-1] + w[:, 2] * p[:, 1:-1, 2:] + w[:, 3] * p[:, 1:-1, :-2]
+    ref = xs + k[:, None, None, :] * (neigh - w.sum(1) * xs)
+    np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-10)

@@ -39,13 +39,37 @@ def test_registered_in_timm() -> None:
         ("pderesnet50", 8.61e6, 8_613_092),
         ("pderesnet50_noshare", 8.73e6, 8_732_324),
         ("pderesnet50_noshare_x6", 13.0e6, 12_975_268),
+        ("pderesnet50_eq4", 5.70e6, 5_700_836),
+        ("pderesnet50_eq5", 4.26e6, 4_270_436),
+        ("pderesnet50_eq6", 5.61e6, 5_614_820),
         ("pderesnet50_eq7_noshare_x6", 13.0e6, 12_975_268),
     ],
 )
 def test_parameter_counts_match_the_paper(name: str, paper: float, exact: int) -> None:
+    """Every Eq.(3)-(7) row of Table 1 (arXiv:2308.01621) at 100 classes, within 1%."""
     n = count_params(timm.create_model(name, num_classes=100))
     assert n == exact
-    assert abs(n - paper) / paper < 0.05
+    assert abs(n - paper) / paper < 0.01
+
+
+def test_table1_rows_build_at_micro_scale() -> None:
+    from pdevision.models.pderesnet import TABLE1_ROWS
+
+    for row, args in TABLE1_ROWS.items():  # (every equation's forward and backward: test_every_equation_runs...)
+        model = timm.create_model("pderesnet_micro", num_classes=4, table1_row=row)
+        block = model.stages[1].blocks[0]
+        assert (block.equation, block.shared, block.expansion, model.activation) == (
+            args["equation"], args["shared"], args["expansion"], args["activation"]
+        ), row  # fmt: skip
+        assert model.get_classifier().out_features == 4
+    with pytest.raises(ValueError, match="table1_row must be one of"):
+        timm.create_model("pderesnet_micro", table1_row="eq8")
+
+
+def test_library_variants_keep_names_that_claim_no_equation() -> None:
+    for name, equation in (("pderesnet50_mix", "mix"), ("pderesnet50_mix_cons", "mix_cons")):
+        assert timm.create_model(name).equation == equation
+    assert timm.create_model("pderesnet50_coef_grad").equation == "coef_grad"
 
 
 def test_paper_configurations() -> None:

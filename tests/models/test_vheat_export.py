@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 import timm
 import torch
 from timm.utils.model import reparameterize_model
@@ -31,3 +32,30 @@ def test_folded_micro_exports_to_onnx(tmp_path: Path) -> None:
     with torch.no_grad():
         ref = model(x).numpy()
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-4
+
+
+def test_dynamic_height_width_export_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    """A graph exported with symbolic H, W would hold one size's DCT bases and fail at any other size."""
+    model = timm.create_model("vheat_micro", num_classes=10).eval()
+    dims = ({2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC},)
+    with pytest.raises(ValueError, match="Export one model per resolution"):
+        torch.export.export(model, (torch.randn(1, 3, 64, 64),), dynamic_shapes=dims)
+    with pytest.raises(Exception, match="Export one model per resolution"):
+        torch.onnx.export(
+            model, (torch.randn(1, 3, 64, 64),), str(tmp_path / "dyn.onnx"), dynamo=True, dynamic_shapes=dims
+        )
+
+
+@pytest.mark.slow
+def test_export_per_resolution_runs_in_onnxruntime(tmp_path: Path) -> None:
+    model = timm.create_model("vheat_micro", num_classes=10).eval()
+    for size in (64, 96):
+        path = tmp_path / f"vheat_micro_{size}.onnx"
+        batch = ({0: torch.export.Dim.DYNAMIC},)  # a dynamic batch is fine
+        torch.onnx.export(model, (torch.randn(2, 3, size, size),), str(path), dynamo=True, dynamic_shapes=batch)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        x = torch.randn(3, 3, size, size)
+        (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        with torch.no_grad():
+            ref = model(x).numpy()
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-4

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import scipy.ndimage
 import torch
+import torch.nn.functional as F
 
-from pdevision.ops import fdm_heat_step, heat_stencil, stable_coefficients
+from pdevision.ops import fdm_heat_step, heat_stencil, replicate_pad1, stable_coefficients
 
 
 def _np_step(z: np.ndarray, w: np.ndarray, k: np.ndarray, boundary: str) -> np.ndarray:
@@ -150,3 +151,32 @@ def test_bad_arguments() -> None:
 def test_one_pixel_image() -> None:
     z = torch.randn(2, 3, 1, 1)
     torch.testing.assert_close(fdm_heat_step(z, torch.rand(3, 4), 0.5), z)
+
+
+def test_replicate_pad_equals_torch_and_numpy_edge_padding() -> None:
+    z = torch.randn(2, 3, 5, 4, dtype=torch.float64, requires_grad=True)
+    ours = replicate_pad1(z)
+    torch.testing.assert_close(ours, F.pad(z, (1, 1, 1, 1), mode="replicate"), rtol=0, atol=0)
+    ref = np.pad(z.detach().numpy(), ((0, 0), (0, 0), (1, 1), (1, 1)), mode="edge")
+    np.testing.assert_array_equal(ours.detach().numpy(), ref)
+    # the same gradient as the old replication-pad path (edge cells collect their ghosts)
+    w = torch.randn_like(ours)
+    (g_ours,) = torch.autograd.grad((ours * w).sum(), z)
+    (g_ref,) = torch.autograd.grad((F.pad(z, (1, 1, 1, 1), mode="replicate") * w).sum(), z)
+    torch.testing.assert_close(g_ours, g_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_insulated_step_trains_under_torch_compile() -> None:
+    """Inductor has no replication_pad2d_backward; the insulated step must compile forward and backward."""
+    torch._dynamo.reset()
+    z = torch.randn(2, 3, 6, 5, requires_grad=True)
+    weight = torch.rand(3, 4, requires_grad=True)
+    step = torch.compile(lambda z, w: fdm_heat_step(z, w, 0.3, steps=2, boundary="insulated"), fullgraph=True)
+    out = step(z, weight)
+    out.square().sum().backward()
+    ref_z, ref_w = z.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    ref = fdm_heat_step(ref_z, ref_w, 0.3, steps=2, boundary="insulated")
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(z.grad, ref_z.grad)
+    torch.testing.assert_close(weight.grad, ref_w.grad)

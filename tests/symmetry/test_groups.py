@@ -83,7 +83,7 @@ def test_intersections() -> None:
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_stage_groups_table(equation: str, activation: str) -> None:
     model = PDEResNet(depths=(1, 1), dims=(4, 6), equation=equation, activation=activation)
-    kind = "mixed" if equation in ("eq5", "eq6") else "entrywise"
+    kind = "mixed" if equation in ("mix", "mix_cons") else "entrywise"
     assert stage_groups(model) == [CLAIMED[(kind, activation)]] * 2
     # weight sharing does not change the group
     per_channel = PDEResNet(depths=(1, 1), dims=(4, 6), equation=equation, activation=activation, shared=False)

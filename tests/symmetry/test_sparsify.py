@@ -17,7 +17,7 @@ from tests.symmetry.test_transform import X64, _tiny
 
 
 def test_sparsify_over_orthogonal_group_is_exact_and_lowers_the_objective() -> None:
-    model = _tiny("eq6", "softball")
+    model = _tiny("mix_cons", "softball")
     result = sparsify(model, steps=40, lr=0.05, threshold=0.1, inputs=X64)
     assert result.groups == ["O"] * 4
     assert all(is_member(g, "O", tol=1e-9) for g in result.elements)
@@ -33,10 +33,10 @@ def test_sparsify_over_orthogonal_group_is_exact_and_lowers_the_objective() -> N
 
 
 def test_sparsify_gl_and_scalings() -> None:
-    gl = sparsify(_tiny("eq5", "none"), steps=10, lr=0.02, inputs=X64)
+    gl = sparsify(_tiny("mix", "none"), steps=10, lr=0.02, inputs=X64)
     assert gl.groups == ["GL"] * 4 and gl.transform_error < 1e-8
     assert gl.objective_after < gl.objective_before
-    sub = sparsify(_tiny("eq5", "none"), group="O", steps=5)
+    sub = sparsify(_tiny("mix", "none"), group="O", steps=5)
     assert sub.groups == ["O"] * 4
     scale = sparsify(_tiny("eq3", "relu"), steps=10, lr=0.05, inputs=X64)
     assert scale.groups == ["perm_scale"] * 4 and scale.transform_error < 1e-8
@@ -53,11 +53,11 @@ def test_sparsify_with_a_discrete_group_does_nothing() -> None:
 
 def test_sparsify_rejects_a_group_that_does_not_act() -> None:
     with pytest.raises(ValueError, match="does not act"):
-        sparsify(_tiny("eq6", "softball"), group="GL", steps=1)
+        sparsify(_tiny("mix_cons", "softball"), group="GL", steps=1)
 
 
 def test_prune_small_weights() -> None:
-    folded = fold_batchnorm(_tiny("eq6", "softball"))
+    folded = fold_batchnorm(_tiny("mix_cons", "softball"))
     names = [n for n, _ in one_by_one_weights(folded)]
     assert "stages.0.blocks.0.coef.weight" in names and "stages.1.blocks.1.shortcut.weight" in names
     pruned, fraction = prune_small_weights(folded, threshold=0.5)

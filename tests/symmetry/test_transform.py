@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import pdevision  # noqa: F401
-from pdevision.layers import ACTIVATIONS, EQUATIONS
+from pdevision.layers import ACTIVATIONS, BILINEAR_FORMS, EQUATIONS
 from pdevision.models.pderesnet import PDEResNet
 from pdevision.symmetry import (
     check_invariance,
@@ -20,7 +20,7 @@ from pdevision.symmetry import (
 )
 from tests.helpers import randomise_bn_and_kernels
 
-MIXED = ("eq5", "eq6")
+MIXED = ("mix", "mix_cons")
 
 
 def _randomise(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -50,7 +50,7 @@ def test_fold_batchnorm_matches_eval_model(equation: str, dtype: torch.dtype) ->
     assert check_invariance(model, folded, X64) < 1e-5
 
 
-@pytest.mark.parametrize("equation", EQUATIONS)
+@pytest.mark.parametrize("equation", BILINEAR_FORMS)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("shared", [True, False])
 def test_group_elements_leave_logits_unchanged(equation: str, activation: str, shared: bool) -> None:
@@ -69,7 +69,33 @@ def test_group_elements_leave_logits_unchanged(equation: str, activation: str, s
         assert not torch.allclose(k0, twin.stages[1].blocks[1].deriv.weight)
 
 
-@pytest.mark.parametrize(("equation", "activation"), [("eq6", "softball"), ("eq3", "softball"), ("eq7", "relu@all")])
+@pytest.mark.parametrize("equation", ["eq4", "eq6"])
+@pytest.mark.parametrize("activation", ["none", "softball", "relu@all"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_paper_eq4_eq6_symmetries(equation: str, activation: str, shared: bool) -> None:
+    """Eq. (4) is entry-wise in the output channel, Eq. (6) in the input channel: monomial matrices act
+    (continuous scalings without activation), a dense element does not."""
+    model = _tiny(equation, activation, shared)
+    group = stage_groups(model)[0]
+    assert group == {"none": "monomial", "softball": "signed_perm", "relu@all": "perm_scale"}[activation]
+    twin = transform(model, random_element(model, seed=3, cond=10.0))
+    assert check_invariance(model, twin, X64) < 1e-4
+    a0, a1 = fold_batchnorm(model).stages[2].blocks[0].coef.weight, twin.stages[2].blocks[0].coef.weight
+    assert (a0 - a1).abs().max() > 1e-3
+    dense = transform(model, random_element(model, "GL", seed=3), check=False)
+    assert check_invariance(model, dense, X64) > 1e-2
+
+
+def test_transform_of_eq5_is_refused() -> None:
+    model = _tiny("eq5", "none")
+    assert stage_groups(model) == ["monomial"] * 4
+    with pytest.raises(NotImplementedError, match="names the group"):
+        transform(model, random_element(model, seed=1))
+
+
+@pytest.mark.parametrize(
+    ("equation", "activation"), [("mix_cons", "softball"), ("eq3", "softball"), ("coef_grad", "relu@all")]
+)
 def test_float32_invariance_on_micro(equation: str, activation: str) -> None:
     torch.manual_seed(0)
     model = _randomise(timm.create_model("pderesnet_micro", num_classes=10, equation=equation, activation=activation))
@@ -81,24 +107,24 @@ def test_float32_invariance_on_micro(equation: str, activation: str) -> None:
 
 def test_float32_invariance_gl() -> None:
     # Without activations the quadratic blocks grow fast (the paper's NaNs); the tiny model stays finite.
-    model = _tiny("eq5", "none", dtype=torch.float32)
+    model = _tiny("mix", "none", dtype=torch.float32)
     twin = transform(model, random_element(model, seed=5, dtype=torch.float32))
     assert check_invariance(model, twin, X64.float()) < 1e-3
 
 
 # (equation, activation, a group that is strictly larger than the acting one)
 NON_MEMBERS = [
-    ("eq6", "softball", "GL"),
-    ("eq5", "hardball", "GL"),
-    ("eq6", "hardtanh", "O"),
-    ("eq5", "relu", "signed_perm"),
+    ("mix_cons", "softball", "GL"),
+    ("mix", "hardball", "GL"),
+    ("mix_cons", "hardtanh", "O"),
+    ("mix", "relu", "signed_perm"),
     ("eq3", "none", "O"),
-    ("eq4", "none", "GL"),
+    ("eq7", "none", "GL"),
     ("eq3", "softball", "O"),
-    ("eq7", "softball", "perm_scale"),
+    ("coef_grad", "softball", "perm_scale"),
     ("eq3", "hardtanh", "O"),
-    ("eq4", "hardtanh", "perm_scale"),
-    ("eq7", "relu@all", "signed_perm"),
+    ("eq7", "hardtanh", "perm_scale"),
+    ("coef_grad", "relu@all", "signed_perm"),
 ]
 
 
@@ -114,7 +140,7 @@ def test_non_members_change_the_logits(equation: str, activation: str, group: st
 
 
 def test_transform_leaves_the_original_and_moves_the_features() -> None:
-    model = _tiny("eq6", "softball")
+    model = _tiny("mix_cons", "softball")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     twin = transform(model, random_element(model, seed=0))
     for k, v in model.state_dict().items():
@@ -130,7 +156,7 @@ def test_transform_leaves_the_original_and_moves_the_features() -> None:
 
 
 def test_transform_argument_errors_and_modes() -> None:
-    model = _tiny("eq6", "none")
+    model = _tiny("mix_cons", "none")
     with pytest.raises(ValueError, match="one element per stage"):
         transform(model, [None])
     with pytest.raises(ValueError, match="expected a 8x8 matrix"):

@@ -5,8 +5,11 @@ from pdevision.layers.hcl import HeatConductionLayer, HeatConductionMixer, Refin
 from pdevision.layers.hco import HeatConductionOperator
 from pdevision.layers.hyperbolic import (
     ACTIVATIONS,
+    BILINEAR_FORMS,
     EQUATIONS,
+    LIBRARY_VARIANTS,
     MIXED_EQUATIONS,
+    PAPER_EQUATIONS,
     BoundedActivation,
     DerivativeConv,
     HyperbolicBlock,
@@ -17,8 +20,11 @@ from pdevision.layers.hyperbolic import (
 
 __all__ = [
     "ACTIVATIONS",
+    "BILINEAR_FORMS",
     "EQUATIONS",
+    "LIBRARY_VARIANTS",
     "MIXED_EQUATIONS",
+    "PAPER_EQUATIONS",
     "BoundedActivation",
     "ConvDownsample",
     "ConvStem",

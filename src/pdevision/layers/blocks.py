@@ -8,6 +8,7 @@ import torch
 import torch.utils.checkpoint
 from timm.layers import DropPath, LayerNorm2d, LayerScale, Mlp
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 
 def run_block(block: nn.Module, x: torch.Tensor, *args: object, checkpointing: bool = False) -> torch.Tensor:
@@ -54,7 +55,7 @@ class MixerBlock(nn.Module):
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         chunk = self.mlp_chunk
-        if chunk is None or torch.is_grad_enabled() or x.shape[1] * x.shape[2] <= chunk:
+        if chunk is None or torch.is_grad_enabled() or is_fx_symbolic_tracing() or x.shape[1] * x.shape[2] <= chunk:
             return self.mlp(x)
         flat = x.reshape(-1, x.shape[-1])
         out = torch.empty_like(flat)

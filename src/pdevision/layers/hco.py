@@ -5,9 +5,25 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.ops.dct import DctMethod, dct2, idct2
 from pdevision.ops.heat import frequency_energy
+
+
+def heat_decay(k: torch.Tensor) -> torch.Tensor:
+    """``exp(-k (wx^2 + wy^2))`` for a diffusivity ``k`` of shape ``(H, W, C)`` on the ``(H, W)`` DCT grid (the
+    exponent in at least float32)."""
+    dtype = torch.promote_types(k.dtype, torch.float32)
+    energy = frequency_energy(k.shape[0], k.shape[1], k.device, dtype)
+    return torch.exp(-energy.unsqueeze(-1) * k.to(dtype))
+
+
+# FX leaves (torchvision's create_feature_extractor, timm's feature_cls="fx"): the DCT and the frequency grid
+# depend on concrete sizes; in the graph they are single calls that run with the real shapes.
+torch.fx.wrap("dct2")
+torch.fx.wrap("idct2")
+torch.fx.wrap("heat_decay")
 
 
 class HeatConductionOperator(nn.Module):
@@ -42,15 +58,14 @@ class HeatConductionOperator(nn.Module):
         """Decay factors ``exp(-k (wx^2 + wy^2))`` of shape ``(h, w, C)``: from ``fve`` when given (so
         training after folding still reaches the FVE and projection), else the folded factors."""
         if fve is None:
-            if self.k_exp is not None and self.k_exp.shape[:2] == (h, w):
+            # under an FX trace the sizes are symbolic: a folded operator traces its folded path
+            if self.k_exp is not None and (is_fx_symbolic_tracing() or self.k_exp.shape[:2] == (h, w)):
                 return self.k_exp
             raise ValueError(
                 f"the heat operator needs a frequency embedding for a {h}x{w} map "
                 f"(folded for {tuple(self.k_exp.shape[:2]) if self.k_exp is not None else 'no size'})"
             )
-        dtype = torch.promote_types(fve.dtype, torch.float32)  # the exponent in at least fp32
-        energy = frequency_energy(h, w, fve.device, dtype)
-        return torch.exp(-energy.unsqueeze(-1) * self.diffusivity(fve).to(dtype))
+        return heat_decay(self.diffusivity(fve))
 
     @torch.no_grad()
     def fold(self, fve: torch.Tensor) -> None:

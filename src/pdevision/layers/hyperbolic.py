@@ -2,32 +2,62 @@
 Architecture with a Continuous Symmetry", arXiv:2308.01621), with their stem and activations.
 
 All tensors are NCHW. ``u`` is the block input (``n`` channels, the residual stream), ``k`` the expansion
-factor, ``K_a`` the 3x3 derivative kernels (trainable, initialised to the stencils of ``d/dx``, ``d/dy``,
-``d2/dx2``, ``d2/dy2``, ``d2/dxdy`` and a smoothing kernel), ``*`` the element-wise product, ``W`` one 1x1 conv
-``n -> k n`` (the coefficient matrices ``C, D, ...`` stacked) and ``A`` one 1x1 conv ``k n -> n_out`` (``A, B, ...``
-stacked). One forward-Euler step is ``u_out = act(shortcut(u) + BN(A h))`` with ``h`` per equation:
+factor (4 in the paper, 6 for "x6"), ``K_a`` the 3x3 derivative kernels (trainable, initialised to the stencils
+of ``d/dx``, ``d/dy``, ``d2/dx2``, ``d2/dy2``, ``d2/dxdy`` and a smoothing kernel; ``a = 1..k``), ``*`` the
+element-wise product. As the paper describes its Fig. 1 (Sec. 5.1), the 2 derivatives of Eq. (3) become ``k``
+trainable kernels per channel (a depthwise conv, "or better, 4"), the matrices ``C, D`` are one stacked 1x1 conv
+(here ``coef``) and ``A, B`` another (``mix``), with a BatchNorm after the 3x3 and one at the end. One
+forward-Euler step is ``u_out = act(shortcut(u) + BN(r(u)))``.
 
-====== ============================================ ==================================================
- name   ``h`` (``a`` runs over the kernels)           PDE reading
-====== ============================================ ==================================================
- eq3    ``(C_a u) * BN(K_a u)``, ``a = 1..k``          Eq. (3): ``du_i/dt = sum_j A_ij (C u)_j du_j/dx + ...``
- eq4    ``BN(K_a ((C_a u) * u))``                      conservative form of eq3, ``d/dx[(C u) u]``
- eq5    ``(D u) * BN(K_a (C u))``, ``a = x, y``        eq3 with the differentiated variable mixed, ``C u``
- eq6    ``BN(K_a ((C u) * (D u)))``, ``a = x, y``      conservative form of eq5, ``d/dx[(C u)(D u)]``
- eq7    ``u * BN(K_a (C_a u))``                        derivative of the coefficient, ``u d/dx (C u)``
-====== ============================================ ==================================================
+**The paper's equations** (arXiv:2308.01621, Eqs. 3-7; ``a`` generalises the printed ``x, y`` to ``k`` kernels):
 
-Eq. (3) is the paper's equation as printed; the labels eq4-eq7 are this library's reconstruction of the
-paper's variants (the paper's text was not available offline when this was written): the formula above is
-what each label computes. In eq3/eq4/eq7 the stream enters the product entry by entry, so only monomial
-matrices (permutations times diagonal scalings) can be compensated in the weights; in eq5/eq6 the stream is
-read only by 1x1 convs, so all of GL(n) can (see :mod:`pdevision.symmetry`). Every variant has the same
-parameter count: ``k n_in^2`` (``W``) + ``k n_in n_out`` (``A``) + the kernels (``k n_in`` 3x3 kernels, or one
-shared bank of ``k`` (eq3/4/7) or 2 (eq5/6) kernels with ``shared=True``).
+====== ============================================================ =================================================
+ name   printed equation                                              block ``r(u)``
+====== ============================================================ =================================================
+ eq3    ``sum_j A_ij (C u)_j du_j/dx + B (D u) du/dy``                 ``A [(C_a u) * BN(K_a u)]``, ``C_a`` n -> k n
+ eq4    ``(C u)_i (A du/dx)_i + (D u)_i (B du/dy)_i``                  ``(C u) * A BN(K_a u)``, ``C`` n -> n_out
+ eq5    ``(C u)_i du_i/dx + (D u)_i du_i/dy``                          ``sum_a (C_a u) * BN(K_a u)``, no ``A``
+ eq6    ``sum_j A_ij d/dx[u_j (C u)_j] + B d/dy[u (C u)]`` (one C)     ``A BN(K_a [u * (C u)])``, ``C`` n -> n
+ eq7    ``sum_j A_ij d/dx[u_j (C u)_j] + B d/dy[u (D u)]``             ``A BN(K_a [u * (C_a u)])``, ``C_a`` n -> k n
+====== ============================================================ =================================================
 
-In eval mode :meth:`HyperbolicBlock.fold_batchnorm` writes a block with the derivative kernels and matrices
-only: ``u_out = act(S u + c + A' h_raw)``, ``h_raw`` being ``h`` without its BatchNorm (its scale moves into
-``A'``, its shift into ``S`` or ``c``).
+What the paper leaves open and what is chosen here (the choices reproduce Table 1's parameter counts at 100
+classes within 1%, checked in the tests; designs with one coefficient matrix per kernel in Eq. (4) or a 2-kernel
+bank do not: 8.96M and 4.60M against 5.70M):
+
+- eq4: the printed equation has two coefficient matrices (``C`` for ``x``, ``D`` for ``y``); the count of Table 1
+  (5.70M) is reached with one ``C`` (``n -> n_out``) shared by all ``k`` derivative channels and ``A`` (``k n ->
+  n_out``) summing over them, i.e. ``(C u)_i sum_a (A_a K_a u)_i``.
+- eq5: each ``u_i`` sees only its own derivatives, so the branch has ``n_in`` channels; the paper does not say
+  how a block that changes the width (each stage's first block) handles this. Here the branch's ``n_in``
+  channels (after their BatchNorm) are added to the first ``n_in`` of the ``n_out`` output channels (zero
+  padding of the branch; the projection shortcut writes all of them). ``C_a`` are ``k`` matrices ``n -> n``
+  (the printed ``C, D`` for ``k = 2``).
+- eq6 prints one ``C`` for both directions: one ``C`` (``n -> n``) here; eq7 prints ``C`` and ``D``: one ``C_a``
+  per kernel here. The product is formed at the input resolution and the (strided) derivative taken after it.
+- In all of them the BatchNorm after the 3x3 and the final BatchNorm follow Sec. 5.1; the paper's code is
+  not available, so the positions of the BatchNorms in Eqs. (4)-(7) are this library's reading.
+
+**This library's channel-mix variants** (not equations of the paper; the symmetry toolkit uses them because
+the residual stream is read only by 1x1 convs in ``mix`` and ``mix_cons``, so GL(n) can act; see
+:mod:`pdevision.symmetry`):
+
+=========== ============================================ ==================================================
+ name        ``h`` fed to ``A`` (``r = A h``)              PDE reading
+=========== ============================================ ==================================================
+ mix         ``(D u) * BN(K_a (C u))``, ``a = x, y``       eq3 with the differentiated variable mixed, ``C u``
+ mix_cons    ``BN(K_a ((C u) * (D u)))``, ``a = x, y``     conservative form of ``mix``, ``d/dx[(C u)(D u)]``
+ coef_grad   ``u * BN(K_a (C_a u))``                       derivative of the coefficient, ``u d/dx (C u)``
+=========== ============================================ ==================================================
+
+Each has eq3's (and eq7's) parameter count: ``k n_in^2`` (``C``) + ``k n_in n_out`` (``A``) + the kernels (``k
+n_in`` 3x3 kernels, or one shared bank of ``k`` (eq3, eq7, coef_grad) or 2 (mix, mix_cons) kernels with
+``shared=True``). (Earlier versions of this library called eq7 "eq4", and mix, mix_cons, coef_grad "eq5",
+"eq6", "eq7".)
+
+In eval mode :meth:`HyperbolicBlock.fold_batchnorm` removes every BatchNorm (scales into the 1x1 convs,
+shifts into biases or the shortcut); for eq3, eq7 and the library variants the folded block reads
+``u_out = act(S u + c + A' h_raw)``, ``h_raw`` being ``h`` without its BatchNorm.
 """
 
 from __future__ import annotations
@@ -42,15 +72,26 @@ from torch import nn
 
 from pdevision.ops.ball import hardball, hardtanh, softball
 
-EQUATIONS: tuple[str, ...] = ("eq3", "eq4", "eq5", "eq6", "eq7")
-# Equations in which the residual stream enters only through 1x1 convs (GL(n) acts on it).
-MIXED_EQUATIONS: tuple[str, ...] = ("eq5", "eq6")
+PAPER_EQUATIONS: tuple[str, ...] = ("eq3", "eq4", "eq5", "eq6", "eq7")
+# This library's variants (not equations of the paper), each of the form r = A h(u).
+LIBRARY_VARIANTS: tuple[str, ...] = ("mix", "mix_cons", "coef_grad")
+EQUATIONS: tuple[str, ...] = PAPER_EQUATIONS + LIBRARY_VARIANTS
+# FX leaves: the default radius reads a concrete channel count.
+torch.fx.wrap("hardball")
+torch.fx.wrap("softball")
+# Forms whose folded block reads act(S u + c + A h_raw(u)) (the setting of pdevision.symmetry.transform).
+BILINEAR_FORMS: tuple[str, ...] = ("eq3", "eq7", *LIBRARY_VARIANTS)
+# Variants in which the residual stream enters only through 1x1 convs (GL(n) acts on it).
+MIXED_EQUATIONS: tuple[str, ...] = ("mix", "mix_cons")
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "relu@all", "hardtanh", "hardball", "softball")
 
 __all__ = [
     "ACTIVATIONS",
+    "BILINEAR_FORMS",
     "EQUATIONS",
+    "LIBRARY_VARIANTS",
     "MIXED_EQUATIONS",
+    "PAPER_EQUATIONS",
     "BoundedActivation",
     "DerivativeConv",
     "HyperbolicBlock",
@@ -130,16 +171,18 @@ def _bn_affine(bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class HyperbolicBlock(nn.Module):
-    """One forward-Euler step of a quasi-linear hyperbolic system (Liu et al. 2023, Eq. 3 and variants, see
-    the module docstring): ``act(shortcut(u) + DropPath(BN(A h(u))))``. NCHW in ``(B, in_chs, H, W)``, out
-    ``(B, out_chs, ceil(H / stride), ceil(W / stride))``.
+    """One forward-Euler step of a quasi-linear hyperbolic system (Liu et al. 2023, Eqs. 3-7 or this library's
+    variants, see the module docstring): ``act(shortcut(u) + DropPath(BN(r(u))))``. NCHW in
+    ``(B, in_chs, H, W)``, out ``(B, out_chs, ceil(H / stride), ceil(W / stride))``.
 
     Args:
         in_chs, out_chs: channels of ``u`` and of the output.
         stride: 1, or 2 for a downsampling block (the 3x3 and the 1x1 shortcut are strided).
-        equation: ``"eq3"`` ... ``"eq7"``.
-        expansion: hidden channels ``k * in_chs`` (4 in the paper, 6 for "x6"); even for eq5/eq6.
-        shared: one bank of derivative kernels for all channels (the paper's default) or one per channel.
+        equation: one of :data:`EQUATIONS`: the paper's ``"eq3"`` ... ``"eq7"`` or a library variant
+            (``"mix"``, ``"mix_cons"``, ``"coef_grad"``).
+        expansion: ``k``, derivative channels per input channel (4 in the paper, 6 for "x6"); even for
+            ``mix`` / ``mix_cons``.
+        shared: one bank of derivative kernels for all channels (the paper's "ws") or one per channel.
         act_layer: activation after the sum (the stage's downsampling block), ``None`` for none.
         projection: 1x1 conv + BN shortcut; default when the shape changes.
         drop_path: stochastic depth of the branch.
@@ -162,6 +205,8 @@ class HyperbolicBlock(nn.Module):
             raise ValueError(f"equation must be one of {EQUATIONS}, got {equation!r}")
         if expansion < 1 or (equation in MIXED_EQUATIONS and expansion % 2):
             raise ValueError(f"expansion must be a positive integer (even for {MIXED_EQUATIONS}), got {expansion}")
+        if equation == "eq5" and out_chs < in_chs:
+            raise ValueError(f"eq5 keeps each channel's index: out_chs must be >= in_chs, got {in_chs} -> {out_chs}")
         if projection is None:
             projection = in_chs != out_chs or stride != 1
         if not projection and (in_chs != out_chs or stride != 1):
@@ -173,16 +218,20 @@ class HyperbolicBlock(nn.Module):
         self.hidden = hidden = expansion * in_chs
         self.folded = False
 
-        self.coef = nn.Conv2d(in_chs, hidden, 1, stride=stride if equation == "eq3" else 1, bias=False)
-        if equation == "eq3":
+        # coef: the coefficient matrices C (C_a stacked); deriv: the 3x3 kernels; mix: A (A_a stacked)
+        coef_out = {"eq4": out_chs, "eq6": in_chs}.get(equation, hidden)
+        coef_stride = stride if equation in ("eq3", "eq4", "eq5") else 1
+        self.coef = nn.Conv2d(in_chs, coef_out, 1, stride=coef_stride, bias=False)
+        if equation in ("eq3", "eq4", "eq5", "eq6"):
             self.deriv = DerivativeConv(in_chs, expansion, expansion, shared, stride)
-        elif equation in ("eq4", "eq7"):
+        elif equation in ("eq7", "coef_grad"):
             self.deriv = DerivativeConv(hidden, 1, expansion, shared, stride)
         else:
             self.deriv = DerivativeConv(hidden // 2, 2, 2, shared, stride)
         self.norm_deriv: nn.Module = nn.BatchNorm2d(hidden)
-        self.mix = nn.Conv2d(hidden, out_chs, 1, bias=False)
-        self.norm: nn.Module = nn.BatchNorm2d(out_chs)
+        self.mix: nn.Conv2d | None = None if equation == "eq5" else nn.Conv2d(hidden, out_chs, 1, bias=False)
+        self.branch_chs = in_chs if equation == "eq5" else out_chs
+        self.norm: nn.Module = nn.BatchNorm2d(self.branch_chs)
         self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.shortcut: nn.Module = (
             nn.Sequential(
@@ -199,29 +248,112 @@ class HyperbolicBlock(nn.Module):
             nn.init.zeros_(self.norm.weight)
 
     def branch(self, u: torch.Tensor) -> torch.Tensor:
-        """``h(u)``, the ``k n`` channels fed to ``A`` (NCHW, at the output resolution)."""
+        """``h(u)``, the ``k n`` channels fed to ``A`` (NCHW, at the output resolution); for eq4 ``BN(K u)``;
+        eq5 has no ``A`` (see :meth:`residual`)."""
         k, s, eq = self.expansion, self.stride, self.equation
-        if eq == "eq3":
-            return self.norm_deriv(self.deriv(u)) * self.coef(u)
-        if eq == "eq4":
-            return self.norm_deriv(self.deriv(self.coef(u) * u.repeat_interleave(k, dim=1)))
+        if eq == "eq5":
+            raise ValueError("eq5 has no matrix A: use residual()")
+        if eq in ("eq3", "eq4"):
+            h = self.norm_deriv(self.deriv(u))
+            return h * self.coef(u) if eq == "eq3" else h
+        if eq == "eq6":
+            return self.norm_deriv(self.deriv(u * self.coef(u)))
         if eq == "eq7":
+            return self.norm_deriv(self.deriv(self.coef(u) * u.repeat_interleave(k, dim=1)))
+        if eq == "coef_grad":
             return self.norm_deriv(self.deriv(self.coef(u))) * _subsample(u, s).repeat_interleave(k, dim=1)
         v, w = self.coef(u).chunk(2, dim=1)
-        if eq == "eq5":
+        if eq == "mix":
             return self.norm_deriv(self.deriv(v)) * _subsample(w, s).repeat_interleave(2, dim=1)
-        return self.norm_deriv(self.deriv(v * w))  # eq6
+        return self.norm_deriv(self.deriv(v * w))  # mix_cons
+
+    def residual(self, u: torch.Tensor) -> torch.Tensor:
+        """``r(u)``, the branch before its final BatchNorm: ``branch_chs`` channels at the output resolution."""
+        if self.equation == "eq5":
+            p = self.coef(u) * self.norm_deriv(self.deriv(u))
+            return p.unflatten(1, (self.in_chs, self.expansion)).sum(2)
+        assert self.mix is not None
+        if self.equation == "eq4":
+            return self.coef(u) * self.mix(self.branch(u))
+        return self.mix(self.branch(u))
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        return self.act(self.shortcut(u) + self.drop_path(self.norm(self.mix(self.branch(u)))))
+        r = self.norm(self.residual(u))
+        if self.branch_chs != self.out_chs:  # eq5 in a widening block: the branch writes the first channels
+            r = F.pad(r, (0, 0, 0, 0, 0, self.out_chs - self.branch_chs))
+        return self.act(self.shortcut(u) + self.drop_path(r))
+
+    def _shortcut_matrix(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The shortcut in eval mode as ``(S, b)``: ``S u + b`` (``S`` is ``out x in``)."""
+        w = self.coef.weight
+        if isinstance(self.shortcut, nn.Sequential):
+            sp, bp = _bn_affine(self.shortcut.bn)
+            return sp[:, None] * self.shortcut.conv.weight[:, :, 0, 0], bp
+        eye = torch.eye(self.in_chs, dtype=w.dtype, device=w.device)
+        return eye, torch.zeros(self.out_chs, dtype=w.dtype, device=w.device)
+
+    def _write_folded(
+        self,
+        mix: torch.Tensor | None,
+        mix_bias: torch.Tensor | None,
+        skip: torch.Tensor,
+        skip_bias: torch.Tensor | None,
+    ) -> None:
+        dev, dt = skip.device, skip.dtype
+        if mix is not None:
+            conv = nn.Conv2d(self.hidden, self.out_chs, 1, bias=mix_bias is not None, device=dev, dtype=dt)
+            conv.weight.copy_(mix[:, :, None, None])
+            if mix_bias is not None:
+                conv.bias.copy_(mix_bias)
+            self.mix = conv
+        shortcut = nn.Conv2d(
+            self.in_chs, self.out_chs, 1, stride=self.stride, bias=skip_bias is not None, device=dev, dtype=dt
+        )
+        shortcut.weight.copy_(skip[:, :, None, None])
+        if skip_bias is not None:
+            shortcut.bias.copy_(skip_bias)
+        self.shortcut = shortcut
+        self.norm_deriv, self.norm = nn.Identity(), nn.Identity()
+        self.folded = True
+
+    @torch.no_grad()
+    def _fold_paper_form(self) -> None:
+        """Fold eq4, eq5, eq6: scales into ``coef`` / ``mix``, shifts into ``mix``'s bias or the shortcut."""
+        s1, b1 = _bn_affine(self.norm_deriv)
+        s2, b2 = _bn_affine(self.norm)
+        skip, skip_bias = self._shortcut_matrix()
+        skip_bias = skip_bias.clone()
+        skip_bias[: self.branch_chs] += b2
+        eq = self.equation
+        if eq == "eq5":  # sum_a (C_a u)_i (s1 K_a u + b1)_i, times s2_i
+            w = self.coef.weight[:, :, 0, 0]
+            scale = s2.repeat_interleave(self.expansion)
+            linear = ((scale * b1)[:, None] * w).unflatten(0, (self.in_chs, self.expansion)).sum(1)
+            skip = skip.clone()
+            skip[: self.in_chs] += linear
+            self.coef.weight.mul_((scale * s1)[:, None, None, None])
+            self._write_folded(None, None, skip, skip_bias)
+            return
+        assert self.mix is not None
+        a = self.mix.weight[:, :, 0, 0]
+        if eq == "eq4":  # (s2 C u) * (A s1 K u + A b1)
+            self.coef.weight.mul_(s2[:, None, None, None])
+            self._write_folded(a * s1[None, :], a @ b1, skip, skip_bias)
+        else:  # eq6: s2 A (s1 K v + b1)
+            self._write_folded(s2[:, None] * a * s1[None, :], s2 * (a @ b1), skip, skip_bias)
 
     @torch.no_grad()
     def fold_batchnorm(self) -> None:
-        """Fold the three BatchNorms (running statistics) into ``A`` (now with a bias ``c``) and a 1x1 shortcut
-        ``S``, in place: afterwards the block is ``act(S u + c + A' h_raw(u))`` and, in eval mode, computes the
-        same function. ``S`` is a dense 1x1 conv also where the shortcut was the identity."""
+        """Fold the BatchNorms (running statistics) into the convs, in place; in eval mode the block then
+        computes the same function. For eq3, eq7 and the library variants the block becomes ``act(S u + c + A' h_raw
+        (u))`` with ``A'`` carrying the bias ``c`` and a dense 1x1 shortcut ``S`` (also where it was the
+        identity); eq4, eq5, eq6 keep their form with biases in ``mix`` and the shortcut."""
         if self.folded:
             return
+        if self.equation not in BILINEAR_FORMS:
+            self._fold_paper_form()
+            return
+        assert self.mix is not None
         s1, b1 = _bn_affine(self.norm_deriv)
         s2, b2 = _bn_affine(self.norm)
         a = self.mix.weight[:, :, 0, 0]
@@ -229,33 +361,20 @@ class HyperbolicBlock(nn.Module):
         k = self.expansion
         new_a = s2[:, None] * a * s1[None, :]
         bias = b2.clone()
-        # The BatchNorm shift of the 3x3 output: a constant (eq4/eq6) or a linear term in u (eq3/eq5/eq7).
-        if self.equation in ("eq4", "eq6"):
+        # The BatchNorm shift of the 3x3 output: a constant (eq7, mix_cons) or a linear term in u.
+        if self.equation in ("eq7", "mix_cons"):
             bias += s2 * (a @ b1)
             linear = torch.zeros(self.out_chs, self.in_chs, dtype=a.dtype, device=a.device)
         elif self.equation == "eq3":
             linear = (s2[:, None] * a * b1[None, :]) @ w
-        elif self.equation == "eq5":
+        elif self.equation == "mix":
             d = w[self.hidden // 2 :].repeat_interleave(2, dim=0)
             linear = (s2[:, None] * a * b1[None, :]) @ d
-        else:  # eq7: the shift multiplies u itself, repeated k times
+        else:  # coef_grad: the shift multiplies u itself, repeated k times
             eye = torch.eye(self.in_chs, dtype=a.dtype, device=a.device).repeat_interleave(k, dim=0)
             linear = (s2[:, None] * a * b1[None, :]) @ eye
-        if isinstance(self.shortcut, nn.Sequential):
-            sp, bp = _bn_affine(self.shortcut.bn)
-            skip = sp[:, None] * self.shortcut.conv.weight[:, :, 0, 0]
-            bias += bp
-        else:
-            skip = torch.eye(self.in_chs, dtype=a.dtype, device=a.device)
-        dev, dt = a.device, a.dtype
-        mix = nn.Conv2d(self.hidden, self.out_chs, 1, bias=True, device=dev, dtype=dt)
-        mix.weight.copy_(new_a[:, :, None, None])
-        mix.bias.copy_(bias)
-        shortcut = nn.Conv2d(self.in_chs, self.out_chs, 1, stride=self.stride, bias=False, device=dev, dtype=dt)
-        shortcut.weight.copy_((skip + linear)[:, :, None, None])
-        self.mix, self.shortcut = mix, shortcut
-        self.norm_deriv, self.norm = nn.Identity(), nn.Identity()
-        self.folded = True
+        skip, skip_bias = self._shortcut_matrix()
+        self._write_folded(new_a, bias + skip_bias, skip + linear, None)
 
     def extra_repr(self) -> str:
         return (

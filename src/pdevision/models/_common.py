@@ -26,9 +26,10 @@ def conv_out_size(size: int, times: int) -> int:
     return size
 
 
-def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> None:
-    """Raise ``ValueError`` naming expected and actual shape unless ``x`` is ``(B, in_chans, H, W)``
-    with ``H, W >= min_size``."""
+def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> torch.Tensor:
+    """``x`` itself; raise ``ValueError`` naming expected and actual shape unless ``x`` is ``(B, in_chans, H, W)``
+    with ``H, W >= min_size``. (Returning ``x`` keeps the check in FX graphs, whose dead-code pass would drop a
+    call whose result is unused.)"""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"expected a torch.Tensor of shape (batch, {in_chans}, height, width), got {type(x)}")
     if x.ndim != 4:
@@ -45,6 +46,65 @@ def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> None:
             f"expected height and width of at least {min_size} (the network's total stride), "
             f"got {x.shape[2]}x{x.shape[3]} in shape {tuple(x.shape)}"
         )
+    return x
+
+
+# A leaf of torch.fx graphs (torchvision's create_feature_extractor, timm's feature_cls="fx"): its checks
+# read concrete shapes, which a symbolic trace does not have. The calls still run when the graph runs.
+torch.fx.wrap("check_image_batch")
+
+
+# Classifier weights of this library's models and of the vHeat authors' checkpoints.
+_HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
+
+
+def _file_num_classes(path: str) -> int | None:
+    """Rows of the classifier in a local ``.pth`` / ``.safetensors`` file (memory-mapped), ``None`` if none."""
+    if str(path).endswith(".safetensors"):
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if k.endswith(_HEAD_KEYS)}
+    else:
+        import argparse
+
+        # timm's train.py checkpoints also hold its argparse.Namespace of arguments
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            sd = torch.load(str(path), map_location="cpu", mmap=True, weights_only=True)
+        for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
+            if isinstance(sd, dict) and isinstance(sd.get(key), dict):
+                sd = sd[key]
+                break
+        shapes = {k: list(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor) and k.endswith(_HEAD_KEYS)}
+    for head in _HEAD_KEYS:
+        for key, shape in shapes.items():
+            if key.removeprefix("module.") == head and len(shape) == 2:
+                return int(shape[0])
+    return None
+
+
+def resolve_local_head(pretrained: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keep a trained head when weights come from a local file (``pretrained_cfg_overlay=dict(file=...)``).
+
+    timm drops the classifier weights whenever ``num_classes`` differs from the pretrained config's (1000 for
+    every config here), so a 5-class checkpoint loaded with ``num_classes=5`` would silently get a fresh head.
+    When the overlay names a file and no ``num_classes``, the file's own classifier size is written into the
+    overlay: the head is then kept when it matches the requested ``num_classes`` and re-initialised only when it
+    does not (fine-tuning to another label set), as timm does for its hub weights.
+    """
+    overlay = kwargs.get("pretrained_cfg_overlay")
+    if not pretrained or not isinstance(overlay, dict) or "num_classes" in overlay:
+        return kwargs
+    path = overlay.get("file")
+    if not path:
+        return kwargs
+    try:
+        classes = _file_num_classes(path)
+    except Exception:  # unreadable here (e.g. not weights-only): timm's loader decides and reports
+        return kwargs
+    if classes is not None:
+        kwargs["pretrained_cfg_overlay"] = {**overlay, "num_classes": classes}
+    return kwargs
 
 
 def default_cfg(**kwargs: Any) -> dict[str, Any]:
@@ -173,7 +233,7 @@ class StagedBackbone(nn.Module):
         self.head.reset(num_classes, pool_type=global_pool)
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_batch(x, self.in_chans, self.min_input_size)
+        x = check_image_batch(x, self.in_chans, self.min_input_size)
         x = self.stem(x)
         return x.permute(0, 2, 3, 1) if self.output_fmt == "NHWC" else x
 

@@ -10,8 +10,30 @@ of each stage is the downsampling block (stride 1 in stage 0, else 2; 1x1 projec
 stage's only activation (``hardtanh``, ``hardball``, ``softball``; ``"relu@all"`` puts a ReLU after every
 block instead, ``"none"`` leaves the stages linear up to the products).
 
-Parameter counts at 100 classes (``num_classes=100``), against the paper's: ``pderesnet50`` 8.61M (8.61M),
-``pderesnet50_noshare`` 8.73M (8.73M), ``pderesnet50_noshare_x6`` 12.98M (13.0M).
+Parameter counts at 100 classes (``num_classes=100``), against the paper's Table 1 (tested):
+
+=============================== ============ =========== ================================
+ model                           this library  Table 1     row
+=============================== ============ =========== ================================
+ ``pderesnet50``                 8.61M        8.61M       Eq.(3), softball@ds
+ ``pderesnet50_noshare``         8.73M        8.73M       Eq.(3) (no ws)
+ ``pderesnet50_noshare_x6``      12.98M       13.0M       Eq.(3) (no ws, x6)
+ ``pderesnet50_eq4``             5.70M        5.70M       Eq.(4)
+ ``pderesnet50_eq5``             4.27M        4.26M       Eq.(5)
+ ``pderesnet50_eq6``             5.61M        5.61M       Eq.(6)
+ ``pderesnet50_eq7_noshare_x6``  12.98M       13.0M       Eq.(7) (no ws, x6)
+=============================== ============ =========== ================================
+
+What the paper leaves open in Eqs. (4)-(7) and how it is filled is stated in :mod:`pdevision.layers.hyperbolic`.
+The activations of the Eq.(5)-(7) rows are not printed in Table 1; softball@ds is used (the rows above them).
+``pderesnet50_mix``, ``_mix_cons``, ``_coef_grad`` are this library's channel-mix variants (not in the paper).
+
+Table 1 rows at any scale: ``timm.create_model("pderesnet_micro", table1_row="eq7_noshare_x6")`` (or any
+name of :data:`TABLE1_ROWS`) sets ``equation``, ``shared``, ``expansion`` and ``activation`` of that row; the
+four arguments can also be given one by one (``equation=`` any of :data:`pdevision.layers.EQUATIONS`).
+
+Which weight symmetry acts on which model: :func:`pdevision.symmetry.stage_groups` (table in
+:mod:`pdevision.symmetry`).
 
 Training guard: with ``check_finite=True`` (a constructor argument and an attribute) every block's output
 is checked and a ``FloatingPointError`` names the first block whose output became non-finite.
@@ -37,9 +59,26 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._common import StagedBackbone, check_image_batch, default_cfg
+from pdevision.models._common import StagedBackbone, check_image_batch, default_cfg, resolve_local_head
 
-__all__ = ["PDEResNet", "PDEResNetStage"]
+torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._common)
+
+__all__ = ["TABLE1_ROWS", "PDEResNet", "PDEResNetStage"]
+
+# The rows of the paper's Table 1 (arXiv:2308.01621) as model arguments. "@ds": the activation only at each
+# stage's downsampling block; "@all": after every block. Rows Eq.(5)-(7) print no activation: softball@ds.
+TABLE1_ROWS: dict[str, dict[str, Any]] = {
+    "eq3_relu@all": dict(equation="eq3", shared=True, expansion=4, activation="relu@all"),
+    "eq3_hardtanh@ds": dict(equation="eq3", shared=True, expansion=4, activation="hardtanh"),
+    "eq3_hardball@ds": dict(equation="eq3", shared=True, expansion=4, activation="hardball"),
+    "eq3_softball@ds": dict(equation="eq3", shared=True, expansion=4, activation="softball"),
+    "eq3_noshare": dict(equation="eq3", shared=False, expansion=4, activation="softball"),
+    "eq3_noshare_x6": dict(equation="eq3", shared=False, expansion=6, activation="softball"),
+    "eq4": dict(equation="eq4", shared=True, expansion=4, activation="softball"),
+    "eq5": dict(equation="eq5", shared=True, expansion=4, activation="softball"),
+    "eq6": dict(equation="eq6", shared=True, expansion=4, activation="softball"),
+    "eq7_noshare_x6": dict(equation="eq7", shared=False, expansion=6, activation="softball"),
+}
 
 
 def _nonfinite(where: str) -> FloatingPointError:
@@ -107,8 +146,8 @@ class PDEResNet(StagedBackbone):
         depths: blocks per stage.
         dims: channels of each stage's residual stream, or the first stage's (doubled per stage).
         stem_width: channels out of the stem (default ``dims[0]``).
-        equation: ``"eq3"`` (the paper's Eq. 3) or a variant ``"eq4"`` ... ``"eq7"``
-            (:mod:`pdevision.layers.hyperbolic`).
+        equation: the paper's ``"eq3"`` ... ``"eq7"`` or a library variant ``"mix"``, ``"mix_cons"``,
+            ``"coef_grad"`` (:mod:`pdevision.layers.hyperbolic`).
         expansion: hidden channels per block as a multiple of its input (4, or 6 for "x6").
         shared: one bank of 3x3 derivative kernels for all channels ("ws"), or per-channel kernels.
         activation: the downsampling blocks' activation, one of ``"none"``, ``"relu"``, ``"hardtanh"``,
@@ -223,7 +262,7 @@ class PDEResNet(StagedBackbone):
         return dict(stem=r"^stem", blocks=r"^stages\.(\d+)" if coarse else r"^stages\.(\d+)\.blocks\.(\d+)")
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_batch(x, self.in_chans, self.min_input_size)
+        x = check_image_batch(x, self.in_chans, self.min_input_size)
         if self._check_finite and not bool(torch.isfinite(x).all()):
             raise FloatingPointError("the input images contain NaN or inf values")
         x = self.stem(x)
@@ -235,8 +274,19 @@ class PDEResNet(StagedBackbone):
 # -- registry ------------------------------------------------------------------------------------
 
 
+def _apply_table1_row(kwargs: dict[str, Any]) -> dict[str, Any]:
+    row = kwargs.pop("table1_row", None)
+    if row is None:
+        return kwargs
+    if row not in TABLE1_ROWS:
+        raise ValueError(f"table1_row must be one of {sorted(TABLE1_ROWS)}, got {row!r}")
+    return {**kwargs, **TABLE1_ROWS[row]}
+
+
 def _create_pderesnet(variant: str, pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    kwargs = _apply_table1_row(kwargs)
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    kwargs = resolve_local_head(pretrained, kwargs)
     return build_model_with_cfg(
         PDEResNet,
         variant,
@@ -263,6 +313,9 @@ _R50_NAMES = (
     "pderesnet50_eq6",
     "pderesnet50_eq7",
     "pderesnet50_eq7_noshare_x6",
+    "pderesnet50_mix",
+    "pderesnet50_mix_cons",
+    "pderesnet50_coef_grad",
 )
 
 default_cfgs = generate_default_cfgs(
@@ -280,7 +333,13 @@ def _r50(variant: str, pretrained: bool, kwargs: dict[str, Any], **args: Any) ->
 @register_model
 def pderesnet_micro(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
     """PDE-ResNet-Micro (this library's CPU-sized model): Eq. 3, dims 16-32-64-128, depths 1-2-2-1, softball;
-    for 32-64 px inputs, tests and demos."""
+    for 32-64 px inputs, tests and demos.
+
+    Ablation arguments (``timm.create_model("pderesnet_micro", **args)``): ``table1_row`` (a name of
+    :data:`TABLE1_ROWS`, e.g. ``"eq4"``, ``"eq3_hardtanh@ds"``, ``"eq7_noshare_x6"``), or one by one
+    ``equation`` (``"eq3"`` ... ``"eq7"``, ``"mix"``, ``"mix_cons"``, ``"coef_grad"``), ``shared`` (False: "no ws"),
+    ``expansion`` (6: "x6"), ``activation`` (``"relu@all"``, ``"hardtanh"``, ``"hardball"``, ``"softball"``,
+    ``"none"``)."""
     args = dict(depths=(1, 2, 2, 1), dims=(16, 32, 64, 128))
     return _create_pderesnet("pderesnet_micro", pretrained, **dict(args, **kwargs))
 
@@ -323,29 +382,50 @@ def pderesnet50_noshare_x6(pretrained: bool = False, **kwargs: Any) -> PDEResNet
 
 @register_model
 def pderesnet50_eq4(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
-    """PDE-ResNet-50, eq4: the conservative form of Eq. 3, ``A_a K_a[(C_a u) * u]``."""
+    """PDE-ResNet-50, the paper's Eq. (4), ``(C u)_i (A du)_i`` (5.70M parameters at 100 classes; Table 1: 5.70M)."""
     return _r50("pderesnet50_eq4", pretrained, kwargs, equation="eq4")
 
 
 @register_model
 def pderesnet50_eq5(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
-    """PDE-ResNet-50, eq5: ``A_a[(D u) * K_a(C u)]``, the stream read by 1x1 convs only (O(n) acts)."""
+    """PDE-ResNet-50, the paper's Eq. (5), ``(C u)_i du_i`` without ``A`` (4.27M at 100 classes; Table 1: 4.26M)."""
     return _r50("pderesnet50_eq5", pretrained, kwargs, equation="eq5")
 
 
 @register_model
 def pderesnet50_eq6(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
-    """PDE-ResNet-50, eq6: ``A_a K_a[(C u) * (D u)]``, conservative form of eq5 (O(n) acts)."""
+    """PDE-ResNet-50, the paper's Eq. (6), ``A d[u_j (C u)_j]`` (5.61M at 100 classes; Table 1: 5.61M)."""
     return _r50("pderesnet50_eq6", pretrained, kwargs, equation="eq6")
 
 
 @register_model
 def pderesnet50_eq7(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
-    """PDE-ResNet-50, eq7: ``A_a[u * K_a(C_a u)]``, the derivative of the coefficient."""
+    """PDE-ResNet-50, the paper's Eq. (7), ``A_a d_a[u_j (C_a u)_j]``, shared 3x3 bank, x4 (8.61M; Table 1 lists
+    Eq. (7) only as no ws, x6: :func:`pderesnet50_eq7_noshare_x6`)."""
     return _r50("pderesnet50_eq7", pretrained, kwargs, equation="eq7")
 
 
 @register_model
 def pderesnet50_eq7_noshare_x6(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
-    """PDE-ResNet-50, eq7, per-channel 3x3 kernels, expansion 6 (12.98M parameters at 100 classes)."""
+    """PDE-ResNet-50, Eq. (7), per-channel 3x3 kernels, expansion 6 (12.98M at 100 classes; Table 1: 13.0M)."""
     return _r50("pderesnet50_eq7_noshare_x6", pretrained, kwargs, equation="eq7", shared=False, expansion=6)
+
+
+@register_model
+def pderesnet50_mix(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50 with this library's ``mix`` block ``A_a[(D u) * K_a(C u)]`` (not a paper equation): the
+    stream is read by 1x1 convs only, so O(n) acts with softball (GL(n) without activation)."""
+    return _r50("pderesnet50_mix", pretrained, kwargs, equation="mix")
+
+
+@register_model
+def pderesnet50_mix_cons(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50 with this library's ``mix_cons`` block ``A_a K_a[(C u) * (D u)]`` (not a paper equation);
+    O(n) acts with softball."""
+    return _r50("pderesnet50_mix_cons", pretrained, kwargs, equation="mix_cons")
+
+
+@register_model
+def pderesnet50_coef_grad(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
+    """PDE-ResNet-50 with this library's ``coef_grad`` block ``A_a[u * K_a(C_a u)]`` (not a paper equation)."""
+    return _r50("pderesnet50_coef_grad", pretrained, kwargs, equation="coef_grad")

@@ -21,13 +21,35 @@ import torch.utils.checkpoint
 from timm.layers import trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, run_block
-from pdevision.models._common import StagedBackbone, conv_out_size, default_cfg, to_2tuple_size
+from pdevision.models._common import StagedBackbone, conv_out_size, default_cfg, resolve_local_head, to_2tuple_size
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
 __all__ = ["VHeat", "VHeatStage", "checkpoint_filter_fn"]
+
+
+def stage_fve(freq_embed: torch.Tensor, x: torch.Tensor, mode: str) -> torch.Tensor:
+    """A stage's FVE ``(H, W, C)`` resampled to the size of its NHWC input ``x`` (see :func:`resize_spectrum`)."""
+    return resize_spectrum(freq_embed, (x.shape[1], x.shape[2]), mode)
+
+
+# An FX leaf: the resampling depends on concrete sizes (FX feature extraction traces around it).
+torch.fx.wrap("stage_fve")
+
+
+@torch.compiler.disable  # runs eagerly: under a strict (dynamo) export the symbolic sizes would look like ints
+def _refuse_dynamic_size(x: torch.Tensor) -> None:
+    """Raise ``ValueError`` when ``x`` is traced with a symbolic height or width (a dynamic-shape export)."""
+    if not all(isinstance(d, int) for d in x.shape[2:]):
+        raise ValueError(
+            "vHeat cannot be exported with a dynamic height or width: its DCT bases, frequency grid and "
+            "FVE resampling are built for one feature-map size, so the exported graph would be valid at the "
+            "example's size only. Export one model per resolution (static height and width; a dynamic "
+            "batch size is fine), e.g. torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
+        )
 
 
 class VHeatStage(nn.Module):
@@ -86,6 +108,12 @@ class VHeatStage(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.downsample(x)
+        if is_fx_symbolic_tracing():  # symbolic sizes: trace the general path (or the folded one of a folded stage)
+            use_folded = not self.training and self.folded_size() is not None
+            fve = None if use_folded else stage_fve(self.freq_embed, x, self.fve_resize)
+            for block in self.blocks:
+                x = block(x, fve)
+            return x
         size = (x.shape[1], x.shape[2])
         use_folded = not self.training and self.folded_size() == size
         if self.folded_only and not use_folded:
@@ -94,7 +122,7 @@ class VHeatStage(nn.Module):
                 f"it runs only in eval mode at feature size {self.folded_size()}, got {size} "
                 f"(training={self.training})"
             )
-        fve = None if use_folded else self.fve(size)
+        fve = None if use_folded else stage_fve(self.freq_embed, x, self.fve_resize)
         for block in self.blocks:
             x = run_block(block, x, fve, checkpointing=self.grad_checkpointing)
         return x
@@ -164,6 +192,11 @@ class VHeat(StagedBackbone):
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         return {f"stages.{i}.freq_embed" for i in range(len(self.stages))}
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            _refuse_dynamic_size(x)
+        return super()._stem(x)
 
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
@@ -249,6 +282,7 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: VHeat) -> dict[str, 
 
 def _create_vheat(variant: str, pretrained: bool = False, **kwargs: Any) -> VHeat:
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    kwargs = resolve_local_head(pretrained, kwargs)
     return build_model_with_cfg(
         VHeat,
         variant,
@@ -292,6 +326,10 @@ def vheat_small(pretrained: bool = False, **kwargs: Any) -> VHeat:
 
 @register_model
 def vheat_base(pretrained: bool = False, **kwargs: Any) -> VHeat:
-    """vHeat-B: dims 128, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.5 (92.13M)."""
+    """vHeat-B: dims 128, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.5 (92.13M).
+
+    The configuration of the authors' repository (``vHeat_base_224.yaml``); their README's 87M is the folded
+    inference model's count (87.50M). The CVPR text's vHeat-B (68M, 11.2 GFLOPs) has an unpublished
+    configuration and is not this model."""
     args = dict(dims=128, depths=(2, 2, 18, 2), post_norm=True, layer_scale=1e-5, drop_path_rate=0.5)
     return _create_vheat("vheat_base", pretrained, **dict(args, **kwargs))

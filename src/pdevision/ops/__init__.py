@@ -2,7 +2,7 @@
 
 from pdevision.ops.ball import hardball, hardtanh, softball
 from pdevision.ops.dct import dct2, dct_matrix, force_method, idct2, resolve_method, set_auto_threshold
-from pdevision.ops.fdm import fdm_heat_step, heat_stencil, stable_coefficients
+from pdevision.ops.fdm import fdm_heat_step, heat_stencil, replicate_pad1, stable_coefficients
 from pdevision.ops.heat import frequency_energy, heat_conduct, resize_spectrum
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "heat_conduct",
     "heat_stencil",
     "idct2",
+    "replicate_pad1",
     "resize_spectrum",
     "resolve_method",
     "set_auto_threshold",

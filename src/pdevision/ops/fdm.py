@@ -34,7 +34,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-__all__ = ["BOUNDARIES", "Boundary", "fdm_heat_step", "heat_stencil", "stable_coefficients"]
+__all__ = ["BOUNDARIES", "Boundary", "fdm_heat_step", "heat_stencil", "replicate_pad1", "stable_coefficients"]
 
 Boundary = Literal["insulated", "zeros"]
 BOUNDARIES: tuple[str, ...] = ("insulated", "zeros")
@@ -67,6 +67,17 @@ def stable_coefficients(raw_weight: torch.Tensor, k: torch.Tensor | float) -> tu
     weight = F.softplus(raw_weight)
     total = weight.sum(-1).clamp(min=1.0).view(-1, 1, 1)
     return weight, k / total
+
+
+def replicate_pad1(z: torch.Tensor) -> torch.Tensor:
+    """Pad the last two dimensions by one edge-replicated cell on each side (Neumann ghost cells).
+
+    The same values as ``F.pad(z, (1, 1, 1, 1), mode="replicate")``, written with slicing and concatenation so
+    that its backward is plain indexing: TorchInductor has no kernel for ``replication_pad2d_backward``, which
+    made ``torch.compile`` fail in training with the insulated boundary.
+    """
+    z = torch.cat((z[..., :1, :], z, z[..., -1:, :]), dim=-2)
+    return torch.cat((z[..., :1], z, z[..., -1:]), dim=-1)
 
 
 def fdm_heat_step(
@@ -102,7 +113,7 @@ def fdm_heat_step(
     channels = z.shape[1]
     for _ in range(steps):
         if boundary == "insulated":
-            lap = F.conv2d(F.pad(z, (1, 1, 1, 1), mode="replicate"), kernel, groups=channels)
+            lap = F.conv2d(replicate_pad1(z), kernel, groups=channels)
         else:
             lap = F.conv2d(z, kernel, padding=1, groups=channels)
         z = z + k * lap

@@ -33,6 +33,23 @@ from pdevision.ssl.predictor import HeatExtrapolator
 log = logging.getLogger(__name__)
 
 POSITIONS = ("center", "random")
+# The rate cap each constraint gets when none is given (max_rate="auto"): the library's skew-symmetric form is
+# capped; constraint="none" is the published, unconstrained predictor, so it is uncapped unless a cap is given.
+DEFAULT_MAX_RATE: dict[str, float | None] = {"skew": 0.25, "none": None}
+
+
+def resolve_max_rate(constraint: str, max_rate: float | str | None) -> float | None:
+    """The rate cap for ``constraint``: ``"auto"`` gives :data:`DEFAULT_MAX_RATE` (0.25 for ``"skew"``, no cap
+    for ``"none"``, the published form); a number or ``None`` is used as given."""
+    if isinstance(max_rate, str):
+        if max_rate != "auto":
+            raise ValueError(f"max_rate must be a positive number, None or 'auto', got {max_rate!r}")
+        if constraint not in DEFAULT_MAX_RATE:
+            raise ValueError(f"constraint must be one of {tuple(DEFAULT_MAX_RATE)}, got {constraint!r}")
+        return DEFAULT_MAX_RATE[constraint]
+    return max_rate
+
+
 LOSS_REGIONS = ("unseen", "all")
 
 
@@ -68,7 +85,10 @@ class QBHeat(nn.Module):
         block_position: ``"center"`` or ``"random"`` (uniform over cell-aligned positions, one per batch).
         stride: feature stride used for prediction (must be one of the encoder's feature strides).
         pred_dim: channels of the predicted features (encoder features are projected to it).
-        predictor, corner, constraint, max_rate: see :class:`HeatExtrapolator`.
+        predictor, corner, constraint: see :class:`HeatExtrapolator`.
+        max_rate: cap on ``dx ||A||_2`` (see :class:`HeatExtrapolator`); ``"auto"`` (default): 0.25 with
+            ``constraint="skew"``, no cap with ``constraint="none"``, so ``constraint="none"`` alone is the
+            published predictor (``A = W_A`` free and uncapped); a number caps either form, ``None`` uncaps.
         fuse_deeper: add the deeper stages' features onto the ``stride`` grid (see the module docstring).
         decoder, decoder_width, decoder_depth, decoder_heads: the pixel decoder (:mod:`pdevision.ssl.decoder`).
         loss_region: ``"unseen"`` (cells outside the block) or ``"all"``.
@@ -87,7 +107,7 @@ class QBHeat(nn.Module):
         predictor: str = "discrete",
         corner: str = "mean",
         constraint: str = "skew",
-        max_rate: float | None = 0.25,
+        max_rate: float | str | None = "auto",
         fuse_deeper: bool = True,
         decoder: str = "transformer",
         decoder_width: int = 128,
@@ -136,7 +156,9 @@ class QBHeat(nn.Module):
         self.img_size, self.block_size, self.block_position, self.stride = img_size, block_size, block_position, stride
         self.loss_region, self.norm_pix = loss_region, norm_pix
         self.proj = nn.ModuleList(nn.Conv2d(c, pred_dim, 1) for c in channels)
-        self.predictor = HeatExtrapolator(pred_dim, predictor, corner, constraint, max_rate)
+        self.predictor = HeatExtrapolator(
+            pred_dim, predictor, corner, constraint, resolve_max_rate(constraint, max_rate)
+        )
         self.decoder = build_decoder(decoder, pred_dim, stride, decoder_width, decoder_depth, decoder_heads)
 
     @torch.jit.ignore

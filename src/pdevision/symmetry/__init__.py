@@ -13,31 +13,39 @@ by ``g`` and compensating the maps that write it (``A -> g A``, ``S -> g S``, ``
 1. the activation commutes with ``g``: hardball/softball (radial, fixed radius ``sqrt(n)``) with O(n) only,
    hardtanh (entry-wise clip) with signed permutations, ReLU with permutations times positive scalings,
    no activation with GL(n); and
-2. the block's nonlinear part can absorb ``g``. In eq5/eq6 the stream is read only by the 1x1 conv ``W``
-   (the derivatives act on ``W u``), so any invertible ``g`` is absorbed. In eq3 (the paper's Eq. 3 as
-   printed: ``(C u)_j * du_j/dx``), eq4 and eq7 the stream enters the element-wise product entry by entry,
-   and a bilinear map ``sum_j A_ij p_j (W q)_j`` keeps that form under ``p -> g p`` only if ``g`` is
-   monomial: ``(g u)_i = d_i u_pi(i)``. Then hidden channel ``(i, a)`` is relabelled ``(pi(i), a)``
-   (permuting ``W``'s rows, ``A``'s columns and per-channel kernels) and ``W``'s rows divided by ``d_i``.
-   A depthwise derivative conv commutes with a dense ``g`` only when all channels share one kernel, but in
-   eq3/4/7 the product that follows already rules a dense ``g`` out; per-channel kernels are permuted along
-   with the channels, so **weight sharing does not change any group** below.
+2. the block's nonlinear part can absorb ``g``. In this library's ``mix`` / ``mix_cons`` blocks the stream is
+   read only by the 1x1 conv ``W`` (the derivatives act on ``W u``), so any invertible ``g`` is absorbed. In every
+   equation of the paper (Eqs. (3)-(7), :mod:`pdevision.layers.hyperbolic`) and in ``coef_grad`` some product
+   takes the stream entry by entry (Eq. 3: ``(C u)_j du_j``; Eq. 4: the output ``(C u)_i (A du)_i``; Eq. 5:
+   ``(C u)_i du_i``; Eqs. 6-7: ``u_j (C u)_j``), and such a product keeps its form under ``u -> g u`` only if
+   ``g`` is monomial: ``(g u)_i = d_i u_pi(i)`` (permute the channels, divide the coefficient rows by ``d_i``).
+   A depthwise derivative conv commutes with a dense ``g`` only when all channels share one kernel, but the
+   entry-wise product already rules a dense ``g`` out; per-channel kernels are permuted along with the
+   channels, so **weight sharing does not change any group** below.
 
-The group acting on every stage's stream, :func:`stage_groups` (each entry checked in the tests with random
-elements of condition number up to 10, and a non-member shown to change the logits):
+The group acting on every stage's stream, :func:`stage_groups`:
 
-=========================== ================ ========================== ==========================
- stage activation            eq5, eq6          eq3, eq4, eq7              shared / per-channel 3x3
-=========================== ================ ========================== ==========================
- none                        GL(n)            monomial (perm x diag)     same group
- hardball, softball          O(n)             signed permutations        same group
- hardtanh                    signed perms     signed permutations        same group
- relu, relu@all              perm x diag>0    perm x diag>0              same group
-=========================== ================ ========================== ==========================
+=========================== ====================== ================================================
+ stage activation            mix, mix_cons           eq3 ... eq7 (the paper), coef_grad
+=========================== ====================== ================================================
+ none                        GL(n)                   monomial: permutations x scalings (continuous)
+ hardball, softball          O(n)                    signed permutations (finite)
+ hardtanh                    signed permutations     signed permutations
+ relu, relu@all              perm x diag>0           perm x diag>0 (continuous positive scalings)
+=========================== ====================== ================================================
 
-So the paper's Eq. (3) as printed (``pderesnet50``: softball) has only the finite group of signed
-permutations on its streams (positive scalings as well with ReLU, all invertible scalings without an
-activation); the continuous O(n) / GL(n) symmetry needs the derivative taken of a mixed variable (eq5, eq6).
+So the paper's models as trained in Table 1 (softball/hardball/hardtanh at downsampling) have only the finite
+group of signed permutations (S_n with signs) on their streams; relu@all and activation-free stages add
+continuous scalings; the continuous O(n) / GL(n) symmetry needs the derivative taken of a mixed variable
+(``pderesnet50_mix``, ``pderesnet50_mix_cons``, not equations of the paper). The tests check each entry:
+random elements (condition number up to 10) leave the logits unchanged to 1e-4 relative where
+:func:`transform` is implemented (eq3, eq4, eq6, eq7 and the library variants; for eq5 it raises
+``NotImplementedError`` and the entry is derived, not checked numerically), and an element of a larger group
+changes them. In eq5 the branch of a widening block writes the first
+``n_in`` output channels with the input channel's index (zero padding), so there the permutations of
+consecutive stages are coupled (the next stage's first ``n_in`` channels must be permuted like the previous
+stage's); scalings stay independent.
+
 The head's pre-logit features change by ``g``; the logits do not. Symmetries inside the blocks' hidden
 channels (e.g. scaling ``C u`` against ``D u``) are not used here.
 

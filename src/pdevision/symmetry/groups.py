@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from pdevision.layers.hyperbolic import MIXED_EQUATIONS
+from pdevision.layers.hyperbolic import EQUATIONS, MIXED_EQUATIONS
 
 GROUPS: dict[str, str] = {
     "GL": "all invertible matrices",
@@ -57,8 +57,11 @@ def intersect(a: str, b: str) -> str:
 
 
 def form_group(equation: str) -> str:
-    """The group the blocks of an equation admit on their input stream: GL(n) when the stream is read by 1x1
-    convs only (eq5, eq6), monomial matrices when it enters a product entry by entry (eq3, eq4, eq7)."""
+    """The group the blocks of an equation admit on their stream: GL(n) when the stream is read by 1x1 convs
+    only (the library's ``mix``, ``mix_cons``), monomial matrices when it enters a product entry by entry (the
+    paper's Eqs. (3)-(7) and ``coef_grad``; see :mod:`pdevision.symmetry`)."""
+    if equation not in EQUATIONS:
+        raise ValueError(f"equation must be one of {EQUATIONS}, got {equation!r}")
     return "GL" if equation in MIXED_EQUATIONS else "monomial"
 
 

@@ -1,0 +1,53 @@
+"""Local weights through timm's pretrained_cfg_overlay keep a trained head (the README's example)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from safetensors.torch import save_file
+
+import pdevision  # noqa: F401
+
+
+@pytest.mark.parametrize(
+    ("name", "suffix"),
+    [("vheat_micro", ".pth"), ("hcnet_micro", ".pth"), ("pderesnet_micro", ".pth"), ("hcnet_micro", ".safetensors")],
+)
+def test_round_trip_keeps_the_trained_head(name: str, suffix: str, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=5).eval()
+    path = tmp_path / f"weights{suffix}"
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    torch.save(state, path) if suffix == ".pth" else save_file(state, str(path))
+    restored = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), num_classes=5)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(restored.eval()(x), model(x), rtol=0, atol=0)
+
+
+def test_another_label_set_still_gets_a_fresh_head(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("hcnet_micro", num_classes=5)
+    path = tmp_path / "w.pth"
+    torch.save(model.state_dict(), path)
+    tuned = timm.create_model(
+        "hcnet_micro", pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), num_classes=3
+    )
+    assert tuned.get_classifier().out_features == 3
+    torch.testing.assert_close(tuned.stem.conv1.weight, model.stem.conv1.weight)
+
+
+def test_save_for_hf_and_local_dir_round_trip(tmp_path: Path) -> None:
+    """timm's own format: save_for_hf writes config.json + weights; "local-dir:" rebuilds the model with its head."""
+    from timm.models import save_for_hf
+
+    torch.manual_seed(0)
+    model = timm.create_model("vheat_micro", num_classes=5).eval()
+    save_for_hf(model, str(tmp_path / "vheat_micro_5"))
+    restored = timm.create_model(f"local-dir:{tmp_path / 'vheat_micro_5'}", pretrained=True).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(restored(x), model(x), rtol=0, atol=0)
