@@ -15,7 +15,10 @@ import pytest
 from pdevision.cli import main
 from pdevision.engine.lock import LOCK_NAME, RunLock, RunLockedError
 
-HOLD = "import sys, time; from pdevision.engine.lock import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(60)"
+HOLD = (
+    "import sys, time; from pdevision.engine.lock import RunLock; RunLock(sys.argv[1]).acquire(); "
+    "print('locked', flush=True); time.sleep(60)"
+)
 
 
 def _holder(run: Path) -> subprocess.Popen:

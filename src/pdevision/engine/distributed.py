@@ -94,8 +94,8 @@ def watched(what: str, info: DistInfo) -> Iterator[None]:
     def warn() -> None:
         if not done.wait(info.warn_after_s):
             log.warning(
-                "rank %d: %s has waited %.0f s for the other ranks (one may be paused or stuck); "
-                "the run stops after %.0f s",
+                "rank %d: %s has waited %g s for the other ranks (one may be paused or stuck); "
+                "the run stops after %g s",
                 info.rank,
                 what,
                 info.warn_after_s,
