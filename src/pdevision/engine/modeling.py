@@ -146,7 +146,13 @@ def model_from_meta(meta: dict[str, Any], num_classes: int, name: str | None = N
         if not sizes or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
             raise CheckpointError(f"image size {img_size!r} in the checkpoint is not a positive integer")
     args.pop("drop_path_rate", None)
-    model = build_model(name, num_classes=num_classes, img_size=img_size, pretrained=False, **args)
+    try:
+        model = build_model(name, num_classes=num_classes, img_size=img_size, pretrained=False, **args)
+    except TypeError as exc:  # an argument the model's constructor does not take
+        raise CheckpointError(
+            f"model arguments {sorted(args)} in the checkpoint do not fit {name} ({' '.join(str(exc).split())}); "
+            "refused"
+        ) from exc
     unknown = _unknown_constructor_args(model, list(args))
     if unknown:
         raise CheckpointError(f"model arguments {unknown} in the checkpoint are not arguments of {name}; refused")
