@@ -35,19 +35,43 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+# scikit-image's sample photos stored in its package (others are downloaded: never at run time)
+SAMPLE_PHOTOS = (
+    "astronaut",
+    "brick",
+    "camera",
+    "cat",
+    "chelsea",
+    "coffee",
+    "coins",
+    "grass",
+    "gravel",
+    "horse",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "logo",
+    "microaneurysms",
+    "moon",
+    "page",
+    "retina",
+    "rocket",
+    "text",
+)
+
+
 def _sample_photo(name: str) -> Image.Image:
     import skimage.data
 
-    if not hasattr(skimage.data, name):
-        raise UsageError(f"scikit-image has no sample photo {name!r} (try 'chelsea', 'astronaut')")
+    if name not in SAMPLE_PHOTOS:
+        raise UsageError(f"{name!r} is not one of scikit-image's bundled photos: {', '.join(SAMPLE_PHOTOS)}")
     return Image.fromarray(np.asarray(getattr(skimage.data, name)())).convert("RGB")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
+    photo = _sample_photo(args.photo)  # a wrong name fails before the (slow) table
     print(f"pdevision {__version__}: models registered in timm\n")
     print(_models_table(224))
-    photo = _sample_photo(args.photo)
     model = timm.create_model(args.model).eval()
     cfg = timm.data.resolve_data_config({}, model=model)
     x = timm.data.create_transform(**cfg)(photo).unsqueeze(0)
@@ -121,6 +145,9 @@ _non_negative = _bounded(float, 0.0)
 _positive = _bounded(float, 0.0, low_open=True)
 _non_negative_int = _bounded(int, 0)
 _seed = _bounded(int, 0, 2**32 - 1)
+_side = _bounded(int, 1, 16384)  # image sides in pixels: beyond this, memory runs out before anything useful
+_width = _bounded(int, 1, 8192)  # channels
+_count = _bounded(int, 1, 1024)  # depths, heads, strides, threads
 
 
 def _device(text: str) -> str:
@@ -141,6 +168,13 @@ def _device(text: str) -> str:
             raise argparse.ArgumentTypeError(f"{text}: MPS is not available on this machine (use --device cpu)")
     elif device.type != "cpu":
         raise argparse.ArgumentTypeError(f"unsupported device {text!r} (use auto, cpu, cuda, cuda:N or mps)")
+    return text
+
+
+def _path(text: str) -> str:
+    """A path (not checked for existence here); an empty one is refused rather than read as ``.``."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
     return text
 
 
@@ -300,9 +334,11 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("data and model")
     g.add_argument("--model", default="vheat_micro", help="any registered model, ours or timm's")
-    g.add_argument("--data", default=None, help="ImageFolder root (train/ and val/, or one folder); default: digits")
+    g.add_argument(
+        "--data", type=_path, default=None, help="ImageFolder root (train/ and val/, or one folder); default: digits"
+    )
     g.add_argument("--val-split", type=_open_fraction, default=0.2, help="validation fraction for a single folder")
-    g.add_argument("--img-size", type=_positive_int, default=None, help="default: 64 on digits, else the model's")
+    g.add_argument("--img-size", type=_side, default=None, help="default: 64 on digits, else the model's")
     g.add_argument(
         "--output", type=_output_folder, default="runs/train", help="run folder (checkpoints, metrics, plots)"
     )
@@ -335,8 +371,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
     g.add_argument("--workers", type=_non_negative_int, default=0, help="data loader processes")
     g.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    g.add_argument("--resume", default=None, help="checkpoint or run folder to resume")
-    g.add_argument("--init-from", default=None, help="checkpoint to start from (fine-tuning)")
+    g.add_argument("--resume", type=_path, default=None, help="checkpoint or run folder to resume")
+    g.add_argument("--init-from", type=_path, default=None, help="checkpoint to start from (fine-tuning)")
     g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
     g.add_argument(
         "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
@@ -353,17 +389,19 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
         "--model", default=None, help="backbone (default: vheat_micro; mae: vit_tiny_patch16_224, patch 8, depth 4)"
     )
     g.add_argument("--model-args", type=_json_dict, default={}, help="JSON model arguments, e.g. '{\"depth\": 4}'")
-    g.add_argument("--data", default=None, help="ImageFolder root (labels unused); default: scikit-image photos")
-    g.add_argument("--img-size", type=_positive_int, default=64, help="crop side in pixels (default 64)")
+    g.add_argument(
+        "--data", type=_path, default=None, help="ImageFolder root (labels unused); default: scikit-image photos"
+    )
+    g.add_argument("--img-size", type=_side, default=64, help="crop side in pixels (default 64)")
     g.add_argument(
         "--output", type=_output_folder, default="runs/pretrain", help="run folder (last/, encoder/, metrics, PNG)"
     )
     g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
     g = p.add_argument_group("QB-Heat")
-    g.add_argument("--block-size", type=_positive_int, default=None, help="visible block side (default: half)")
+    g.add_argument("--block-size", type=_side, default=None, help="visible block side (default: half)")
     g.add_argument("--block-position", default="center", choices=["center", "random"])
-    g.add_argument("--stride", type=_positive_int, default=8, help="feature stride of the prediction (default 8)")
-    g.add_argument("--pred-dim", type=_positive_int, default=128, help="channels of the predicted features")
+    g.add_argument("--stride", type=_count, default=8, help="feature stride of the prediction (default 8)")
+    g.add_argument("--pred-dim", type=_width, default=128, help="channels of the predicted features")
     g.add_argument("--predictor", default="discrete", choices=["discrete", "exact"], help="(I + dx A)^n or expm")
     g.add_argument("--corner", default="mean", choices=["mean", "xy", "yx"], help="order of the corner extrapolation")
     g.add_argument("--constraint", default="skew", choices=["skew", "none"], help="A, B skew-symmetric or free")
@@ -373,9 +411,9 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("MAE")
     g.add_argument("--mask-ratio", type=_open_fraction, default=0.75)
     g = p.add_argument_group("decoder and loss")
-    g.add_argument("--decoder-width", type=_positive_int, default=128)
-    g.add_argument("--decoder-depth", type=_positive_int, default=2)
-    g.add_argument("--decoder-heads", type=_positive_int, default=4)
+    g.add_argument("--decoder-width", type=_width, default=128)
+    g.add_argument("--decoder-depth", type=_count, default=2)
+    g.add_argument("--decoder-heads", type=_count, default=4)
     g.add_argument("--loss-region", default="unseen", choices=["unseen", "all"], help="hidden cells or whole image")
     g.add_argument("--no-norm-pix", dest="norm_pix", action="store_false", help="raw instead of per-patch pixels")
     g = p.add_argument_group("schedule and optimiser")
@@ -394,7 +432,9 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--deterministic", action="store_true")
     g.add_argument("--workers", type=_non_negative_int, default=0)
     g.add_argument("--device", type=_device, default="auto")
-    g.add_argument("--resume", default=None, help="pretraining checkpoint (RUN/last) or run folder to resume")
+    g.add_argument(
+        "--resume", type=_path, default=None, help="pretraining checkpoint (RUN/last) or run folder to resume"
+    )
     g.add_argument("--stop-after-epochs", type=_positive_int, default=None)
     g.add_argument("--max-train-batches", type=_positive_int, default=None)
     g.add_argument("--no-progress", dest="progress", action="store_false")
@@ -412,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("models", help="list the registered models with parameters and GMACs")
-    p.add_argument("--img-size", type=_positive_int, default=224, help="resolution for the MAC count (default 224)")
+    p.add_argument("--img-size", type=_side, default=224, help="resolution for the MAC count (default 224)")
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
     p.add_argument("--model", default="vheat_tiny", choices=list_models(), help="model for the forward pass")
@@ -421,18 +461,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="throughput, memory, FLOPs against timm's peers (Swin, ConvNeXt, DeiT, ResNet)")
     p.add_argument("--models", nargs="+", default=None, help="default: our tiny models and the four tiny peers")
     p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
-    p.add_argument("--resolutions", nargs="+", type=_positive_int, default=[224, 512, 768, 1024])
+    p.add_argument("--resolutions", nargs="+", type=_side, default=[224, 512, 768, 1024])
     p.add_argument("--batch", type=_positive_int, default=None, help="default: 8 at 224, 2 up to 512, 1 above")
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats, median reported (default 5)")
-    p.add_argument("--train-resolutions", nargs="*", type=_positive_int, default=[224], help="training-step sizes")
+    p.add_argument("--train-resolutions", nargs="*", type=_side, default=[224], help="training-step sizes")
     p.add_argument("--device", type=_device, default="cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--out", type=_output_folder, default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)")
-    p.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=_count, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--no-operators", action="store_true", help="skip the token-mixer microbenchmark")
-    p.add_argument(
-        "--operator-sides", nargs="+", type=_positive_int, default=[14, 28, 56, 112, 160, 256], help="map sides"
-    )
+    p.add_argument("--operator-sides", nargs="+", type=_side, default=[14, 28, 56, 112, 160, 256], help="map sides")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")
     _add_train_args(p)
@@ -443,9 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pretrain_args(p)
     p.set_defaults(func=cmd_pretrain)
     p = sub.add_parser("eval", help="evaluate a checkpoint: top-1/top-5, per class, confusion matrix")
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder (or run folder: uses best)")
+    p.add_argument("--checkpoint", type=_path, required=True, help="checkpoint folder (or run folder: uses best)")
     p.add_argument("--model", default=None, help="model name (default: the one stored in the checkpoint)")
-    p.add_argument("--data", default=None, help="ImageFolder root (default: the embedded digits)")
+    p.add_argument("--data", type=_path, default=None, help="ImageFolder root (default: the embedded digits)")
     p.add_argument("--batch-size", type=_positive_int, default=64)
     p.add_argument(
         "--output", type=_output_folder, default=None, help="folder for eval.json and the PNG (default: RUN/eval-best)"
@@ -454,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive_int, default=20, help="neighbours for an encoder checkpoint's k-NN (20)")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("predict", help="top-k labels of image files from a checkpoint")
-    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--checkpoint", type=_path, required=True)
     p.add_argument("images", nargs="+", help="image files or folders of images")
     p.add_argument("--topk", type=_positive_int, default=5)
     p.add_argument("--device", type=_device, default="auto")
