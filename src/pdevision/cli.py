@@ -63,7 +63,9 @@ def _sample_photo(name: str) -> Image.Image:
     import skimage.data
 
     if name not in SAMPLE_PHOTOS:
-        raise UsageError(f"{name!r} is not one of scikit-image's bundled photos: {', '.join(SAMPLE_PHOTOS)}")
+        raise UsageError(
+            f"scikit-image has no sample photo {name!r} bundled (choose one of {', '.join(SAMPLE_PHOTOS)})"
+        )
     return Image.fromarray(np.asarray(getattr(skimage.data, name)())).convert("RGB")
 
 
@@ -510,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from pdevision.data import DataError
     from pdevision.engine import CheckpointError, ModelNameError, NonFiniteLossError
-    from pdevision.engine.distributed import DistributedTimeoutError, exit_after_timeout
+    from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
     from pdevision.engine.lock import RunLockedError
 
     def one_line(exc: BaseException) -> str:
@@ -539,6 +541,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(set PDEVISION_TRACEBACK=1 to see where)",
             file=sys.stderr,
         )
+        if communication_failed():  # a peer is gone: a normal exit would wait for it
+            exit_after_timeout(1)
         return 1
 
 

@@ -147,11 +147,29 @@ def barrier(info: DistInfo) -> None:
         _collective("barrier", info, dist.barrier)
 
 
+def _is_communication_failure(exc: BaseException) -> bool:
+    if isinstance(exc, DistributedTimeoutError):
+        return True
+    text = str(exc).lower()
+    return type(exc).__name__ in ("DistBackendError", "DistNetworkError", "DistStoreError") or any(
+        s in text for s in ("timed out", "connection closed by peer", "connection reset by peer")
+    )
+
+
+def communication_failed() -> bool:
+    """Whether a collective of this process failed (timed out, or a peer vanished)."""
+    return _failed.is_set()
+
+
 def cleanup_distributed(info: DistInfo) -> None:
-    """Leave the process group (after a barrier, unless a collective has already timed out)."""
+    """Leave the process group: after a barrier on success; at once while an exception propagates (the other
+    ranks may be gone or stuck), noting a communication failure for :func:`communication_failed`."""
     if info.enabled and dist.is_initialized():
+        exc = sys.exc_info()[1]
+        if exc is not None and _is_communication_failure(exc):
+            _failed.set()
         try:
-            if not _failed.is_set():
+            if exc is None and not _failed.is_set():
                 barrier(info)
         finally:
             dist.destroy_process_group()
