@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -33,19 +35,45 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+# scikit-image's sample photos stored in its package (others are downloaded: never at run time)
+SAMPLE_PHOTOS = (
+    "astronaut",
+    "brick",
+    "camera",
+    "cat",
+    "chelsea",
+    "coffee",
+    "coins",
+    "grass",
+    "gravel",
+    "horse",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "logo",
+    "microaneurysms",
+    "moon",
+    "page",
+    "retina",
+    "rocket",
+    "text",
+)
+
+
 def _sample_photo(name: str) -> Image.Image:
     import skimage.data
 
-    if not hasattr(skimage.data, name):
-        raise UsageError(f"scikit-image has no sample photo {name!r} (try 'chelsea', 'astronaut')")
+    if name not in SAMPLE_PHOTOS:
+        raise UsageError(
+            f"scikit-image has no sample photo {name!r} bundled (choose one of {', '.join(SAMPLE_PHOTOS)})"
+        )
     return Image.fromarray(np.asarray(getattr(skimage.data, name)())).convert("RGB")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
+    photo = _sample_photo(args.photo)  # a wrong name fails before the (slow) table
     print(f"pdevision {__version__}: models registered in timm\n")
     print(_models_table(224))
-    photo = _sample_photo(args.photo)
     model = timm.create_model(args.model).eval()
     cfg = timm.data.resolve_data_config({}, model=model)
     x = timm.data.create_transform(**cfg)(photo).unsqueeze(0)
@@ -74,10 +102,95 @@ class UsageError(Exception):
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
+
+
+def _bounded(
+    convert: type[int] | type[float],
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+):
+    """An argparse ``type``: a finite int or float within ``[low, high]`` (``(`` / ``)`` where open)."""
+    lo = f"{'(' if low_open else '['}{'-inf' if low is None else low}"
+    interval = f"{lo}, {'inf' if high is None else high}{')' if high_open else ']'}"
+
+    def parse(text: str) -> int | float:
+        kind = "an integer" if convert is int else "a number"
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind} in {interval}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number in {interval}, got {text}")
+        too_low = low is not None and (value <= low if low_open else value < low)
+        too_high = high is not None and (value >= high if high_open else value > high)
+        if too_low or too_high:
+            raise argparse.ArgumentTypeError(f"must be {kind} in {interval}, got {value}")
+        return value
+
+    parse.__name__ = convert.__name__
+    return parse
+
+
+_fraction = _bounded(float, 0.0, 1.0)  # a probability
+_open_fraction = _bounded(float, 0.0, 1.0, low_open=True, high_open=True)
+_rate_below_one = _bounded(float, 0.0, 1.0, high_open=True)
+_non_negative = _bounded(float, 0.0)
+_positive = _bounded(float, 0.0, low_open=True)
+_non_negative_int = _bounded(int, 0)
+_seed = _bounded(int, 0, 2**32 - 1)
+_side = _bounded(int, 1, 16384)  # image sides in pixels: beyond this, memory runs out before anything useful
+_width = _bounded(int, 1, 8192)  # channels
+_count = _bounded(int, 1, 1024)  # depths, heads, strides, threads
+
+
+def _device(text: str) -> str:
+    """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, checked against this machine."""
+    if text == "auto":
+        return text
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r} (use auto, cpu, cuda, cuda:N or mps)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(f"{text}: CUDA is not available on this machine (use --device cpu)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(f"{text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise argparse.ArgumentTypeError(f"{text}: MPS is not available on this machine (use --device cpu)")
+    elif device.type != "cpu":
+        raise argparse.ArgumentTypeError(f"unsupported device {text!r} (use auto, cpu, cuda, cuda:N or mps)")
+    return text
+
+
+def _path(text: str) -> str:
+    """A path (not checked for existence here); an empty one is refused rather than read as ``.``."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _output_folder(text: str) -> str:
+    """A folder to write into: may exist (as a folder) or not, but must not be a file."""
+    if not text:
+        raise argparse.ArgumentTypeError("must name a folder")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder")
+    return text
 
 
 def _train_config(args: argparse.Namespace):
@@ -105,15 +218,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _is_rank0() -> bool:
-    import os
-
     return os.environ.get("RANK", "0") == "0"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from pdevision.engine import evaluate_checkpoint, read_meta, resolve_checkpoint
+    from pdevision.engine.evaluate import default_eval_output
 
-    output = args.output or str(resolve_checkpoint(args.checkpoint) / "eval")
+    output = args.output or str(default_eval_output(resolve_checkpoint(args.checkpoint)))
     if read_meta(args.checkpoint).get("kind") == "encoder":
         from pdevision.ssl import knn_evaluate
 
@@ -146,9 +258,12 @@ def _json_dict(text: str) -> dict:
 def _rate(text: str) -> float | None:
     if text.lower() == "none":
         return None
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive or 'none', got {value}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number or 'none', got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number or 'none', got {value}")
     return value
 
 
@@ -172,11 +287,18 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from pdevision.engine import predict_images
 
-    results = predict_images(args.checkpoint, args.images, args.topk, args.device)
+    results = predict_images(args.checkpoint, args.images, args.topk, args.device, errors="report")
     for r in results:
-        print(r["image"] + ": " + ", ".join(f"{c} {p:.3f}" for c, p in r["top"]))
+        if "error" in r:
+            print(f"{r['image']}: FAILED: {r['error']}")
+        else:
+            print(r["image"] + ": " + ", ".join(f"{c} {p:.3f}" for c, p in r["top"]))
     if args.json:
         print(json.dumps(results))
+    failed = [r["image"] for r in results if "error" in r]
+    if failed:
+        print(f"pdevision predict: error: {len(failed)} of {len(results)} images could not be read", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -214,39 +336,45 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("data and model")
     g.add_argument("--model", default="vheat_micro", help="any registered model, ours or timm's")
-    g.add_argument("--data", default=None, help="ImageFolder root (train/ and val/, or one folder); default: digits")
-    g.add_argument("--val-split", type=float, default=0.2, help="validation fraction for a single folder")
-    g.add_argument("--img-size", type=_positive_int, default=None, help="default: 64 on digits, else the model's")
-    g.add_argument("--output", default="runs/train", help="run folder (checkpoints, metrics, plots)")
+    g.add_argument(
+        "--data", type=_path, default=None, help="ImageFolder root (train/ and val/, or one folder); default: digits"
+    )
+    g.add_argument("--val-split", type=_open_fraction, default=0.2, help="validation fraction for a single folder")
+    g.add_argument("--img-size", type=_side, default=None, help="default: 64 on digits, else the model's")
+    g.add_argument(
+        "--output", type=_output_folder, default="runs/train", help="run folder (checkpoints, metrics, plots)"
+    )
     g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
     g = p.add_argument_group("schedule and optimiser (default: from --recipe)")
     g.add_argument("--recipe", default="light", choices=sorted(RECIPES), help="named preset (default: light)")
     g.add_argument("--epochs", type=_positive_int, default=None)
     g.add_argument("--batch-size", type=_positive_int, default=64, help="per process (default 64)")
-    g.add_argument("--lr", type=float, default=None, help="absolute; default: recipe lr x global batch / 512")
-    g.add_argument("--min-lr", type=float, default=None)
-    g.add_argument("--warmup-epochs", type=int, default=None)
-    g.add_argument("--weight-decay", type=float, default=None)
-    g.add_argument("--clip-grad", type=float, default=None, help="gradient norm clip (0: off)")
-    g.add_argument("--ema-decay", type=float, default=None, help="EMA of weights (imagenet recipe: 0.9999)")
+    g.add_argument("--lr", type=_positive, default=None, help="absolute; default: recipe lr x global batch / 512")
+    g.add_argument("--min-lr", type=_non_negative, default=None)
+    g.add_argument("--warmup-epochs", type=_non_negative_int, default=None)
+    g.add_argument("--weight-decay", type=_non_negative, default=None)
+    g.add_argument("--clip-grad", type=_non_negative, default=None, help="gradient norm clip (0: off)")
+    g.add_argument("--ema-decay", type=_rate_below_one, default=None, help="EMA of weights (imagenet recipe: 0.9999)")
     g.add_argument("--no-ema", action="store_true", help="turn EMA off")
-    g.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate (default: the model's)")
+    g.add_argument(
+        "--drop-path", type=_rate_below_one, default=None, help="stochastic depth rate (default: the model's)"
+    )
     g = p.add_argument_group("augmentation and regularisation (timm)")
     g.add_argument("--auto-augment", default=None, help="e.g. rand-m9-mstd0.5-inc1 (RandAugment)")
-    g.add_argument("--mixup", type=float, default=None, help="mixup alpha")
-    g.add_argument("--cutmix", type=float, default=None, help="cutmix alpha")
-    g.add_argument("--label-smoothing", type=float, default=None)
-    g.add_argument("--re-prob", type=float, default=None, help="random erasing probability")
-    g.add_argument("--hflip", type=float, default=None, help="horizontal flip probability")
+    g.add_argument("--mixup", type=_non_negative, default=None, help="mixup alpha")
+    g.add_argument("--cutmix", type=_non_negative, default=None, help="cutmix alpha")
+    g.add_argument("--label-smoothing", type=_rate_below_one, default=None)
+    g.add_argument("--re-prob", type=_fraction, default=None, help="random erasing probability")
+    g.add_argument("--hflip", type=_fraction, default=None, help="horizontal flip probability")
     g = p.add_argument_group("runtime")
     g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast (fp16: CUDA only)")
     g.add_argument("--grad-checkpointing", action="store_true")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=_seed, default=0)
     g.add_argument("--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
-    g.add_argument("--workers", type=int, default=0, help="data loader processes")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    g.add_argument("--resume", default=None, help="checkpoint or run folder to resume")
-    g.add_argument("--init-from", default=None, help="checkpoint to start from (fine-tuning)")
+    g.add_argument("--workers", type=_non_negative_int, default=0, help="data loader processes")
+    g.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    g.add_argument("--resume", type=_path, default=None, help="checkpoint or run folder to resume")
+    g.add_argument("--init-from", type=_path, default=None, help="checkpoint to start from (fine-tuning)")
     g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
     g.add_argument(
         "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
@@ -263,15 +391,19 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
         "--model", default=None, help="backbone (default: vheat_micro; mae: vit_tiny_patch16_224, patch 8, depth 4)"
     )
     g.add_argument("--model-args", type=_json_dict, default={}, help="JSON model arguments, e.g. '{\"depth\": 4}'")
-    g.add_argument("--data", default=None, help="ImageFolder root (labels unused); default: scikit-image photos")
-    g.add_argument("--img-size", type=_positive_int, default=64, help="crop side in pixels (default 64)")
-    g.add_argument("--output", default="runs/pretrain", help="run folder (last/, encoder/, metrics, PNG)")
+    g.add_argument(
+        "--data", type=_path, default=None, help="ImageFolder root (labels unused); default: scikit-image photos"
+    )
+    g.add_argument("--img-size", type=_side, default=64, help="crop side in pixels (default 64)")
+    g.add_argument(
+        "--output", type=_output_folder, default="runs/pretrain", help="run folder (last/, encoder/, metrics, PNG)"
+    )
     g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
     g = p.add_argument_group("QB-Heat")
-    g.add_argument("--block-size", type=_positive_int, default=None, help="visible block side (default: half)")
+    g.add_argument("--block-size", type=_side, default=None, help="visible block side (default: half)")
     g.add_argument("--block-position", default="center", choices=["center", "random"])
-    g.add_argument("--stride", type=_positive_int, default=8, help="feature stride of the prediction (default 8)")
-    g.add_argument("--pred-dim", type=_positive_int, default=128, help="channels of the predicted features")
+    g.add_argument("--stride", type=_count, default=8, help="feature stride of the prediction (default 8)")
+    g.add_argument("--pred-dim", type=_width, default=128, help="channels of the predicted features")
     g.add_argument("--predictor", default="discrete", choices=["discrete", "exact"], help="(I + dx A)^n or expm")
     g.add_argument("--corner", default="mean", choices=["mean", "xy", "yx"], help="order of the corner extrapolation")
     g.add_argument("--constraint", default="skew", choices=["skew", "none"], help="A, B skew-symmetric or free")
@@ -284,30 +416,32 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-fuse-deeper", dest="fuse_deeper", action="store_false", help="only the stride's stage")
     g.add_argument("--decoder", default="transformer", choices=["transformer", "conv"])
     g = p.add_argument_group("MAE")
-    g.add_argument("--mask-ratio", type=float, default=0.75)
+    g.add_argument("--mask-ratio", type=_open_fraction, default=0.75)
     g = p.add_argument_group("decoder and loss")
-    g.add_argument("--decoder-width", type=_positive_int, default=128)
-    g.add_argument("--decoder-depth", type=_positive_int, default=2)
-    g.add_argument("--decoder-heads", type=_positive_int, default=4)
+    g.add_argument("--decoder-width", type=_width, default=128)
+    g.add_argument("--decoder-depth", type=_count, default=2)
+    g.add_argument("--decoder-heads", type=_count, default=4)
     g.add_argument("--loss-region", default="unseen", choices=["unseen", "all"], help="hidden cells or whole image")
     g.add_argument("--no-norm-pix", dest="norm_pix", action="store_false", help="raw instead of per-patch pixels")
     g = p.add_argument_group("schedule and optimiser")
     g.add_argument("--epochs", type=_positive_int, default=10)
     g.add_argument("--crops-per-epoch", type=_positive_int, default=2048)
-    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (the schedule follows it)")
+    g.add_argument("--time-budget", type=_positive, default=None, help="seconds of training (the schedule follows it)")
     g.add_argument("--batch-size", type=_positive_int, default=64, help="per process (default 64)")
-    g.add_argument("--lr", type=float, default=None, help="absolute; default 1e-3 x global batch / 64")
-    g.add_argument("--min-lr", type=float, default=1e-5)
-    g.add_argument("--warmup", type=float, default=0.05, help="warm-up fraction of training (default 0.05)")
-    g.add_argument("--weight-decay", type=float, default=0.05)
-    g.add_argument("--clip-grad", type=float, default=None)
+    g.add_argument("--lr", type=_positive, default=None, help="absolute; default 1e-3 x global batch / 64")
+    g.add_argument("--min-lr", type=_non_negative, default=1e-5)
+    g.add_argument("--warmup", type=_rate_below_one, default=0.05, help="warm-up fraction of training (default 0.05)")
+    g.add_argument("--weight-decay", type=_non_negative, default=0.05)
+    g.add_argument("--clip-grad", type=_non_negative, default=None)
     g = p.add_argument_group("runtime")
     g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"])
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=_seed, default=0)
     g.add_argument("--deterministic", action="store_true")
-    g.add_argument("--workers", type=int, default=0)
-    g.add_argument("--device", default="auto")
-    g.add_argument("--resume", default=None, help="pretraining checkpoint (RUN/last) or run folder to resume")
+    g.add_argument("--workers", type=_non_negative_int, default=0)
+    g.add_argument("--device", type=_device, default="auto")
+    g.add_argument(
+        "--resume", type=_path, default=None, help="pretraining checkpoint (RUN/last) or run folder to resume"
+    )
     g.add_argument("--stop-after-epochs", type=_positive_int, default=None)
     g.add_argument("--max-train-batches", type=_positive_int, default=None)
     g.add_argument("--no-progress", dest="progress", action="store_false")
@@ -415,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("models", help="list the registered models with parameters and GMACs")
-    p.add_argument("--img-size", type=int, default=224, help="resolution for the MAC count (default 224)")
+    p.add_argument("--img-size", type=_side, default=224, help="resolution for the MAC count (default 224)")
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
     p.add_argument("--model", default="vheat_tiny", choices=list_models(), help="model for the forward pass")
@@ -424,18 +558,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="throughput, memory, FLOPs against timm's peers (Swin, ConvNeXt, DeiT, ResNet)")
     p.add_argument("--models", nargs="+", default=None, help="default: our tiny models and the four tiny peers")
     p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
-    p.add_argument("--resolutions", nargs="+", type=_positive_int, default=[224, 512, 768, 1024])
+    p.add_argument("--resolutions", nargs="+", type=_side, default=[224, 512, 768, 1024])
     p.add_argument("--batch", type=_positive_int, default=None, help="default: 8 at 224, 2 up to 512, 1 above")
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats, median reported (default 5)")
-    p.add_argument("--train-resolutions", nargs="*", type=_positive_int, default=[224], help="training-step sizes")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--train-resolutions", nargs="*", type=_side, default=[224], help="training-step sizes")
+    p.add_argument("--device", type=_device, default="cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
-    p.add_argument("--out", default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)")
-    p.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--out", type=_output_folder, default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)")
+    p.add_argument("--threads", type=_count, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--no-operators", action="store_true", help="skip the token-mixer microbenchmark")
-    p.add_argument(
-        "--operator-sides", nargs="+", type=_positive_int, default=[14, 28, 56, 112, 160, 256], help="map sides"
-    )
+    p.add_argument("--operator-sides", nargs="+", type=_side, default=[14, 28, 56, 112, 160, 256], help="map sides")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")
     _add_train_args(p)
@@ -446,19 +578,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pretrain_args(p)
     p.set_defaults(func=cmd_pretrain)
     p = sub.add_parser("eval", help="evaluate a checkpoint: top-1/top-5, per class, confusion matrix")
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder (or run folder: uses best)")
+    p.add_argument("--checkpoint", type=_path, required=True, help="checkpoint folder (or run folder: uses best)")
     p.add_argument("--model", default=None, help="model name (default: the one stored in the checkpoint)")
-    p.add_argument("--data", default=None, help="ImageFolder root (default: the embedded digits)")
+    p.add_argument("--data", type=_path, default=None, help="ImageFolder root (default: the embedded digits)")
     p.add_argument("--batch-size", type=_positive_int, default=64)
-    p.add_argument("--output", default=None, help="folder for eval.json and the PNG (default: CHECKPOINT/eval)")
-    p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--output", type=_output_folder, default=None, help="folder for eval.json and the PNG (default: RUN/eval-best)"
+    )
+    p.add_argument("--device", type=_device, default="auto")
     p.add_argument("--k", type=_positive_int, default=20, help="neighbours for an encoder checkpoint's k-NN (20)")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("predict", help="top-k labels of image files from a checkpoint")
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("images", nargs="+", help="image files")
+    p.add_argument("--checkpoint", type=_path, required=True)
+    p.add_argument("images", nargs="+", help="image files or folders of images")
     p.add_argument("--topk", type=_positive_int, default=5)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", type=_device, default="auto")
     p.add_argument("--json", action="store_true", help="also print the result as JSON")
     p.set_defaults(func=cmd_predict)
     _add_viz_parser(sub)
@@ -474,14 +608,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from pdevision.data import DataError
     from pdevision.engine import CheckpointError, ModelNameError, NonFiniteLossError
+    from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
+    from pdevision.engine.lock import RunLockedError
+
+    def one_line(exc: BaseException) -> str:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        return text if len(text) <= 2000 else text[:2000] + " ..."
 
     try:
         return int(args.func(args))
     except (UsageError, DataError, CheckpointError, ModelNameError, FileNotFoundError, ValueError) as exc:
-        print(f"pdevision {args.command}: error: {exc}", file=sys.stderr)
+        print(f"pdevision {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except NonFiniteLossError as exc:
-        print(f"pdevision {args.command}: stopped: {exc}", file=sys.stderr)
+        print(f"pdevision {args.command}: stopped: {one_line(exc)}", file=sys.stderr)
+        return 1
+    except RunLockedError as exc:
+        print(f"pdevision {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return 1
+    except DistributedTimeoutError as exc:
+        print(f"pdevision {args.command}: stopped: {one_line(exc)}", file=sys.stderr)
+        exit_after_timeout(1)
+    except Exception as exc:  # anything else: still one line; the traceback on request
+        if os.environ.get("PDEVISION_TRACEBACK"):
+            raise
+        print(
+            f"pdevision {args.command}: failed: {type(exc).__name__}: {one_line(exc)} "
+            "(set PDEVISION_TRACEBACK=1 to see where)",
+            file=sys.stderr,
+        )
+        if communication_failed():  # a peer is gone: a normal exit would wait for it
+            exit_after_timeout(1)
         return 1
 
 

@@ -27,10 +27,10 @@ def test_eval_reports_metrics_and_confusion_png(run_dir: Path, capsys: pytest.Ca
     assert main(["eval", "--checkpoint", str(run_dir), "--model", "vheat_micro"]) == 0
     out = capsys.readouterr().out
     assert "top-1" in out and "top-5" in out and "img/s" in out and "per-class top-1: 0 " in out
-    result = json.loads((run_dir / "best" / "eval" / "eval.json").read_text())
+    result = json.loads((run_dir / "eval-best" / "eval.json").read_text())
     assert result["images"] == 360 and len(result["confusion_matrix"]) == 10
     assert sum(map(sum, result["confusion_matrix"])) == 360
-    assert (run_dir / "best" / "eval" / "confusion_matrix.png").stat().st_size > 1000
+    assert (run_dir / "eval-best" / "confusion_matrix.png").stat().st_size > 1000
 
 
 def test_predict_prints_class_names(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

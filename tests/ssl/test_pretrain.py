@@ -97,7 +97,7 @@ def test_fine_tune_from_encoder_and_knn_eval(
     assert main(["eval", "--checkpoint", str(qbheat_run / "encoder"), "--k", "5"]) == 0
     printed = capsys.readouterr().out
     assert "k-NN (k=5) top-1" in printed and "on 360 images (1437 as memory)" in printed
-    result = json.loads((qbheat_run / "encoder" / "eval" / "knn.json").read_text())
+    result = json.loads((qbheat_run / "eval-encoder" / "knn.json").read_text())
     assert 10.0 < result["knn_top1"] <= 100.0
 
 

@@ -1,6 +1,6 @@
-"""Checkpoints: a folder per checkpoint, written atomically.
+"""Checkpoints: a folder per checkpoint, written atomically, safe under repeated faults.
 
-Layout of ``<run>/<name>/`` (``name`` is ``last`` or ``best``):
+Layout of ``<run>/<name>/`` (``name`` is ``last``, ``best`` or ``encoder``):
 
 * ``model.safetensors``: model weights; metadata holds the model name, class names and the
   model arguments needed to rebuild it (JSON strings).
@@ -8,17 +8,29 @@ Layout of ``<run>/<name>/`` (``name`` is ``last`` or ``best``):
 * ``trainer.pt``: optimizer, scheduler, scaler, epoch, sampler position and RNG states, read back
   with ``torch.load(weights_only=True)``.
 
-The folder is written under a temporary name, flushed, then swapped in with renames, so a crash
-while writing leaves the previous checkpoint complete (if it crashes between the two renames, the
-previous folder is found under ``.<name>.old`` and :func:`resolve_checkpoint` uses it).
+Save protocol (:func:`save_checkpoint`), with ``final = <run>/<name>`` and ``old = <run>/.<name>.old``:
+
+0. recover: if ``final`` is missing and ``old`` is complete (a save was interrupted between its two
+   renames), rename ``old`` back to ``final``; remove temporary folders of dead writers;
+1. write every file into ``<run>/.<name>.tmp-<pid>-<random>``, flush and fsync each file and the folder;
+2. if ``final`` exists (complete): delete ``old`` (redundant), rename ``final`` to ``old``;
+3. rename the temporary folder to ``final``, fsync the run folder;
+4. delete ``old``.
+
+``final`` only ever appears by a rename of a complete folder, and ``old`` is deleted only while a
+complete ``final`` exists, so a fault at any step (and another fault after the recovery) leaves a
+complete checkpoint: ``final``, or ``old`` when the fault hit between the renames, which
+:func:`resolve_checkpoint` then returns. ``tests/engine/test_hardening_checkpoint.py`` injects a fault
+at every step, twice in a row. Folders and files follow the umask.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +61,55 @@ def _state_dict_for_save(module: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
 
 
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Write, flush and fsync ``path`` (created with the umask's permissions, as ``open`` does)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _stale_temp(folder: Path) -> bool:
+    """A temporary folder whose writer (the PID in its name) is no longer running, or is this process
+    (an earlier save of this process that failed: one process writes one checkpoint name at a time)."""
+    parts = folder.name.rsplit(".tmp-", 1)[-1].split("-")
+    try:
+        pid = int(parts[0])
+    except ValueError:
+        return True  # not written by this protocol's naming: left over
+    return pid == os.getpid() or not _pid_alive(pid)
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file()
+
+
+def recover_checkpoint(run_dir: Path, name: str) -> None:
+    """Undo an interrupted save of ``run_dir/name``: bring ``.<name>.old`` back when ``name`` is missing,
+    remove temporary folders of writers that no longer run."""
+    final, old = run_dir / name, run_dir / f".{name}.old"
+    if not final.exists() and _complete(old):
+        os.replace(old, final)
+        _fsync_dir(run_dir)
+    for stale in run_dir.glob(f".{name}.tmp-*"):
+        if _stale_temp(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 def save_checkpoint(
     run_dir: Path,
     name: str,
@@ -58,35 +119,36 @@ def save_checkpoint(
     ema: nn.Module | None = None,
 ) -> Path:
     """Write ``run_dir/name`` atomically and return its path. ``meta`` values must be JSON-serialisable."""
+    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    final = run_dir / name
-    for stale in run_dir.glob(f".{name}.tmp-*"):  # left by a process killed while writing
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=run_dir))
+    final, old = run_dir / name, run_dir / f".{name}.old"
+    recover_checkpoint(run_dir, name)
+    metadata = {k: json.dumps(v) for k, v in meta.items()}
+    tmp = run_dir / f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    os.mkdir(tmp)  # not tempfile.mkdtemp: that forces 0700 whatever the umask
     try:
-        metadata = {k: json.dumps(v) for k, v in meta.items()}
-        safetensors.torch.save_file(_state_dict_for_save(model), str(tmp / "model.safetensors"), metadata=metadata)
+        weights = safetensors.torch.save(_state_dict_for_save(model), metadata=metadata)
+        _write_bytes(tmp / "model.safetensors", weights)
+        del weights
         if ema is not None:
-            safetensors.torch.save_file(_state_dict_for_save(ema), str(tmp / "ema.safetensors"), metadata=metadata)
+            _write_bytes(tmp / "ema.safetensors", safetensors.torch.save(_state_dict_for_save(ema), metadata=metadata))
         if trainer_state is not None:
             with open(tmp / "trainer.pt", "wb") as f:
                 torch.save(trainer_state, f)
-        for file in tmp.iterdir():
-            with open(file, "rb") as f:
+                f.flush()
                 os.fsync(f.fileno())
         _fsync_dir(tmp)
-        old = run_dir / f".{name}.old"
-        if old.exists():
-            shutil.rmtree(old)
         if final.exists():
+            if old.exists():
+                shutil.rmtree(old)  # redundant: final is complete
             os.replace(final, old)
         os.replace(tmp, final)
         _fsync_dir(run_dir)
-        if old.exists():
-            shutil.rmtree(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if old.exists():
+        shutil.rmtree(old)
     return final
 
 
@@ -110,21 +172,36 @@ def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "las
     return path
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def read_meta(path: str | Path) -> dict[str, Any]:
     """The metadata stored with a checkpoint's weights (model name, classes, arguments, epoch)."""
     folder = resolve_checkpoint(path)
     from safetensors import safe_open
 
-    with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
-        raw = f.metadata() or {}
-    return {k: json.loads(v) for k, v in raw.items()}
+    file = folder / "model.safetensors"
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            raw = f.metadata() or {}
+    except Exception as exc:  # safetensors raises its own error type for truncated or garbage files
+        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({_first_line(exc)})") from exc
+    try:
+        return {k: json.loads(v) for k, v in raw.items()}
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"checkpoint file {file} has metadata that is not JSON ({exc})") from exc
 
 
 def load_weights(path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]:
     """Weights of a checkpoint folder (the EMA copy with ``ema=True`` where present)."""
     folder = resolve_checkpoint(path)
     file = folder / ("ema.safetensors" if ema and (folder / "ema.safetensors").exists() else "model.safetensors")
-    return safetensors.torch.load_file(str(file))
+    try:
+        return safetensors.torch.load_file(str(file))
+    except Exception as exc:
+        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({_first_line(exc)})") from exc
 
 
 def load_trainer_state(path: str | Path) -> dict[str, Any]:
@@ -133,4 +210,16 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
     file = folder / "trainer.pt"
     if not file.exists():
         raise CheckpointError(f"checkpoint {folder} has no trainer state (trainer.pt); it cannot be resumed")
-    return torch.load(file, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = str(exc).splitlines()
+        reason = next((ln.split("error:", 1)[-1].strip() for ln in lines if "Unpickler error:" in ln), "")
+        if "global" in reason.lower():
+            raise CheckpointError(
+                f"checkpoint file {file} holds objects other than tensors and plain containers; it was not loaded "
+                f"(weights-only load refused: {reason})"
+            ) from exc
+        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({reason or _first_line(exc)})") from exc
+    except Exception as exc:  # truncated zip archive, garbage bytes
+        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({_first_line(exc)})") from exc

@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
-from pdevision.data import build_datasets, eval_transform_for
+from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
 from pdevision.engine.modeling import load_into_model, model_from_meta
 from pdevision.engine.runtime import resolve_device
@@ -30,6 +29,31 @@ def _model_from_checkpoint(checkpoint: str | Path, model_name: str | None, devic
     model = model_from_meta(meta, len(classes), name or None)
     load_into_model(model, folder, name, classes)
     return model.to(device).eval(), meta, folder
+
+
+def default_eval_output(folder: str | Path) -> Path:
+    """Where evaluation results of the checkpoint ``folder`` go by default: beside it, never inside it
+    (the next save of ``RUN/best/`` replaces that folder whole): ``RUN/eval-best/`` for ``RUN/best/``."""
+    folder = Path(folder)
+    name = folder.name
+    if name.startswith(".") and name.endswith(".old"):  # the fallback of an interrupted save
+        name = name[1:-4]
+    return folder.parent / f"eval-{name}"
+
+
+def expand_images(images: list[str | Path]) -> list[Path]:
+    """Image paths: files as given, folders replaced by their image files (sorted, not recursive)."""
+    out: list[Path] = []
+    for item in images:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(IMAGE_EXTENSIONS))
+            if not found:
+                raise FileNotFoundError(f"folder {path} holds no image files ({', '.join(IMAGE_EXTENSIONS)})")
+            out.extend(found)
+        else:
+            out.append(path)
+    return out
 
 
 def _plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
@@ -99,23 +123,33 @@ def evaluate_checkpoint(
 
 @torch.no_grad()
 def predict_images(
-    checkpoint: str | Path, images: list[str | Path], topk: int = 5, device: str = "auto"
+    checkpoint: str | Path,
+    images: list[str | Path],
+    topk: int = 5,
+    device: str = "auto",
+    errors: str = "raise",
 ) -> list[dict[str, Any]]:
-    """Top-``topk`` class names with probabilities for each image file."""
+    """Top-``topk`` class names with probabilities for each image file (folders: each image in them).
+    An image that cannot be read raises :class:`~pdevision.data.ImageReadError` (``errors="raise"``) or
+    gets an entry ``{"image": path, "error": reason}`` (``errors="report"``) and the others go on."""
+    if errors not in ("raise", "report"):
+        raise ValueError(f"errors must be 'raise' or 'report', got {errors!r}")
+    if topk <= 0:
+        raise ValueError(f"topk must be a positive integer, got {topk}")
+    paths = expand_images(images)
     dev = resolve_device(device)
     model, meta, _ = _model_from_checkpoint(checkpoint, None, dev)
     classes = list(meta["classes"])
     tf = eval_transform_for(meta)
-    results = []
-    for path in images:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"image {path} does not exist")
+    results: list[dict[str, Any]] = []
+    for path in paths:
         try:
-            with Image.open(path) as img:
-                x = tf(img.convert("RGB")).unsqueeze(0).to(dev)
-        except OSError as exc:
-            raise ValueError(f"cannot read image {path}: {exc}") from exc
+            x = tf(open_rgb(path)).unsqueeze(0).to(dev)
+        except ImageReadError as exc:
+            if errors == "raise":
+                raise
+            results.append({"image": str(path), "error": str(exc)})
+            continue
         probs = model(x).float().softmax(-1)[0]
         k = min(topk, len(classes))
         top = probs.topk(k)

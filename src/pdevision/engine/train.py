@@ -47,6 +47,7 @@ from pdevision.engine.distributed import (
     init_distributed,
     parameters_identical_across_ranks,
 )
+from pdevision.engine.lock import RunLock
 from pdevision.engine.modeling import build_model, check_image_size, load_into_model
 from pdevision.engine.runtime import (
     EpochSampler,
@@ -217,7 +218,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     try:
-        return _train(config, cfg, device, info)
+        with RunLock(config.output, enabled=info.is_main):
+            return _train(config, cfg, device, info)
     finally:
         cleanup_distributed(info)
 

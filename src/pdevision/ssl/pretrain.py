@@ -45,6 +45,7 @@ from pdevision.engine.checkpoint import (
     save_checkpoint,
 )
 from pdevision.engine.distributed import DistInfo, all_reduce_sum, cleanup_distributed, init_distributed
+from pdevision.engine.lock import RunLock
 from pdevision.engine.runtime import (
     EpochSampler,
     autocast,
@@ -177,7 +178,8 @@ def pretrain(config: PretrainConfig) -> dict[str, Any]:
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     try:
-        return _pretrain(config, device, info)
+        with RunLock(config.output, enabled=info.is_main):
+            return _pretrain(config, device, info)
     finally:
         cleanup_distributed(info)
 

@@ -1,0 +1,258 @@
+"""Issue 16 through the command line: crafted checkpoints never reach the network (defect 3), corrupt
+checkpoints (8), decompression bombs (9), evaluation output beside the checkpoint (11), one-line errors
+and per-image prediction reports (12)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import timm
+from PIL import Image
+
+from pdevision.cli import main
+from pdevision.data import DigitsDataset
+from pdevision.engine.checkpoint import read_meta, save_checkpoint
+from pdevision.engine.modeling import build_model
+
+CLASSES = [str(i) for i in range(10)]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder with a real (untrained) vheat_micro checkpoint for the digits at 32 px."""
+    out = tmp_path_factory.mktemp("hardening") / "run"
+    model = build_model("vheat_micro", num_classes=10, img_size=32)
+    cfg = timm.data.resolve_data_config({}, model=model)
+    meta = {
+        "model": "vheat_micro",
+        "classes": CLASSES,
+        "img_size": 32,
+        "model_args": {"img_size": 32},
+        "mean": list(cfg["mean"]),
+        "std": list(cfg["std"]),
+    }
+    save_checkpoint(out, "best", model, meta)
+    save_checkpoint(out, "last", model, {**meta, "epoch": 1}, {"epoch": 0})
+    return out
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small ImageFolder of real digits: train/ and val/, 10 classes x 1 image each."""
+    root = tmp_path_factory.mktemp("digits")
+    ds = DigitsDataset("val", img_size=32)
+    count = dict.fromkeys(range(10), 0)
+    for i in range(len(ds)):
+        img, label = ds[i]
+        if count[label] < 2:
+            folder = root / ("train", "val")[count[label]] / str(label)
+            folder.mkdir(parents=True, exist_ok=True)
+            img.save(folder / f"{i}.png")
+            count[label] += 1
+    return root
+
+
+@pytest.fixture(scope="module")
+def digit_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("images") / "digit.png"
+    DigitsDataset("val", img_size=32)[0][0].save(path)
+    return path
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Every attempt to open a network connection is recorded and fails."""
+    attempts: list[tuple] = []
+
+    def refuse(self, address, *args, **kwargs):
+        attempts.append(("connect", address))
+        raise OSError("network access attempted in a test")
+
+    def refuse_create(address, *args, **kwargs):
+        attempts.append(("create_connection", address))
+        raise OSError("network access attempted in a test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse_create)
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: refuse_create(a))
+    return attempts
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and len(lines) == 1, err
+    return lines[0]
+
+
+def _crafted(run: Path, tmp_path: Path, **changes) -> Path:
+    folder = tmp_path / "crafted"
+    shutil.copytree(run / "best", folder)
+    meta = {**read_meta(folder), **changes}
+    weights = safetensors.torch.load_file(str(folder / "model.safetensors"))
+    safetensors.torch.save_file(
+        weights, str(folder / "model.safetensors"), metadata={k: json.dumps(v) for k, v in meta.items()}
+    )
+    return folder
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {
+            "model_args": {
+                "img_size": 32,
+                "pretrained": True,
+                "pretrained_cfg_overlay": {"url": "http://10.0.0.1/w.pth"},
+            }
+        },
+        {"model_args": {"img_size": 32, "pretrained_cfg": {"hf_hub_id": "someone/weights"}}},
+        {"model_args": {"img_size": 32, "checkpoint_path": "/elsewhere/weights.pth"}},
+        {"model_args": {"img_size": 32, "act_layer": "https://10.0.0.1/code"}},
+        {"model": "hf-hub:someone/weights"},
+        {"model_args": {"img_size": 32, "not_an_argument_of_vheat": 3}},
+    ],
+)
+@pytest.mark.parametrize("command", ["predict", "eval"])
+def test_crafted_checkpoint_metadata_is_refused_without_network(
+    run: Path, tmp_path: Path, digit_png: Path, no_network: list, capsys, changes: dict, command: str
+) -> None:
+    folder = _crafted(run, tmp_path, **changes)
+    argv = ["predict", "--checkpoint", str(folder), str(digit_png)] if command == "predict" else []
+    argv = argv or ["eval", "--checkpoint", str(folder), "--output", str(tmp_path / "ev")]
+    assert main(argv) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "refused" in line or "not a registered model name" in line
+    assert no_network == []
+
+
+def test_eval_and_predict_of_a_checkpoint_open_no_connection(
+    run: Path, tmp_path: Path, digit_png: Path, digits: Path, no_network: list, capsys
+) -> None:
+    assert main(["predict", "--checkpoint", str(run), str(digit_png)]) == 0
+    assert main(["eval", "--checkpoint", str(run), "--output", str(tmp_path / "ev"), "--data", str(digits)]) == 0
+    assert no_network == []
+
+
+def test_eval_writes_beside_the_checkpoint_not_into_it(run: Path, digits: Path, capsys) -> None:
+    assert main(["eval", "--checkpoint", str(run), "--data", str(digits)]) == 0
+    assert not (run / "best" / "eval").exists()
+    result = json.loads((run / "eval-best" / "eval.json").read_text())
+    assert result["images"] == 10 and (run / "eval-best" / "confusion_matrix.png").is_file()
+    assert str(run / "eval-best") in capsys.readouterr().out
+    model = build_model("vheat_micro", num_classes=10, img_size=32)
+    save_checkpoint(run, "best", model, read_meta(run / "best"))  # the next save of best/
+    assert (run / "eval-best" / "eval.json").is_file()
+
+
+def test_predict_reads_a_folder_and_reports_each_image(run: Path, tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    ds = DigitsDataset("val", img_size=32)
+    for i in range(3):
+        ds[i][0].save(folder / f"{i}.png")
+    (folder / "notes.txt").write_text("not an image")
+    assert main(["predict", "--checkpoint", str(run), "--topk", "2", str(folder)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split(":")[0] for ln in lines] == [str(folder / f"{i}.png") for i in range(3)]
+
+
+def test_predict_good_and_bad_images_reports_each_and_fails_at_the_end(
+    run: Path, tmp_path: Path, digit_png: Path, capsys
+) -> None:
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8 not a jpeg")
+    missing = tmp_path / "missing.png"
+    assert main(["predict", "--checkpoint", str(run), str(digit_png), str(bad), str(missing), "--json"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert lines[0].startswith(f"{digit_png}: ") and "FAILED" not in lines[0]
+    assert lines[1].startswith(f"{bad}: FAILED: cannot read image")
+    assert lines[2].startswith(f"{missing}: FAILED: image {missing} does not exist")
+    assert [("error" in r) for r in json.loads(lines[3])] == [False, True, True]
+    assert "2 of 3 images could not be read" in _one_error_line(captured.err)
+
+
+def test_decompression_bomb_to_predict_is_one_line(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    bomb = tmp_path / "bomb.png"
+    Image.new("L", (64, 64)).save(bomb)  # 4,096 pixels, over twice the limit set below
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    assert main(["predict", "--checkpoint", str(run), str(bomb)]) == 2
+    captured = capsys.readouterr()
+    assert "too large to decode safely" in captured.out and "decompression bomb" in captured.out.lower()
+    _one_error_line(captured.err)
+
+
+@pytest.mark.parametrize(("file", "command"), [("model.safetensors", "eval"), ("trainer.pt", "train")])
+def test_corrupt_checkpoint_is_one_line_exit_2(run: Path, tmp_path: Path, file: str, command: str, capsys) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    name = "best" if command == "eval" else "last"
+    path = copy / name / file
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    if command == "eval":
+        argv = ["eval", "--checkpoint", str(copy)]
+    else:
+        argv = ["train", "--resume", str(copy), "--output", str(tmp_path / "out"), "--img-size", "32", "--no-progress"]
+    assert main(argv) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert str(path) in line and "corrupt or truncated" in line
+
+
+def test_no_verify_images_skips_unreadable_files_at_load_time(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "data"
+    for c in ("x", "y"):
+        (root / c).mkdir(parents=True)
+        for i in range(4):
+            Image.new("L", (36, 36), 50 * i).save(root / c / f"{i}.png")
+        (root / c / "broken.png").write_bytes(b"\x89PNG broken")
+    argv = ["train", "--data", str(root), "--epochs", "1", "--output", str(tmp_path / "run"), "--val-split", "0.5"]
+    argv += ["--img-size", "32", "--batch-size", "4", "--no-progress", "--no-verify-images"]
+    assert main(argv) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def _parse_error(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--drop-path", "2"], "--drop-path: must be a number in [0.0, 1.0)"),
+        (["train", "--warmup-epochs", "-5"], "--warmup-epochs: must be an integer in [0, inf]"),
+        (["train", "--lr", "nan"], "--lr: must be a finite number"),
+        (["pretrain", "--mask-ratio", "1"], "--mask-ratio: must be a number in (0.0, 1.0)"),
+        (["train", "--device", "tpu"], "unknown device 'tpu'"),
+        (["train", "--device", "meta"], "unsupported device 'meta'"),
+        (["train", "--device", "cuda:x"], "unknown device 'cuda:x'"),
+    ],
+)
+def test_bad_values_are_refused_in_one_line(argv: list[str], message: str, capsys) -> None:
+    assert message in _parse_error(argv, capsys)
+
+
+def test_device_cuda_without_a_gpu(capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert "CUDA is not available on this machine" in _parse_error(["train", "--device", "cuda"], capsys)
+
+
+@pytest.mark.parametrize("command", ["train", "pretrain", "eval"])
+def test_output_naming_an_existing_file(tmp_path: Path, command: str, capsys) -> None:
+    file = tmp_path / "file.txt"
+    file.write_text("x")
+    extra = ["--checkpoint", str(tmp_path)] if command == "eval" else []
+    assert "exists and is not a folder" in _parse_error([command, *extra, "--output", str(file)], capsys)
