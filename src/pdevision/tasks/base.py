@@ -23,8 +23,8 @@ Optional hooks (defaults do nothing): ``prepare(model, ctx)`` once before EMA an
 with clearer errors; ``exports(model)`` -> ``{name: (module, meta)}`` extra checkpoint folders written before
 ``last/`` at every epoch (so a run killed while exporting redoes the export on resume); ``extra_state()`` /
 ``load_extra_state(state, model, ema)`` for task state in ``trainer.pt``; ``saving(model, ema)``, a context manager
-around the checkpoint writes; ``summary()`` -> extra keys for ``summary.json``; ``finish(model, run_dir)`` on rank 0 at the end
-(figures); ``epoch_log(row)`` -> one line for the log.
+around the checkpoint writes; ``summary()`` -> extra keys for ``summary.json``; ``finish(model, run_dir)`` on rank 0
+at the end (figures); ``epoch_log(row)`` -> one line for the log.
 
 Minimal example (a regression task; ``fit`` does the rest)::
 
