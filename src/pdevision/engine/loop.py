@@ -444,8 +444,8 @@ def _finish(
         "world_size": info.world_size,
         "ranks_identical": parameters_identical_across_ranks(model, info, ctx.device),
         "train_samples": train_len,
-        **task.summary(),
     }
+    summary.update(task.summary(summary))
     if info.is_main:
         (ctx.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         if state.history:
