@@ -14,10 +14,10 @@ Rank 0 writes the run folder:
 
 ``encoder/`` is written before ``last/`` at every epoch, so a run killed while exporting resumes that epoch and
 writes the export again. Schedule: AdamW (betas 0.9, 0.95), timm's cosine schedule with a linear warm-up (from
-1% of the peak rate) over the first ``warmup`` fraction of training, and the cosine decay to ``min_lr`` counted from the start of
-training (timm's default, as in supervised training). Training
-lasts ``epochs`` epochs of ``crops_per_epoch`` crops, or ``time_budget`` seconds of training steps (whichever ends
-first); with a time budget the schedule follows the elapsed fraction of it.
+1% of the peak rate) over the first ``warmup`` fraction of training, and the cosine decay to ``min_lr`` counted
+from the start of training (timm's default, as in supervised training). Training lasts ``epochs`` epochs of
+``crops_per_epoch`` crops, or ``time_budget`` seconds of training steps (whichever ends first); with a time
+budget the schedule follows the elapsed fraction of it.
 """
 
 from __future__ import annotations
