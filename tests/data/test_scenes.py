@@ -86,7 +86,19 @@ def test_scene_classification_balanced_and_cached() -> None:
     img, label = val[0]
     assert img.size == (64, 64) and img.mode == "RGB" and label == val.targets[0]
     assert SceneClassification("scenes", "val").images is val.images  # in-memory cache, no files
-    assert SceneClassification("scenes", "val", img_size=48)[0][0].size == (48, 48)
+    for spec in SCENE_SETS.values():
+        assert spec.n_train % 10 == 0 and spec.n_val % 10 == 0
+
+
+def test_scene_set_at_another_size_is_the_same_scenes(monkeypatch) -> None:
+    spec = SceneSetSpec(n_train=10, n_val=10, config=SceneConfig(n_digits=(1, 1), digits_on_top=True), noise=0.0)
+    monkeypatch.setitem(SCENE_SETS, "tiny", spec)
+    small, large = SceneClassification("tiny", "val", 48), SceneClassification("tiny", "val", 96)
+    assert small[0][0].size == (48, 48) and large[0][0].size == (96, 96)
+    # the same random draws at both sizes: a scene rendered larger looks the same once downsampled
+    down = np.asarray(large[3][0].resize((48, 48), resample=2), dtype=float)
+    assert np.abs(down - np.asarray(small[3][0], dtype=float)).mean() < 10  # another scene: 30-115
+    scene_arrays.cache_clear()
 
 
 def test_build_datasets_dispatches_embedded_names(tmp_path, monkeypatch) -> None:
