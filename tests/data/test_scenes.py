@@ -121,3 +121,14 @@ def test_unknown_split_is_an_error() -> None:
         make_scene(0, "test", 0)
     with pytest.raises(DataError, match="unknown scene set"):
         SceneClassification("nope")
+
+
+@pytest.mark.slow
+def test_micro_model_learns_scenes_above_chance(tmp_path) -> None:
+    from pdevision.engine.train import TrainConfig, train
+
+    summary = train(
+        TrainConfig(model="vheat_micro", data="scenes", epochs=10, output=str(tmp_path / "run"), progress=False)
+    )
+    assert summary["val_images"] == 1000
+    assert summary["best_val_top1"] > 20.0  # chance: 10%

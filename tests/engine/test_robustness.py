@@ -66,6 +66,8 @@ def test_corruptions_follow_imagenet_c_severities() -> None:
         a, b = corrupt(img, name, 5, seed=1), corrupt(img, name, 5, seed=1)
         assert a.shape == img.shape and a.dtype == np.uint8 and np.array_equal(a, b)
         assert not np.array_equal(a, img)
+    with pytest.raises(ValueError, match="at least 32x32"):
+        corrupt(img[:16, :16], "fog", 1)
 
 
 def test_parse_names_and_severities() -> None:

@@ -116,12 +116,17 @@ def _corruptions_module() -> types.ModuleType:
 
 
 def corrupt(image: np.ndarray, name: str, severity: int, seed: int | None = None) -> np.ndarray:
-    """``image`` (H, W, 3) uint8 under corruption ``name`` at ``severity`` (1-5), uint8 of the same shape.
+    """``image`` (H, W, 3) uint8, H and W at least 32, under corruption ``name`` at ``severity`` (1-5), as
+    ``imagecorruptions.corrupt`` returns it (float result truncated to uint8, after clipping to 0..255).
     ``seed`` fixes NumPy's global random state for the call (restored afterwards)."""
     if name not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {name!r}; choose from {', '.join(CORRUPTIONS)}")
     if severity not in SEVERITIES:
         raise ValueError(f"corruption severity must be 1-5, got {severity}")
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or min(image.shape[:2]) < 32:
+        raise ValueError(
+            f"corruptions need an (H, W, 3) uint8 image of at least 32x32, got {image.shape} {image.dtype}"
+        )
     module = _corruptions_module()
     state = np.random.get_state()  # noqa: NPY002 (imagecorruptions draws from NumPy's global state)
     try:
@@ -130,10 +135,7 @@ def corrupt(image: np.ndarray, name: str, severity: int, seed: int | None = None
         out = getattr(module, name)(Image.fromarray(image), severity)
     finally:
         np.random.set_state(state)  # noqa: NPY002
-    out = np.asarray(out)
-    if out.shape != image.shape:  # a few corruptions return (H, W) or a float map
-        out = np.broadcast_to(out[..., None] if out.ndim == 2 else out, image.shape)
-    return np.uint8(np.clip(np.round(out), 0, 255)) if out.dtype != np.uint8 else np.ascontiguousarray(out)
+    return np.uint8(np.clip(np.asarray(out), 0, 255))
 
 
 def _split_transform(transform: Callable) -> tuple[Callable, Callable]:
