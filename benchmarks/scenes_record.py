@@ -3,14 +3,14 @@
 ``pdevision eval --corruptions``), with mCE of each model relative to ``--baseline``'s evaluation.
 
 Usage: ``python benchmarks/scenes_record.py --run NAME=RUN[:CPU_SECONDS] ... --corruptions NAME=JSON ...
-[--baseline NAME]``. The JSON files are copied next to the Markdown (``benchmarks/scenes_<name>_corruptions.json``).
+[--baseline NAME]``. The corruption JSON files are copied to ``benchmarks/scenes_<name>_corruptions.json``,
+their checkpoint paths shortened to ``runs/RUN/best``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 from pdevision.engine.robustness import format_table, mean_corruption_error
@@ -53,8 +53,14 @@ def main() -> int:
     results = {}
     for spec in args.corruptions:
         name, path = spec.split("=", 1)
-        results[name] = json.loads(Path(path).read_text())
-        shutil.copy(path, HERE / f"scenes_{name}_corruptions.json")
+        result = json.loads(Path(path).read_text())
+        for rec in (result, result.get("baseline") or {}):  # no paths of the machine that ran it
+            if "checkpoint" in rec:
+                ckpt = Path(rec["checkpoint"])
+                rec["checkpoint"] = f"runs/{ckpt.parent.name}/{ckpt.name}"
+        result.pop("json", None)
+        results[name] = result
+        (HERE / f"scenes_{name}_corruptions.json").write_text(json.dumps(result, indent=2))
     if results:
         base = results.get(args.baseline) if args.baseline else None
         lines += [
