@@ -449,6 +449,96 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+# -- pdevision viz ---------------------------------------------------------------------------------
+
+
+def cmd_viz(args: argparse.Namespace) -> int:
+    from pdevision import viz
+
+    what = args.viz_command
+    if what is None:
+        raise UsageError("choose what to show: erf, gradcam, heat, symmetry or report (pdevision viz --help)")
+    if what == "erf":
+        r = viz.erf(
+            args.models or (), args.checkpoint or (), args.output, args.data, args.img_size, args.images, args.device
+        )
+        for m in r["models"]:
+            shares = ", ".join(f"{100 * s['area_50']:.1f}%/{100 * s['area_95']:.1f}%" for s in m["stages"])
+            print(f"{m['model']} ({m['weights']}): input area holding 50%/95% of the gradient per stage: {shares}")
+        print(r["note"])
+    elif what == "gradcam":
+        r = viz.gradcam(args.checkpoint, args.images, args.output, args.data, args.num_images, args.device)
+        print(f"{r['model']} ({r['output_fmt']} stages, reshape: {r['reshape']}) on {r['images']}")
+        for caption, pred in zip(r["captions"], r["predicted"], strict=True):
+            print(f"  {caption}: predicted {', '.join(pred)}")
+    elif what == "heat":
+        r = viz.heat(
+            args.model, args.checkpoint, args.output, args.data, args.img_size, args.images, args.times, args.gif
+        )
+        print(f"{r['model']} ({r['weights']}): {r['family']} heat figures")
+    elif what == "symmetry":
+        r = viz.symmetry(args.checkpoint, args.output, args.data, args.images, args.steps, args.seed)
+        d = r["logits_rel_diff"]
+        print(
+            f"{r['model']}: groups per stage {', '.join(r['groups'])}; relative logits difference after a random group "
+            f"element {d['group element']:.2e}, after sparsify {d['sparsify']:.2e}; 1x1 weights below "
+            f"{r['threshold']} x RMS {100 * r['sparsity_before']:.1f}% -> {100 * r['sparsity_after']:.1f}%"
+        )
+    else:
+        r = viz.report(args.checkpoint, args.output, args.data, args.images, args.steps)
+        print(f"{r['model']}: {len(r['figures'])} figures; open {r['files'][0]}")
+    print("written: " + ", ".join(r["files"]))
+    return 0
+
+
+def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("viz", help="figures: receptive fields, Grad-CAM, heat flow, symmetry, HTML report")
+    vsub = p.add_subparsers(dest="viz_command", metavar="WHAT", parser_class=_Parser)
+    p.set_defaults(func=cmd_viz)
+    ckpt_help = "run folder (uses best/, else last/) or checkpoint folder"
+    data_help = "ImageFolder root for the images (default: the run's data, else scikit-image photos / digits)"
+    q = vsub.add_parser("erf", help="effective receptive field per stage, ours and timm's peers side by side")
+    q.add_argument(
+        "--models", nargs="+", default=None, help="model names, random weights (default: micro models and peers)"
+    )
+    q.add_argument("--checkpoint", nargs="+", default=None, help=f"trained models: {ckpt_help}")
+    q.add_argument("--data", default=None, help=data_help)
+    q.add_argument("--img-size", type=_positive_int, default=128, help="input size for --models (default 128)")
+    q.add_argument("--images", type=_positive_int, default=16, help="images to average over (default 16)")
+    q.add_argument("--device", default="cpu")
+    q.add_argument("--output", default="runs/viz/erf", help="folder for erf.png and erf.json")
+    q = vsub.add_parser("gradcam", help="Grad-CAM per stage of a trained checkpoint (grad-cam package)")
+    q.add_argument("--checkpoint", required=True, help=ckpt_help)
+    q.add_argument("images", nargs="*", help="image files (default: validation images of the run's data)")
+    q.add_argument("--data", default=None, help=data_help)
+    q.add_argument("--num-images", type=_positive_int, default=4, help="validation images without files (default 4)")
+    q.add_argument("--device", default="cpu")
+    q.add_argument("--output", default="runs/viz/gradcam", help="folder for gradcam.png and gradcam.json")
+    q = vsub.add_parser("heat", help="vHeat k(w) and point sources, HcNet k and stencils, PDE-ResNet point responses")
+    g = q.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", default=None, help="model name, random weights")
+    g.add_argument("--checkpoint", default=None, help=ckpt_help)
+    q.add_argument("--data", default=None, help=data_help)
+    q.add_argument("--img-size", type=_positive_int, default=64, help="input size for --model (default 64)")
+    q.add_argument("--images", type=_positive_int, default=32, help="images for HcNet / PDE-ResNet (default 32)")
+    q.add_argument("--times", nargs="+", type=float, default=[0.25, 0.5, 1.0, 2.0, 4.0], help="point-source times")
+    q.add_argument("--gif", action="store_true", help="also vheat_point_source.gif")
+    q.add_argument("--output", default="runs/viz/heat")
+    q = vsub.add_parser("symmetry", help="PDE-ResNet weights under a group element and sparsify; logits difference")
+    q.add_argument("--checkpoint", required=True, help=ckpt_help)
+    q.add_argument("--data", default=None, help=data_help)
+    q.add_argument("--images", type=_positive_int, default=32, help="images for the logits difference (default 32)")
+    q.add_argument("--steps", type=_positive_int, default=100, help="sparsify steps (default 100)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the random group element")
+    q.add_argument("--output", default="runs/viz/symmetry")
+    q = vsub.add_parser("report", help="one index.html: curves, metrics, confusion matrix and the figures above")
+    q.add_argument("--checkpoint", required=True, help=ckpt_help)
+    q.add_argument("--data", default=None, help=data_help)
+    q.add_argument("--images", type=_positive_int, default=8, help="images for the figures (default 8)")
+    q.add_argument("--steps", type=_positive_int, default=50, help="sparsify steps for PDE-ResNet (default 50)")
+    q.add_argument("--output", default="runs/viz/report", help="folder for index.html and its files")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pdevision", description="Vision backbones built from partial differential equations.")
     parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
@@ -500,6 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=_device, default="auto")
     p.add_argument("--json", action="store_true", help="also print the result as JSON")
     p.set_defaults(func=cmd_predict)
+    _add_viz_parser(sub)
     return parser
 
 

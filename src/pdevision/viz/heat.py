@@ -1,0 +1,355 @@
+"""The physics inside the models: where heat goes and how fast.
+
+- vHeat (:func:`vheat_heat`): the diffusivity ``k(w) = ReLU(Linear(FVE))`` of every block per frequency and
+  channel (vHeat Eq. 8-10), its radial profile over ``|w| = sqrt(wx^2 + wy^2)``, the decay factors
+  ``exp(-k(w) |w|^2)`` and a point source spread by each stage's first operator for times ``t`` (the operator
+  itself is ``t = 1``: ``u(t) = IDCT2(DCT2(delta) exp(-k(w) |w|^2 t))``, the DCT solution with the learned
+  ``k``; only the conduction, without the operator's linear maps and gate).
+- HcNet (:func:`hcnet_heat`): the step size ``k`` actually used by every Heat Conduction Layer over real images
+  (after the stable parametrisation's ``k / max(W, 1)``) and the learned stencil weights ``w1..w4``.
+- PDE-ResNet (:func:`pderesnet_heat`): each block's response to a point perturbation of its input (a
+  Jacobian-vector product with a unit impulse at the centre of every channel, on real images' features).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from pdevision.ops.heat import frequency_energy, heat_conduct
+from pdevision.viz.common import VizError, family, pyplot, save_figure
+
+TIMES = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+# -- vHeat ----------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def vheat_diffusivity(stage: nn.Module, size: tuple[int, int] | None = None) -> list[np.ndarray]:
+    """``k`` of every block of a vHeat stage at ``size`` (default: its training feature size), ``(H, W, C)``.
+    A block loaded folded without FVE gets ``k = -log(decay) / |w|^2`` (undefined at ``w = 0``: NaN)."""
+    size = tuple(size or stage.feat_size)
+    out = []
+    for block in stage.blocks:
+        mixer = block.mixer
+        if getattr(stage, "folded_only", False) and mixer.k_exp is not None:
+            energy = frequency_energy(*mixer.k_exp.shape[:2], dtype=torch.float64)[..., None]
+            k = -torch.log(mixer.k_exp.double().clamp_min(1e-300)) / energy
+            k[0, 0] = float("nan")
+        else:
+            k = mixer.diffusivity(stage.fve(size))
+        out.append(k.double().cpu().numpy())
+    return out
+
+
+def radial_profile(k: np.ndarray, bins: int = 12) -> dict[str, list[float]]:
+    """Channel quantiles (10/50/90%) of ``k (H, W, C)`` in bins of the radial frequency ``|w|``."""
+    h, w = k.shape[:2]
+    wy = np.arange(h) * math.pi / h
+    wx = np.arange(w) * math.pi / w
+    radius = np.sqrt(wy[:, None] ** 2 + wx[None, :] ** 2)
+    edges = np.linspace(0, radius.max() + 1e-9, bins + 1)
+    centres, q10, q50, q90 = [], [], [], []
+    for lo, hi in itertools.pairwise(edges):
+        sel = (radius >= lo) & (radius < hi)
+        if not sel.any():
+            continue
+        values = k[sel].ravel()
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            continue
+        centres.append(float((lo + hi) / 2))
+        q10.append(float(np.quantile(values, 0.1)))
+        q50.append(float(np.quantile(values, 0.5)))
+        q90.append(float(np.quantile(values, 0.9)))
+    return {"radius": centres, "q10": q10, "median": q50, "q90": q90}
+
+
+@torch.no_grad()
+def point_source(stage: nn.Module, times: Sequence[float] = TIMES, side: int = 31) -> list[np.ndarray]:
+    """A unit point source at the centre of a ``side x side`` map spread by the stage's first operator's
+    learned ``k`` (FVE resampled to that size) for each time, averaged over channels: ``(side, side)`` each."""
+    k = vheat_diffusivity(stage, (side, side))[0]
+    k = torch.from_numpy(np.nan_to_num(k)).permute(2, 0, 1)  # (C, H, W)
+    delta = torch.zeros_like(k)
+    delta[:, side // 2, side // 2] = 1.0
+    return [heat_conduct(delta, k, t).mean(0).numpy() for t in times]
+
+
+def spread(u: np.ndarray) -> float:
+    """RMS distance (pixels) of a heat map from its centre of mass, ``sqrt(var_y + var_x)``."""
+    from pdevision.viz.erf import second_moments
+
+    vy, vx = second_moments(u)
+    return math.sqrt(vy + vx)
+
+
+def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif: bool = False) -> dict[str, Any]:
+    """Figures ``vheat_diffusivity.png``, ``vheat_radial.png``, ``vheat_decay.png``, ``vheat_point_source.png``
+    (and ``vheat_point_source.gif``) in ``out``; returns the numbers behind them."""
+    plt = pyplot()
+    stages = list(model.stages)
+    ks = [vheat_diffusivity(s) for s in stages]
+    numbers: dict[str, Any] = {"family": "vheat", "stages": []}
+    depth = max(len(k) for k in ks)
+    fig_k, ax_k = plt.subplots(depth, len(stages), figsize=(2.4 * len(stages), 2.2 * depth), squeeze=False)
+    fig_d, ax_d = plt.subplots(1, len(stages), figsize=(2.4 * len(stages), 2.4), squeeze=False)
+    fig_r, ax_r = plt.subplots(1, len(stages), figsize=(3.0 * len(stages), 2.6), squeeze=False)
+    for i, kblocks in enumerate(ks):
+        h, w = kblocks[0].shape[:2]
+        energy = frequency_energy(h, w, dtype=torch.float64).numpy()[..., None]
+        entry: dict[str, Any] = {"stage": i, "feat_size": [h, w], "blocks": []}
+        for j in range(depth):
+            ax = ax_k[j][i]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if j >= len(kblocks):
+                ax.axis("off")
+                continue
+            k = kblocks[j]
+            im = ax.imshow(np.nanmean(k, -1), cmap="viridis")
+            fig_k.colorbar(im, ax=ax, shrink=0.7)
+            ax.set_title(f"stage {i} block {j}\nmean k over channels", fontsize=7)
+            prof = radial_profile(k)
+            ax_r[0][i].plot(prof["radius"], prof["median"], label=f"block {j}")
+            ax_r[0][i].fill_between(prof["radius"], prof["q10"], prof["q90"], alpha=0.2)
+            decay = np.exp(-energy * k)
+            entry["blocks"].append(
+                {
+                    "k_mean": float(np.nanmean(k)),
+                    "k_quantiles_10_50_90": [float(np.nanquantile(k, q)) for q in (0.1, 0.5, 0.9)],
+                    "k_zero_fraction": float(np.mean(k[np.isfinite(k)] == 0)),
+                    "decay_mean": float(np.nanmean(decay)),
+                    "radial_profile": prof,
+                }
+            )
+        decay0 = np.exp(-energy * kblocks[0])
+        im = ax_d[0][i].imshow(np.nanmean(decay0, -1), cmap="magma", vmin=0, vmax=1)
+        ax_d[0][i].set_title(f"stage {i} block 0\nexp(-k|w|^2), channel mean", fontsize=7)
+        ax_d[0][i].set_xlabel("wx index", fontsize=7)
+        ax_d[0][i].set_ylabel("wy index", fontsize=7)
+        ax_r[0][i].set(xlabel="|w| (rad / pixel)", title=f"stage {i}: k(|w|), channel 10-50-90%")
+        ax_r[0][i].title.set_fontsize(8)
+        ax_r[0][i].legend(fontsize=6)
+        numbers["stages"].append(entry)
+    fig_d.colorbar(im, ax=ax_d.ravel().tolist(), shrink=0.7)
+    fig_k.suptitle("vHeat diffusivity k(w) per block (DC at the top left)", fontsize=9)
+    save_figure(fig_k, out / "vheat_diffusivity.png")
+    save_figure(fig_d, out / "vheat_decay.png")
+    save_figure(fig_r, out / "vheat_radial.png")
+
+    frames = [point_source(s, times) for s in stages]
+    fig, axes = plt.subplots(len(stages), len(times), figsize=(1.9 * len(times), 2.0 * len(stages)), squeeze=False)
+    for i, row in enumerate(frames):
+        numbers["stages"][i]["point_source_spread_px"] = {str(t): spread(u) for t, u in zip(times, row, strict=True)}
+        for c, (t, u) in enumerate(zip(times, row, strict=True)):
+            ax = axes[i][c]
+            rel = np.log10(np.maximum(u / max(float(u.max()), 1e-300), 1e-3))
+            ax.imshow(rel, cmap="hot", vmin=-3, vmax=0)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"stage {i}, t={t:g}\nrms {spread(u):.2f} px", fontsize=7)
+    fig.suptitle(
+        "a point source through each stage's first heat operator (t=1: the operator itself), log10 u / max", fontsize=9
+    )
+    save_figure(fig, out / "vheat_point_source.png")
+    numbers["times"] = list(times)
+    if gif:
+        _gif(frames, out / "vheat_point_source.gif")
+    return numbers
+
+
+def _gif(frames: list[list[np.ndarray]], path: Path) -> None:
+    """Frames over time, stages side by side, each frame scaled to its own maximum."""
+    from PIL import Image
+
+    images = []
+    for t in range(len(frames[0])):
+        row = np.concatenate([f[t] / max(f[t].max(), 1e-12) for f in frames], axis=1)
+        big = np.kron((255 * row).astype(np.uint8), np.ones((4, 4), dtype=np.uint8))
+        images.append(Image.fromarray(big))
+    images[0].save(path, save_all=True, append_images=images[1:], duration=400, loop=0)
+
+
+# -- HcNet ----------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def hcnet_coefficients(model: nn.Module, images: torch.Tensor) -> list[dict[str, Any]]:
+    """For every Heat Conduction Layer: its name, the step sizes ``k`` used on ``images`` (``(B, C)`` or a
+    scalar, after stabilisation) and the stencil weights ``w (C, 4)``."""
+    from pdevision.layers.hcl import HeatConductionLayer
+
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, HeatConductionLayer)]
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def hook(name: str):
+        def fn(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+            w, k = module.coefficients(args[0])
+            k = torch.as_tensor(k).expand(args[0].shape[0], args[0].shape[1], 1, 1) if k.ndim < 4 else k
+            seen[name] = (w.detach().cpu(), k.detach().reshape(k.shape[0], -1).cpu())
+
+        return fn
+
+    handles = [m.register_forward_pre_hook(hook(n)) for n, m in layers]
+    try:
+        model.eval()(images)
+    finally:
+        for h in handles:
+            h.remove()
+    return [{"layer": n, "w": seen[n][0].double().numpy(), "k": seen[n][1].double().numpy()} for n, _ in layers]
+
+
+def hcnet_heat(model: nn.Module, images: torch.Tensor, out: Path) -> dict[str, Any]:
+    """Figures ``hcnet_k.png`` (distribution of ``k`` per layer over the images) and ``hcnet_stencils.png``
+    (channel-mean stencil of ``N(z) - W z`` per layer); returns the numbers."""
+    from pdevision.ops.fdm import heat_stencil
+
+    plt = pyplot()
+    coeffs = hcnet_coefficients(model, images)
+    short = [c["layer"].replace("stages.", "s").replace(".blocks.", ".b").replace(".mixer.heat", "") for c in coeffs]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(coeffs) + 2), 3.2))
+    ax.boxplot([c["k"].ravel() for c in coeffs], showfliers=False)
+    ax.set_xticks(range(1, len(coeffs) + 1), short, rotation=45, fontsize=7)
+    ax.set(ylabel="k per image and channel", title=f"HcNet step size k over {images.shape[0]} images")
+    save_figure(fig, out / "hcnet_k.png")
+    fig, axes = plt.subplots(1, len(coeffs), figsize=(1.9 * len(coeffs), 2.2), squeeze=False)
+    numbers: dict[str, Any] = {"family": "hcnet", "images": int(images.shape[0]), "layers": []}
+    for ax, c, s in zip(axes[0], coeffs, short, strict=True):
+        w = torch.from_numpy(c["w"])
+        kernel = heat_stencil(w).mean(0)[0].numpy()
+        lim = float(np.abs(kernel).max()) or 1.0
+        ax.imshow(kernel, cmap="coolwarm", vmin=-lim, vmax=lim)
+        for (a, b), v in np.ndenumerate(kernel):
+            ax.text(b, a, f"{v:.2f}", ha="center", va="center", fontsize=6)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(s, fontsize=7)
+        k = c["k"]
+        numbers["layers"].append(
+            {
+                "layer": c["layer"],
+                "k_mean": float(k.mean()),
+                "k_quantiles_10_50_90": [float(np.quantile(k, q)) for q in (0.1, 0.5, 0.9)],
+                "w_mean": c["w"].mean(0).tolist(),
+                "w_min": float(c["w"].min()),
+                "w_max": float(c["w"].max()),
+                "kW_max": float((k * c["w"].sum(-1)[None, :]).max()),
+            }
+        )
+    fig.suptitle("learned stencil N(z) - W z, mean over channels (w1..w4 around the centre)", fontsize=8)
+    save_figure(fig, out / "hcnet_stencils.png")
+    return numbers
+
+
+# -- PDE-ResNet -----------------------------------------------------------------------------------
+
+
+def pderesnet_point_response(model: nn.Module, images: torch.Tensor) -> list[dict[str, Any]]:
+    """Per block: ``sum_c |J v|`` averaged over images, ``v`` a unit impulse at the centre of every channel
+    of the block's input (its features of ``images``), with the Chebyshev radius holding 95% of it."""
+    inputs: dict[str, torch.Tensor] = {}
+    blocks = [(f"stages.{i}.blocks.{j}", b) for i, s in enumerate(model.stages) for j, b in enumerate(s.blocks)]
+
+    def hook(name: str):
+        def fn(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+            inputs[name] = args[0].detach()
+
+        return fn
+
+    handles = [b.register_forward_pre_hook(hook(n)) for n, b in blocks]
+    try:
+        with torch.no_grad():
+            model.eval()(images)
+    finally:
+        for h in handles:
+            h.remove()
+    out = []
+    for name, block in blocks:
+        x = inputs[name]
+        v = torch.zeros_like(x)
+        cy, cx = x.shape[-2] // 2, x.shape[-1] // 2
+        v[:, :, cy, cx] = 1.0
+        _, jv = torch.func.jvp(block, (x,), (v,))
+        resp = jv.detach().abs().sum(1).mean(0).double().cpu().numpy()
+        oy = cy // block.stride
+        ox = cx // block.stride
+        yy, xx = np.indices(resp.shape)
+        dist = np.maximum(np.abs(yy - oy), np.abs(xx - ox))
+        total = resp.sum()
+        radius95 = None
+        if total > 0:
+            for r in range(int(dist.max()) + 1):
+                if resp[dist <= r].sum() >= 0.95 * total:
+                    radius95 = r
+                    break
+        nonzero = dist[resp > 0]
+        support = int(nonzero.max()) if nonzero.size else None
+        out.append(
+            {
+                "block": name,
+                "map": resp,
+                "centre": (oy, ox),
+                "radius95": radius95,
+                "support_radius": support,
+                "stride": block.stride,
+            }
+        )
+    return out
+
+
+def pderesnet_heat(model: nn.Module, images: torch.Tensor, out: Path, window: int = 4) -> dict[str, Any]:
+    """Figure ``pderesnet_point_response.png``: each block's response to a point perturbation, a
+    ``(2 window + 1)`` crop around the centre; returns the numbers."""
+    plt = pyplot()
+    resp = pderesnet_point_response(model, images)
+    fig, axes = plt.subplots(1, len(resp), figsize=(1.8 * len(resp), 2.2), squeeze=False)
+    numbers: dict[str, Any] = {"family": "pderesnet", "images": int(images.shape[0]), "blocks": []}
+    for ax, r in zip(axes[0], resp, strict=True):
+        m = r["map"]
+        oy, ox = r["centre"]
+        crop = m[max(oy - window, 0) : oy + window + 1, max(ox - window, 0) : ox + window + 1]
+        ax.imshow(crop / max(crop.max(), 1e-300), cmap="hot", vmin=0, vmax=1)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(f"{r['block'].replace('stages.', 's').replace('.blocks.', '.b')}\nr95={r['radius95']}", fontsize=7)
+        numbers["blocks"].append(
+            {
+                "block": r["block"],
+                "stride": r["stride"],
+                "radius95_px": r["radius95"],
+                "support_radius_px": r["support_radius"],
+                "map_size": list(m.shape),
+            }
+        )
+    fig.suptitle("PDE-ResNet: response of each block to a point perturbation of its input (crop)", fontsize=8)
+    save_figure(fig, out / "pderesnet_point_response.png")
+    return numbers
+
+
+def heat_figures(
+    model: nn.Module, images: torch.Tensor | None, out: Path, times: Sequence[float] = TIMES, gif: bool = False
+) -> dict[str, Any]:
+    """The figures of the model's family (vHeat, HcNet, PDE-ResNet) in ``out``, and their numbers."""
+    kind = family(model)
+    out.mkdir(parents=True, exist_ok=True)
+    if kind == "vheat":
+        return vheat_heat(model, out, times, gif)
+    if images is None:
+        raise VizError(f"the {kind} heat figures need images")
+    if kind == "hcnet":
+        return hcnet_heat(model, images, out)
+    if kind == "pderesnet":
+        return pderesnet_heat(model, images, out)
+    raise VizError(
+        f"viz heat shows vHeat, HcNet and PDE-ResNet models, got {type(model).__name__} "
+        "(use viz erf or viz gradcam for other models)"
+    )
