@@ -31,6 +31,12 @@ BASE: dict[str, list[str] | None] = {
     "pretrain": ["--data", MISSING, "--output", "<tmp>/run", "--img-size", "64"],
     "eval": ["--checkpoint", MISSING],
     "predict": ["--checkpoint", MISSING, "x.png"],
+    "viz": [],
+    "viz erf": ["--models", "no_such_model", "--output", "<tmp>/viz"],
+    "viz gradcam": ["--checkpoint", MISSING, "--output", "<tmp>/viz"],
+    "viz heat": ["--checkpoint", MISSING, "--output", "<tmp>/viz"],
+    "viz symmetry": ["--checkpoint", MISSING, "--output", "<tmp>/viz"],
+    "viz report": ["--checkpoint", MISSING, "--output", "<tmp>/viz"],
 }
 
 INTS = ["-1", "0", "1", "abc", "", "1.5", "99999999999999999999999"]
@@ -55,10 +61,17 @@ def _values(action: argparse.Action) -> list[str]:
     return STRINGS
 
 
-def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(sub.choices)
+def _subparsers(parser: argparse.ArgumentParser | None = None, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every (sub)subcommand by its words, e.g. ``"train"``, ``"viz erf"``."""
+    parser = parser or build_parser()
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                words = f"{prefix}{name}"
+                found[words] = sub
+                found.update(_subparsers(sub, words + " "))
+    return found
 
 
 def _parses(action: argparse.Action, value: str) -> bool:
@@ -81,14 +94,14 @@ def _cases() -> list[tuple[str, list[str]]]:
             flag = action.option_strings[-1]
             if action.nargs == 0:  # a switch
                 if base is not None:
-                    cases.append((f"{command} {flag}", [command, *base, flag]))
+                    cases.append((f"{command} {flag}", [*command.split(), *base, flag]))
                 continue
             for value in _values(action):
                 if (base is None or (command, flag) in SKIP) and _parses(action, value):
                     continue  # a valid value: it would start the expensive work
-                argv = [command, *(base or []), flag, value]
+                argv = [*command.split(), *(base or []), flag, value]
                 cases.append((f"{command} {flag}={value!r}", argv))
-        cases.append((f"{command} --no-such-flag", [command, "--no-such-flag"]))
+        cases.append((f"{command} --no-such-flag", [*command.split(), "--no-such-flag"]))
     cases += [("no command", []), ("unknown command", ["frobnicate"]), ("--version", ["--version"])]
     return cases
 
