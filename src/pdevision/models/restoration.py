@@ -128,6 +128,10 @@ class RestorationNet(nn.Module):
         self.norm = nn.LayerNorm(embed_dim)
         self.conv_after_body = nn.Conv2d(embed_dim, embed_dim, 3, padding=1)
         self.conv_last = nn.Conv2d(embed_dim, in_chans, 3, padding=1)
+        # zero-initialised reconstruction: the untrained network is the identity (this library's choice,
+        # for short trainings; SwinIR uses PyTorch's default initialisation)
+        nn.init.zeros_(self.conv_last.weight)
+        nn.init.zeros_(self.conv_last.bias)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         for group in self.groups:
@@ -256,6 +260,8 @@ class DnCNN(nn.Module):
         for _ in range(depth - 2):
             layers += [nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
         layers.append(nn.Conv2d(width, in_chans, 3, padding=1))
+        nn.init.zeros_(layers[-1].weight)  # starts as the identity, like the other nets here
+        nn.init.zeros_(layers[-1].bias)
         self.body = nn.Sequential(*layers)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:  # timm API; nothing to checkpoint
