@@ -211,7 +211,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # -- restoration: train --task denoise|dejpeg, and the restore command (one block) ---------------------------
 
-RESTORE_TASK_DEFAULTS = dict(model="vheatir_micro", batch_size=16, epochs=12, lr=2e-3, time_budget=300.0)
+RESTORE_TASK_DEFAULTS = dict(model="vheatir_micro", batch_size=16, epochs=2, lr=2e-3, time_budget=330.0)
 
 
 def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
@@ -224,14 +224,14 @@ def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quality", type=int, default=10, help="dejpeg: JPEG quality (10, 20, 30, 40; default 10)")
     g.add_argument("--color", action="store_true", help="colour images (default grey); PSNR/SSIM on Y")
     g.add_argument("--val-data", default=None, help="folder of held-out clean images (e.g. Set12)")
-    g.add_argument("--patch-size", type=_positive_int, default=48, help="training patch side (default 48)")
-    g.add_argument("--patches-per-epoch", type=_positive_int, default=1024, help="default 1024")
+    g.add_argument("--patch-size", type=_positive_int, default=32, help="training patch side (default 32)")
+    g.add_argument("--patches-per-epoch", type=_positive_int, default=16384, help="default 16384")
     g.add_argument("--loss", default="l1", choices=["l1", "charbonnier"], help="default l1")
     g.add_argument("--model-args", type=_json_dict, default={}, help="JSON model arguments")
     g.add_argument(
         "--baselines", nargs="*", default=None, help="classical baselines (default: noisy nlm wavelet tv bm3d)"
     )
-    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (restoration default 300)")
+    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (restoration default 330)")
     # restoration defaults differ (vheatir_micro, batch 16, lr 2e-3): unset here, filled per task
     p.set_defaults(model=None, batch_size=None)
 

@@ -95,13 +95,14 @@ class RestoreConfig:
     color: bool = False  # grey by default (the papers' grey denoising setting)
     data: str | None = None
     val_data: str | None = None
-    patch_size: int = 48
+    patch_size: int = 32
     patches_per_epoch: int = 1024
     loss: str = "l1"  # l1 | charbonnier
     charbonnier_eps: float = 1e-3
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     tile: int = 512
     overlap: int = 32
+    eval_crop: int | None = None  # None: held-out images at full size; else their centre crop of this side
 
     def degradation(self) -> Degradation:
         if self.task == "denoise":
@@ -112,12 +113,13 @@ class RestoreConfig:
 
 
 class HeldOutImages(Dataset):
-    """Held-out images at full size with one fixed degradation each (seed ``1000 + index``):
-    item ``i`` is ``(degraded, clean)`` as CHW tensors."""
+    """Held-out images at full size (or their centre ``crop``) with one fixed degradation each (seed
+    ``1000 + index``): item ``i`` is ``(degraded, clean)`` as CHW tensors."""
 
-    def __init__(self, images: RestorationImages, degradation: Degradation) -> None:
+    def __init__(self, images: RestorationImages, degradation: Degradation, crop: int | None = None) -> None:
         self.images = images
         self.degradation = degradation
+        self.crop = crop
         self.names = list(images.test)
         if not self.names:
             raise DataError("no held-out images")
@@ -128,6 +130,10 @@ class HeldOutImages(Dataset):
     def pair(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """``(degraded, clean)`` as ``(H, W, C)`` arrays in [0, 1]."""
         clean = self.images.load(self.names[index])
+        if self.crop is not None:
+            h, w = clean.shape[:2]
+            y, x = max(0, (h - self.crop) // 2), max(0, (w - self.crop) // 2)
+            clean = clean[y : y + self.crop, x : x + self.crop]
         sigma = self.degradation.eval_sigma if self.degradation.kind == "noise" else None
         return self.degradation.apply(clean, 1000 + index, sigma=sigma), clean
 
@@ -177,14 +183,15 @@ class RestoreTask(Task):
         c = self.config
         images = restoration_images(c.data, c.val_data, self.mode)
         train = PatchDataset(images, self.deg, c.patch_size, c.patches_per_epoch)
-        val = HeldOutImages(images, self.deg)
+        val = HeldOutImages(images, self.deg, c.eval_crop)
         log.info(
-            "%s (%s): %d training images (%s), %d held-out images at full size, %s",
+            "%s (%s): %d training images (%s), %d held-out images at %s, %s",
             c.task,
             self.deg.describe(),
             len(images.train),
             images.source,
             len(val),
+            "full size" if c.eval_crop is None else f"a {c.eval_crop} px centre crop",
             "colour (PSNR/SSIM on Y)" if c.color else "grey",
         )
         self.baseline_scores = self._baselines(val)
