@@ -211,7 +211,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # -- restoration: train --task denoise|dejpeg, and the restore command (one block) ---------------------------
 
-RESTORE_TASK_DEFAULTS = dict(model="vheatir_micro", batch_size=16, epochs=2, lr=2e-3, time_budget=330.0)
+RESTORE_TASK_DEFAULTS = dict(model="vheatir_micro", batch_size=16, epochs=2, lr=2e-3, time_budget=300.0)
 
 
 def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
@@ -231,7 +231,7 @@ def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--baselines", nargs="*", default=None, help="classical baselines (default: noisy nlm wavelet tv bm3d)"
     )
-    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (restoration default 330)")
+    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (restoration default 300)")
     # restoration defaults differ (vheatir_micro, batch 16, lr 2e-3): unset here, filled per task
     p.set_defaults(model=None, batch_size=None)
 
