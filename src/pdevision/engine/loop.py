@@ -159,7 +159,7 @@ def _fit(task: Any, config: LoopConfig, device: torch.device, info: DistInfo) ->
         raise ValueError(f"the training set ({len(train_set)} samples) does not fill one batch of {config.batch_size}")
     ctx.train_loader, ctx.steps_per_epoch = loader, steps
     task.prepare(model, ctx)  # before the EMA copy and the optimizer
-    state = _make_state(model, config, steps, info)
+    state = build_state(model, config, steps, info)
     if config.resume:
         state.restore(config.resume, info, task)
     train_model = _wrap(model, config, device, info)
@@ -205,7 +205,7 @@ def _train_loader(train_set: Dataset, config: LoopConfig, info: DistInfo, collat
     return loader, sampler
 
 
-def _make_state(model: nn.Module, config: LoopConfig, steps: int, info: DistInfo) -> RunState:
+def build_state(model: nn.Module, config: LoopConfig, steps: int, info: DistInfo) -> RunState:
     """Optimizer (timm's factory: parameter groups without weight decay for norms, biases and the model's
     ``no_weight_decay()``; frozen parameters left out), timm's schedule stepped per update, scaler and EMA."""
     global_batch = config.batch_size * info.world_size
@@ -444,8 +444,8 @@ def _finish(
         "world_size": info.world_size,
         "ranks_identical": parameters_identical_across_ranks(model, info, ctx.device),
         "train_samples": train_len,
-        **task.summary(),
     }
+    summary.update(task.summary(summary))
     if info.is_main:
         (ctx.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         if state.history:

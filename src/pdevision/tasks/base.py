@@ -23,7 +23,7 @@ Optional hooks (defaults do nothing): ``prepare(model, ctx)`` once before EMA an
 with clearer errors; ``exports(model)`` -> ``{name: (module, meta)}`` extra checkpoint folders written before
 ``last/`` at every epoch (so a run killed while exporting redoes the export on resume); ``extra_state()`` /
 ``load_extra_state(state, model, ema)`` for task state in ``trainer.pt``; ``saving(model, ema)``, a context manager
-around the checkpoint writes; ``summary()`` -> extra keys for ``summary.json``; ``finish(model, run_dir)`` on rank 0
+around the checkpoint writes; ``summary(run)`` -> extra keys for ``summary.json``; ``finish(model, run_dir)`` on rank 0
 at the end (figures); ``epoch_log(row)`` -> one line for the log.
 
 Minimal example (a regression task; ``fit`` does the rest)::
@@ -129,7 +129,8 @@ class Task:
     def saving(self, model: nn.Module, ema: nn.Module | None) -> Iterator[None]:
         yield
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, run: dict[str, Any]) -> dict[str, Any]:
+        """Extra keys for ``summary.json``; ``run`` is the loop's summary (status, epochs, best, final row)."""
         return {}
 
     def finish(self, model: nn.Module, run_dir: Path) -> None:
