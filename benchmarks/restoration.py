@@ -76,7 +76,7 @@ def quality(args: argparse.Namespace, out: Path) -> dict:
             with tempfile.TemporaryDirectory() as tmp:
                 loop = LoopConfig(
                     output=tmp, epochs=1, batch_size=args.batch_size, lr=args.lr, weight_decay=0.0,
-                    time_budget=args.train_seconds, device=args.device, progress=False, seed=0,
+                    time_budget=args.train_seconds, device=args.device, progress=False, seed=0, rank_seed=True,
                 )  # fmt: skip
                 summary = fit(task, loop)
                 model, _ = load_restoration_model(f"{tmp}/last", args.device)

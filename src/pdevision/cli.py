@@ -238,8 +238,7 @@ def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--baselines", nargs="*", default=None, help="classical baselines (default: noisy nlm wavelet tv bm3d)"
     )
-    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (restoration default 300)")
-    # restoration defaults differ (vheatir_micro, batch 16, lr 2e-3): unset here, filled per task
+    # restoration defaults differ (vheatir_micro, batch 16, lr 2e-3, --time-budget 300): unset here, filled per task
     p.set_defaults(model=None, batch_size=None)
 
 
@@ -278,7 +277,7 @@ def cmd_train_restore(args: argparse.Namespace) -> int:
         epochs=args.epochs or d["epochs"],
         batch_size=args.batch_size or d["batch_size"],
         lr=args.lr or d["lr"],
-        opt="adamw",
+        opt=getattr(args, "opt", None) or "adamw",
         weight_decay=args.weight_decay if args.weight_decay is not None else 0.0,
         min_lr=args.min_lr if args.min_lr is not None else 1e-5,
         warmup_epochs=args.warmup_epochs or 0,
@@ -293,6 +292,7 @@ def cmd_train_restore(args: argparse.Namespace) -> int:
         stop_after_epochs=args.stop_after_epochs,
         max_train_batches=args.max_train_batches,
         time_budget=args.time_budget if args.time_budget is not None else d["time_budget"],
+        rank_seed=True,  # patches are drawn from torch's generator: each rank its own
         progress=args.progress,
     )
     s = fit(RestoreTask(config), loop)

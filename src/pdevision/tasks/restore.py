@@ -244,6 +244,12 @@ class RestoreTask(Task):
         self.history.append(metrics)
         return metrics
 
+    def extra_state(self) -> dict[str, Any]:
+        return {"restore_history": [dict(m) for m in self.history]}
+
+    def load_extra_state(self, state: dict[str, Any], model: nn.Module, ema: nn.Module | None) -> None:
+        self.history = [dict(m) for m in state.get("restore_history", [])]  # best_val_* across a resume
+
     def checkpoint_meta(self) -> dict[str, Any]:
         c = self.config
         return {
