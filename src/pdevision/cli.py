@@ -315,9 +315,12 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     if args.overlap < 0 or (args.tile and args.overlap >= args.tile):
         raise UsageError(f"--overlap must be >= 0 and smaller than --tile, got {args.overlap} (tile {args.tile})")
-    r = restore_file(
-        args.checkpoint, args.input, args.output, args.tile or None, args.overlap, resolve_device(args.device)
-    )
+    device = resolve_device(args.device)
+    try:
+        r = restore_file(args.checkpoint, args.input, args.output, args.tile or None, args.overlap, device)
+    except RuntimeError as exc:  # e.g. out of memory: a smaller --tile helps
+        print(f"pdevision restore: failed: {str(exc).splitlines()[0]} (try a smaller --tile)", file=sys.stderr)
+        return 1
     print(
         f"{r['input']} -> {r['output']}: {r['size'][0]}x{r['size'][1]} {r['mode']}, {r['model']} ({r['task']}), "
         f"{'tiled, ' if r['tiled'] else ''}{r['seconds']:.2f} s"

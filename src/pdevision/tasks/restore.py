@@ -263,8 +263,10 @@ class RestoreTask(Task):
             "degradation": self.deg.describe(),
         }
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, run: dict[str, Any] | None = None) -> dict[str, Any]:
         best = max(self.history, key=lambda m: m["psnr"]) if self.history else {}
+        if run is not None and run.get("best") is not None and best.get("psnr") != run["best"]:
+            best = {"psnr": run["best"], "ssim": None}  # the loop's best (e.g. from before a resume)
         return {
             "task": self.config.task,
             "model": self.config.model,
