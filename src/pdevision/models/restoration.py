@@ -2,7 +2,8 @@
 
 **vHeatIR** (vHeat paper, section 5 "low-level vision tasks"): the Heat Conduction Operator put
 into SwinIR in place of self-attention, evaluated on grey/colour denoising (Set12, McMaster) and
-JPEG artefact removal (LIVE1) "with the same settings as SwinIR". The paper's text gives no more:
+JPEG artefact removal (LIVE1) "with the same settings as SwinIR", and shows colour denoising at
+sigma 15 after 15,000 training iterations (its Fig. 6). The paper's text gives no more:
 it leaves open the width, depth and number of groups, the size of the Frequency Value Embeddings
 (FVE), whether the HCO runs over the whole image or in windows, pre- or post-norm, and its
 Table 5 figures are not in the text we have. This module therefore **reconstructs** vHeatIR from
