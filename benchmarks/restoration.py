@@ -126,25 +126,34 @@ def _save_crops(crops: dict[str, np.ndarray], path: Path, title: str) -> None:
 
 
 _COST_CHILD = r"""
-import json, resource, statistics, sys, time, torch
+import json, os, statistics, sys, threading, time, torch
 from pdevision.models.restoration import create_restoration_model
 arch, size, device, repeats = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 args = json.loads(sys.argv[5])
 model = create_restoration_model(arch, "micro", 1, **args).to(device).eval()
 x = torch.rand(1, 1, size, size, device=device)
-sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+cuda = device.startswith("cuda")
+sync = torch.cuda.synchronize if cuda else (lambda: None)
+page = os.sysconf("SC_PAGE_SIZE")
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * page
+peak, done = [0], threading.Event()
+def poll():  # the CPU has no allocator statistics: sample the resident set every millisecond
+    while not done.is_set():
+        peak[0] = max(peak[0], rss()); time.sleep(0.001)
 with torch.no_grad():
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-        start_mem = torch.cuda.memory_allocated()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(); start_mem = torch.cuda.memory_allocated()
+    base = rss()
+    thread = threading.Thread(target=poll, daemon=True); thread.start()
     model(x); sync()
-    peak = (torch.cuda.max_memory_allocated() - start_mem) if device.startswith("cuda") else \
-        (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
+    done.set(); thread.join()
+    used = (torch.cuda.max_memory_allocated() - start_mem) if cuda else max(peak[0] - base, 0)
     times = []
     for _ in range(repeats):
         t = time.perf_counter(); model(x); sync(); times.append(time.perf_counter() - t)
-print(json.dumps({"seconds": statistics.median(times), "peak_mib": peak / 2**20}))
+print(json.dumps({"seconds": statistics.median(times), "peak_mib": used / 2**20}))
 """
 
 
@@ -158,14 +167,16 @@ def cost(args: argparse.Namespace) -> dict:
                    json.dumps(net_args[arch])]  # fmt: skip
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
             if proc.returncode != 0:
-                rows.setdefault(arch, {})[size] = {"error": proc.stderr.strip().splitlines()[-1][:200]}
+                reason = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:200]
+                rows.setdefault(arch, {})[size] = {"error": reason}
             else:
                 rows.setdefault(arch, {})[size] = json.loads(proc.stdout.strip().splitlines()[-1])
             print("cost", arch, size, rows[arch][size], flush=True)
     return rows
 
 
-def _markdown(args: argparse.Namespace, q: dict, c: dict, seconds: float) -> str:
+def _markdown(args: argparse.Namespace, q: dict, c: dict, seconds: float, qargs: argparse.Namespace) -> str:
+    """``qargs``: the arguments of the run that measured the quality (``args`` unless ``--skip-quality``)."""
     command = " ".join(["python benchmarks/restoration.py", *sys.argv[1:]])
     machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"
     lines = [
@@ -177,11 +188,18 @@ def _markdown(args: argparse.Namespace, q: dict, c: dict, seconds: float) -> str
         "",
         "## Quality at equal parameters and equal training time",
         "",
-        f"Each network trained from scratch for {args.train_seconds:.0f} s of training steps (grey "
-        f"{args.patch_size} px patches, batch {args.batch_size}, AdamW lr {args.lr}, L1, cosine over the budget) on "
-        "the embedded training photographs, evaluated once at the end on the 4 held-out photographs "
-        + ("at full size" if not args.eval_crop else f"(their {args.eval_crop} px centre crops)")
-        + " (grey; PSNR dB / SSIM). This is a CPU-small run: the networks are far from converged, so the numbers "
+        (
+            ""
+            if qargs is args
+            else f"Measured by an earlier run of this script (without --skip-quality) on {qargs.device}. "
+        )
+        + f"Each network trained from scratch for {qargs.train_seconds:.0f} s of training steps (grey "
+        f"{qargs.patch_size} px patches, batch {qargs.batch_size}, AdamW lr {qargs.lr}, L1, cosine over the budget) "
+        "on the embedded training photographs, evaluated once at the end on the 4 held-out photographs "
+        + ("at full size" if not qargs.eval_crop else f"(their {qargs.eval_crop} px centre crops)")
+        + " (grey; PSNR dB / SSIM). "
+        + (getattr(qargs, "note", "") + " " if getattr(qargs, "note", "") else "")
+        + "This is a CPU-small run: the networks are far from converged, so the numbers "
         "compare what each learns in a small fixed budget, not the architectures' final quality. Classical methods "
         "are given the true noise level.",
         "",
@@ -209,7 +227,8 @@ def _markdown(args: argparse.Namespace, q: dict, c: dict, seconds: float) -> str
             + (
                 "CUDA allocator peak above the model."
                 if args.device.startswith("cuda")
-                else "growth of the process's peak resident set during the first forward (fresh process each)."
+                else "growth of the resident set during the first forward, sampled every millisecond (a fresh "
+                "process per model and size)."
             ),
             "",
             "| side (px) | vheatir s | vheatir peak MiB | swinir s | swinir peak MiB |",
@@ -236,16 +255,25 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", type=int, default=[256, 512, 1024, 2048])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-cost", action="store_true")
+    p.add_argument("--skip-quality", action="store_true", help="reuse the quality results in restoration.json")
     p.add_argument("--out", default=str(HERE))
     args = p.parse_args()
     torch.manual_seed(0)
     out = Path(args.out)
     start = time.perf_counter()
-    q = quality(args, out)
+    qargs = args
+    if args.skip_quality:  # keep the recorded quality results, measure the cost again
+        stored = json.loads((out / "restoration.json").read_text())
+        q, qargs = stored["quality"], argparse.Namespace(**stored["args"])
+        qargs.note = stored.get("note", "")
+    else:
+        q = quality(args, out)
+        (out / "restoration.json").write_text(json.dumps({"quality": q, "args": vars(args)}, indent=1))
     c = {} if args.skip_cost else cost(args)
     seconds = time.perf_counter() - start
-    (out / "restoration.json").write_text(json.dumps({"quality": q, "cost": c, "args": vars(args)}, indent=1))
-    (out / "restoration.md").write_text(_markdown(args, q, c, seconds))
+    record = {"quality": q, "cost": c, "args": vars(qargs), "cost_args": vars(args)}
+    (out / "restoration.json").write_text(json.dumps(record, indent=1))
+    (out / "restoration.md").write_text(_markdown(args, q, c, seconds, qargs))
     print((out / "restoration.md").read_text())
 
 
