@@ -240,6 +240,8 @@ def _markdown(args: argparse.Namespace, q: dict, c: dict, seconds: float, qargs:
                 r = c[arch][size]
                 cells += ["error", r["error"]] if "error" in r else [f"{r['seconds']:.3f}", f"{r['peak_mib']:.0f}"]
             lines.append(f"| {size} | " + " | ".join(cells) + " |")
+        if max(args.sizes) < 2048:
+            lines += ["", f"Sides above {max(args.sizes)} px were not run here; `--sizes 256 512 1024 2048` runs them."]
     return "\n".join(lines) + "\n"
 
 
