@@ -351,6 +351,132 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- restoration: train --task denoise|dejpeg, and the restore command (one block) ---------------------------
+
+RESTORE_TASK_DEFAULTS = dict(model="vheatir_micro", batch_size=16, epochs=2, lr=2e-3, time_budget=300.0)
+
+
+def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
+    """``--task`` and the restoration options of ``pdevision train`` (classification keeps its defaults)."""
+    g = p.add_argument_group("task: image restoration (--task denoise | dejpeg)")
+    g.add_argument(
+        "--task", default="classify", choices=["classify", "denoise", "dejpeg"], help="what to train (default classify)"
+    )
+    g.add_argument("--sigma", default="25", help="denoise: noise level on 0-255 (15, 25, 50) or a blind range 0-55")
+    g.add_argument("--quality", type=int, default=10, help="dejpeg: JPEG quality (10, 20, 30, 40; default 10)")
+    g.add_argument("--color", action="store_true", help="colour images (default grey); PSNR/SSIM on Y")
+    g.add_argument("--val-data", default=None, help="folder of held-out clean images (e.g. Set12)")
+    g.add_argument("--patch-size", type=_positive_int, default=32, help="training patch side (default 32)")
+    g.add_argument("--patches-per-epoch", type=_positive_int, default=16384, help="default 16384")
+    g.add_argument("--loss", default="l1", choices=["l1", "charbonnier"], help="default l1")
+    g.add_argument("--model-args", type=_json_dict, default={}, help="JSON model arguments")
+    g.add_argument(
+        "--baselines", nargs="*", default=None, help="classical baselines (default: noisy nlm wavelet tv bm3d)"
+    )
+    # restoration defaults differ (vheatir_micro, batch 16, lr 2e-3, --time-budget 300): unset here, filled per task
+    p.set_defaults(model=None, batch_size=None)
+
+
+def cmd_train_any(args: argparse.Namespace) -> int:
+    """``pdevision train``: classification, or restoration with ``--task denoise|dejpeg``."""
+    if args.task == "classify":
+        args.model = args.model or "vheat_micro"
+        args.batch_size = args.batch_size or 64
+        return cmd_train(args)
+    return cmd_train_restore(args)
+
+
+def cmd_train_restore(args: argparse.Namespace) -> int:
+    from pdevision.engine.loop import LoopConfig, fit
+    from pdevision.tasks.restore import DEFAULT_BASELINES, RestoreConfig, RestoreTask, parse_sigma
+
+    d = RESTORE_TASK_DEFAULTS
+    if args.data is None and (args.patch_size > 300):
+        raise UsageError(f"--patch-size {args.patch_size} is larger than the embedded photos allow (at most 300)")
+    config = RestoreConfig(
+        task=args.task,
+        sigma=parse_sigma(args.sigma),
+        quality=args.quality,
+        model=args.model or d["model"],
+        model_args=args.model_args,
+        color=args.color,
+        data=args.data,
+        val_data=args.val_data,
+        patch_size=args.patch_size,
+        patches_per_epoch=args.patches_per_epoch,
+        loss=args.loss,
+        baselines=tuple(args.baselines) if args.baselines is not None else DEFAULT_BASELINES,
+    )
+    loop = LoopConfig(
+        output=args.output,
+        epochs=args.epochs or d["epochs"],
+        batch_size=args.batch_size or d["batch_size"],
+        lr=args.lr or d["lr"],
+        opt=getattr(args, "opt", None) or "adamw",
+        weight_decay=args.weight_decay if args.weight_decay is not None else 0.0,
+        min_lr=args.min_lr if args.min_lr is not None else 1e-5,
+        warmup_epochs=args.warmup_epochs or 0,
+        clip_grad=args.clip_grad or None,
+        ema_decay=None if args.no_ema else args.ema_decay,
+        amp=args.amp,
+        seed=args.seed,
+        deterministic=args.deterministic,
+        workers=args.workers,
+        device=args.device,
+        resume=args.resume,
+        stop_after_epochs=args.stop_after_epochs,
+        max_train_batches=args.max_train_batches,
+        time_budget=args.time_budget if args.time_budget is not None else d["time_budget"],
+        rank_seed=True,  # patches are drawn from torch's generator: each rank its own
+        progress=args.progress,
+    )
+    s = fit(RestoreTask(config), loop)
+    if s.get("world_size", 1) > 1 and not _is_rank0():
+        return 0
+    base = ", ".join(f"{k} {v:.2f}" for k, v in s["baselines"].items())
+    best, best_ssim = s["best_val_psnr"], s["best_val_ssim"]
+    print(
+        f"{s['model']} {s['task']} ({s['degradation']}): {s['status']}, {s['epochs_run']} epochs, {s['steps']} steps "
+        f"in {s['seconds']:.0f} s; best held-out PSNR {best if best is None else f'{best:.2f}'} dB, "
+        f"SSIM {best_ssim if best_ssim is None else f'{best_ssim:.4f}'} "
+        f"({s['metric_channel']}); baselines (dB): {base}; run folder {args.output}"
+    )
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from pdevision.engine.runtime import resolve_device
+    from pdevision.tasks.restore import restore_file
+
+    if args.overlap < 0 or (args.tile and args.overlap >= args.tile):
+        raise UsageError(f"--overlap must be >= 0 and smaller than --tile, got {args.overlap} (tile {args.tile})")
+    device = resolve_device(args.device)
+    try:
+        r = restore_file(args.checkpoint, args.input, args.output, args.tile or None, args.overlap, device)
+    except RuntimeError as exc:  # e.g. out of memory: a smaller --tile helps
+        print(f"pdevision restore: failed: {str(exc).splitlines()[0]} (try a smaller --tile)", file=sys.stderr)
+        return 1
+    print(
+        f"{r['input']} -> {r['output']}: {r['size'][0]}x{r['size'][1]} {r['mode']}, {r['model']} ({r['task']}), "
+        f"{'tiled, ' if r['tiled'] else ''}{r['seconds']:.2f} s"
+    )
+    return 0
+
+
+def _add_restore_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("restore", help="denoise / remove JPEG artefacts from an image with a restoration checkpoint")
+    p.add_argument("--checkpoint", required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg")
+    p.add_argument("input", help="image file (L, LA, RGB or RGBA)")
+    p.add_argument("output", help="output file (format from the extension); same size and mode")
+    p.add_argument("--tile", type=int, default=512, help="tile side for large images (0: whole image; default 512)")
+    p.add_argument("--overlap", type=int, default=32, help="tile overlap in pixels (default 32)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=cmd_restore)
+
+
+# -- end of the restoration block ---------------------------------------------------------------------------
+
+
 def _add_train_args(p: argparse.ArgumentParser) -> None:
     from pdevision.data import RECIPES
 
@@ -607,7 +733,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")
     _add_train_args(p)
-    p.set_defaults(func=cmd_train)
+    _add_restore_task_args(p)
+    p.set_defaults(func=cmd_train_any)
     p = sub.add_parser(
         "pretrain", help="self-supervised pretraining (QB-Heat or MAE) on photos; writes an encoder checkpoint"
     )
@@ -641,6 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="also print the result as JSON")
     p.set_defaults(func=cmd_predict)
     _add_viz_parser(sub)
+    _add_restore_parser(sub)
     return parser
 
 

@@ -1,0 +1,98 @@
+"""Restoration networks: any size, grey and colour, gradients, equal-parameter sizing, timm registry."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+from pdevision.models.restoration import (
+    ARCHITECTURES,
+    DnCNN,
+    SwinIRStyle,
+    VHeatIR,
+    count_params,
+    create_restoration_model,
+    match_params,
+)
+from pdevision.models.vheat import VHeatStage
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_any_size_forward_keeps_shape_and_gradients_flow(arch: str, in_chans: int) -> None:
+    small = {"dncnn": dict(width=8, depth=4), "swinir": dict(embed_dim=8, depths=(1, 2), num_heads=2, window_size=4)}
+    model = create_restoration_model(arch, "micro", in_chans, **small.get(arch, dict(embed_dim=8, img_size=16)))
+    for h, w in [(16, 16), (13, 21), (7, 30)]:
+        x = torch.rand(2, in_chans, h, w)
+        y = model(x)
+        assert y.shape == x.shape
+        assert torch.isfinite(y).all()
+    last = model.body[-1] if arch == "dncnn" else model.conv_last
+    torch.nn.init.normal_(last.weight, std=0.1)  # zero-initialised: give the deeper layers a gradient
+    model(x).square().mean().backward()
+    no_grad = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not no_grad
+
+
+def test_vheatir_is_swinir_layout_of_vheat_stages_with_resampled_fve() -> None:
+    model = create_restoration_model("vheatir", "micro", 1)
+    assert isinstance(model, VHeatIR)
+    assert len(model.groups) == 2 and all(isinstance(g.body, VHeatStage) for g in model.groups)
+    stage = model.groups[0].body
+    assert stage.freq_embed.shape == (48, 48, 32)
+    # at the training size the FVE is used as is; at another size it is resampled to that size
+    assert torch.equal(stage.fve((48, 48)), stage.freq_embed)
+    assert stage.fve((37, 53)).shape == (37, 53, 32)
+    # global residual and a zero-initialised reconstruction conv: the untrained network is the identity
+    x = torch.rand(1, 1, 33, 41)
+    assert torch.equal(model(x), x)
+
+
+def test_swinir_style_uses_timm_swin_blocks_and_pads_to_window() -> None:
+    model = create_restoration_model("swinir", "micro", 3)
+    assert isinstance(model, SwinIRStyle)
+    block = model.groups[0].body.blocks[1]
+    assert isinstance(block, timm.models.swin_transformer.SwinTransformerBlock)
+    assert block.shift_size == (4, 4)
+    assert model.pad_multiple == 8
+    model.eval()
+    x = torch.rand(1, 3, 19, 27)  # not a multiple of the window
+    with torch.no_grad():
+        assert model(x).shape == x.shape
+
+
+def test_dncnn_predicts_the_residual() -> None:
+    model = DnCNN(in_chans=1, width=8, depth=4)
+    x = torch.rand(1, 1, 15, 16)
+    assert torch.equal(model(x), x)  # zero-initialised last conv: the identity before training
+    torch.nn.init.normal_(model.body[-1].weight)
+    assert torch.allclose(model(x), x - model.body(x))
+
+
+def test_match_params_sizes_baselines_to_vheatir() -> None:
+    target = count_params(create_restoration_model("vheatir", "micro", 1))
+    for arch in ("dncnn", "swinir"):
+        cfg = match_params(arch, target, "micro", 1)
+        model = create_restoration_model(arch, "micro", 1, match_to=target)
+        assert abs(count_params(model) - target) / target < 0.1, (arch, cfg)
+        if arch == "swinir":
+            assert cfg["embed_dim"] % cfg["num_heads"] == 0
+
+
+def test_paper_sized_configs() -> None:
+    with torch.device("meta"):
+        v = create_restoration_model("vheatir", "base", 3)
+        s = create_restoration_model("swinir", "base", 3)
+        d = create_restoration_model("dncnn", "base", 1)
+    assert v.embed_dim == s.embed_dim == 180 and v.depths == s.depths == (6,) * 6
+    assert d.depth == 17 and d.width == 64
+    assert count_params(v) > count_params(s) > count_params(d)  # the FVEs at 128 px dominate vHeatIR's count
+
+
+def test_timm_registry_builds_the_models() -> None:
+    for name in ("vheatir_micro", "swinir_micro", "dncnn_micro"):
+        model = timm.create_model(name, in_chans=1)
+        assert model(torch.rand(1, 1, 24, 24)).shape == (1, 1, 24, 24)
+    with pytest.raises(TypeError):
+        VHeatIR(bogus=1)
