@@ -7,6 +7,7 @@ import timm
 from pdevision.models import (
     hcnet,  # noqa: F401  (registers hcnet_* in timm)
     pderesnet,  # noqa: F401  (registers pderesnet* in timm)
+    restoration,  # noqa: F401  (registers vheatir_*, swinir_*, dncnn_* in timm; not backbones, not in FAMILIES)
 )
 from pdevision.models.vheat import VHeat, checkpoint_filter_fn
 
