@@ -31,6 +31,7 @@ BASE: dict[str, list[str] | None] = {
     "pretrain": ["--data", MISSING, "--output", "<tmp>/run", "--img-size", "64"],
     "eval": ["--checkpoint", MISSING],
     "predict": ["--checkpoint", MISSING, "x.png"],
+    "restore": ["--checkpoint", MISSING, "in.png", "<tmp>/out.png"],
     "viz": [],
     "viz erf": ["--models", "no_such_model", "--output", "<tmp>/viz"],
     "viz gradcam": ["--checkpoint", MISSING, "--output", "<tmp>/viz"],

@@ -465,12 +465,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def _add_restore_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("restore", help="denoise / remove JPEG artefacts from an image with a restoration checkpoint")
-    p.add_argument("--checkpoint", required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg")
-    p.add_argument("input", help="image file (L, LA, RGB or RGBA)")
-    p.add_argument("output", help="output file (format from the extension); same size and mode")
-    p.add_argument("--tile", type=int, default=512, help="tile side for large images (0: whole image; default 512)")
-    p.add_argument("--overlap", type=int, default=32, help="tile overlap in pixels (default 32)")
-    p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--checkpoint", type=_path, required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg"
+    )
+    p.add_argument("input", type=_path, help="image file (L, LA, RGB or RGBA)")
+    p.add_argument("output", type=_path, help="output file (format from the extension); same size and mode")
+    p.add_argument(
+        "--tile", type=_non_negative_int, default=512, help="tile side for large images (0: whole image; default 512)"
+    )
+    p.add_argument("--overlap", type=_non_negative_int, default=32, help="tile overlap in pixels (default 32)")
+    p.add_argument("--device", type=_device, default="auto")
     p.set_defaults(func=cmd_restore)
 
 

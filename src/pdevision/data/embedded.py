@@ -69,6 +69,13 @@ def is_embedded(name: object) -> bool:
     return isinstance(name, str) and name in embedded_names()
 
 
+def embedded_data_of(meta: dict) -> str | None:
+    """The embedded set a checkpoint was trained on (its ``data`` metadata), or ``None`` (a folder, or an older
+    checkpoint): evaluation defaults to it. Anything but a known embedded name is ignored, never opened."""
+    name = meta.get("data")
+    return name if is_embedded(name) else None
+
+
 @functools.lru_cache(maxsize=8)
 def scene_arrays(name: str, split: str, size: int, version: int = VERSION) -> tuple[np.ndarray, np.ndarray]:
     """Images (n, size, size, 3) uint8 and labels (n,) of a scene set's split, generated once per process."""

@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.metrics import confusion_matrix
 
 from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
+from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
 from pdevision.engine.modeling import load_into_model, model_from_meta
 from pdevision.engine.runtime import resolve_device
@@ -95,6 +97,7 @@ def evaluate_checkpoint(
     model, meta, folder = _model_from_checkpoint(checkpoint, model_name, dev)
     classes = list(meta["classes"])
     val_tf = eval_transform_for(meta)
+    data = data if data is not None else embedded_data_of(meta)
     _, val_set = build_datasets(data, int(meta["img_size"]), val_split, val_tf, val_tf)
     if list(val_set.classes) != classes:
         raise CheckpointError(
@@ -106,8 +109,7 @@ def evaluate_checkpoint(
         model(torch.stack([val_set[0][0]]).to(dev))
     result = evaluate_model(model, val_set, batch_size, dev)
     preds, targets = result.pop("preds").numpy(), result.pop("targets").numpy()
-    matrix = np.zeros((len(classes), len(classes)), dtype=np.int64)
-    np.add.at(matrix, (targets, preds), 1)
+    matrix = confusion_matrix(targets, preds, labels=list(range(len(classes))))
     per_class = {
         c: (100.0 * matrix[i, i] / matrix[i].sum() if matrix[i].sum() else None) for i, c in enumerate(classes)
     }

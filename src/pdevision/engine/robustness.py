@@ -36,6 +36,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from pdevision.data import build_datasets, eval_transform_for
+from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
 from pdevision.engine.modeling import load_into_model, model_from_meta
 from pdevision.engine.runtime import resolve_device
@@ -251,6 +252,7 @@ def corruption_accuracy(
     dev = resolve_device(device)
     model, meta, folder = _load(checkpoint, dev)
     spatial, to_tensor = _split_transform(eval_transform_for(meta))
+    data = data if data is not None else embedded_data_of(meta)
     _, val_set = build_datasets(data, int(meta["img_size"]), val_split, None, None)
     if list(val_set.classes) != list(meta["classes"]):
         raise CheckpointError(f"checkpoint {folder} was trained for other classes than the data's")

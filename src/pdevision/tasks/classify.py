@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from pdevision.data import RECIPES, build_datasets, build_transforms
+from pdevision.data.embedded import is_embedded
 from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.loop import LoopConfig, RunContext
@@ -87,7 +88,9 @@ class ClassifyTask(Task):
             )
         self.from_encoder = kind == "encoder"  # backbone written by `pdevision pretrain`: no classifier
         self.model_args = dict(config.model_args)
-        self.img_size = (config.img_size or 64) if config.data is None else config.img_size
+        # the embedded sets are small images: 64 px unless asked; folders and shards take the model's default
+        self.embedded = config.data is None or is_embedded(config.data)
+        self.img_size = (config.img_size or 64) if self.embedded else config.img_size
         if self.from_encoder:
             assert self.init_meta is not None
             stored = self.init_meta.get("model_args", {})
@@ -168,6 +171,8 @@ class ClassifyTask(Task):
             "model_args": {**self.model_args, "img_size": self.img_size},
             "mean": self.mean,
             "std": self.std,
+            # an embedded set's name, so `pdevision eval` evaluates on the same set by default (never a path)
+            "data": str(self.config.data or "digits") if self.embedded else None,
         }
 
     def check_resume(self, meta: dict[str, Any]) -> None:
