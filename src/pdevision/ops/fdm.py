@@ -74,7 +74,8 @@ def replicate_pad1(z: torch.Tensor) -> torch.Tensor:
 
     The same values as ``F.pad(z, (1, 1, 1, 1), mode="replicate")``, written with slicing and concatenation so
     that its backward is plain indexing: TorchInductor has no kernel for ``replication_pad2d_backward``, which
-    made ``torch.compile`` fail in training with the insulated boundary.
+    made ``torch.compile`` fail in training with the insulated boundary. :func:`fdm_heat_step` uses it under
+    compilation and ``F.pad`` in eager mode (faster there).
     """
     z = torch.cat((z[..., :1, :], z, z[..., -1:, :]), dim=-2)
     return torch.cat((z[..., :1], z, z[..., -1:]), dim=-1)
@@ -113,7 +114,10 @@ def fdm_heat_step(
     channels = z.shape[1]
     for _ in range(steps):
         if boundary == "insulated":
-            lap = F.conv2d(replicate_pad1(z), kernel, groups=channels)
+            # eager: torch's replication pad (faster); compiled: the same values from slices (Inductor has no
+            # replication_pad2d_backward)
+            padded = replicate_pad1(z) if torch.compiler.is_compiling() else F.pad(z, (1, 1, 1, 1), mode="replicate")
+            lap = F.conv2d(padded, kernel, groups=channels)
         else:
             lap = F.conv2d(z, kernel, padding=1, groups=channels)
         z = z + k * lap
