@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.fft
 import torch
 import torch.nn.functional as F
 
 from pdevision.layers import HeatConductionOperator
 from pdevision.ops import frequency_energy
+from pdevision.ops.dct import dct2, idct2
 
 
 def _reference_hco(op: HeatConductionOperator, x: torch.Tensor, fve: torch.Tensor) -> np.ndarray:
@@ -90,3 +92,39 @@ def test_chunked_mlp_in_inference_equals_whole_map() -> None:
         block.mlp_chunk = None
         whole = block(x, fve)
     torch.testing.assert_close(chunked, whole)
+
+
+@pytest.mark.parametrize("k_mode", ["learnable", "fixed"])
+def test_scalar_k_modes_conduct_with_one_k(k_mode: str) -> None:
+    """``k_mode="learnable"``/``"fixed"``: one k for the layer, so the conducted branch is the heat solution with
+    that scalar k (checked against scipy's DCT), and only the learnable k gets a gradient."""
+    torch.manual_seed(0)
+    op = HeatConductionOperator(4, k_mode=k_mode, k_init=0.7).double()
+    assert op.to_k is None
+    k = op.diffusivity(torch.zeros(5, 6, 4, dtype=torch.float64))
+    assert k.shape == (5, 6, 4)
+    np.testing.assert_allclose(k.detach().numpy(), 0.7)
+    u = torch.randn(2, 5, 6, 4, dtype=torch.float64)
+    energy = (np.arange(5)[:, None] * np.pi / 5) ** 2 + (np.arange(6)[None, :] * np.pi / 6) ** 2
+    spec = scipy.fft.dctn(u.numpy(), axes=(1, 2), norm="ortho") * np.exp(-0.7 * energy)[None, :, :, None]
+    expected = scipy.fft.idctn(spec, axes=(1, 2), norm="ortho")
+    decay = op.decay(5, 6, torch.zeros(5, 6, 4, dtype=torch.float64))
+    got = idct2(dct2(u, dims=(1, 2)) * decay, dims=(1, 2))
+    np.testing.assert_allclose(got.detach().numpy(), expected, atol=1e-10)
+    out = op(torch.randn(1, 5, 6, 4, dtype=torch.float64), torch.zeros(5, 6, 4, dtype=torch.float64))
+    out.sum().backward()
+    if k_mode == "learnable":
+        assert op.k_param.grad is not None and op.k_param.grad.abs() > 0
+    else:
+        assert not any(p.grad is None for p in op.parameters())  # every parameter it has is used
+    with pytest.raises(ValueError, match="k_mode"):
+        HeatConductionOperator(4, k_mode="nope")
+
+
+def test_vheat_k_mode_builds_and_trains() -> None:
+    import timm
+
+    for mode in ("learnable", "fixed"):
+        model = timm.create_model("vheat_micro", num_classes=3, img_size=32, k_mode=mode)
+        model(torch.randn(2, 3, 40, 36)).sum().backward()
+        assert all(s.freq_embed.grad is None for s in model.stages)

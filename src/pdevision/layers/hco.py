@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,6 +28,9 @@ torch.fx.wrap("idct2")
 torch.fx.wrap("heat_decay")
 
 
+K_MODES = ("fve", "learnable", "fixed")
+
+
 class HeatConductionOperator(nn.Module):
     """vHeat HCO: ``u = IDCT2(DCT2(phi(x)) * exp(-k(w) (wx^2 + wy^2)))`` gated by SiLU (vHeat Eq. 8-10).
 
@@ -35,24 +40,41 @@ class HeatConductionOperator(nn.Module):
 
     Input and output: NHWC ``(B, H, W, C)``. The Frequency Value Embedding ``fve`` is ``(H, W, C)``.
 
+    ``k_mode`` selects where the diffusivity comes from (the ablation of issue 14; the vHeat texts at hand do not
+    describe one, so these are this library's controls): ``"fve"`` (the paper: ``k = ReLU(Linear(FVE))`` per
+    frequency and channel), ``"learnable"`` (one learnable scalar ``k = softplus(a)`` for the whole layer, starting at
+    ``k_init``) or ``"fixed"`` (the constant ``k_init``). The last two have no ``to_k`` projection.
+
     After :meth:`fold` the decay factors ``exp(-k w^2)`` for one resolution are precomputed, so no
     FVE projection runs per forward; other resolutions still take the general path.
     """
 
-    def __init__(self, dim: int, dct_method: DctMethod = "auto") -> None:
+    def __init__(self, dim: int, dct_method: DctMethod = "auto", k_mode: str = "fve", k_init: float = 1.0) -> None:
         super().__init__()
+        if k_mode not in K_MODES:
+            raise ValueError(f"k_mode must be one of {K_MODES}, got {k_mode!r}")
+        if not (math.isfinite(k_init) and k_init > 0):
+            raise ValueError(f"k_init must be a positive number, got {k_init}")
         self.dim = dim
+        self.k_mode = k_mode
         self.dct_method: DctMethod = dct_method
         self.dwconv = nn.Conv2d(dim, dim, kernel_size=3, padding=1, groups=dim)
         self.linear = nn.Linear(dim, 2 * dim)
-        self.to_k = nn.Sequential(nn.Linear(dim, dim), nn.ReLU())
+        self.to_k = nn.Sequential(nn.Linear(dim, dim), nn.ReLU()) if k_mode == "fve" else None
+        if k_mode == "learnable":  # softplus(a) = k_init
+            self.k_param = nn.Parameter(torch.tensor(math.log(math.expm1(k_init))))
+        self.k_init = k_init
         self.out_norm = nn.LayerNorm(dim)
         self.out_linear = nn.Linear(dim, dim)
         self.register_buffer("k_exp", None)
 
     def diffusivity(self, fve: torch.Tensor) -> torch.Tensor:
-        """Thermal diffusivity ``k = ReLU(Linear(FVE))``, ``(H, W, C)``, non-negative."""
-        return self.to_k(fve)
+        """Thermal diffusivity, non-negative: ``k = ReLU(Linear(FVE))`` ``(H, W, C)`` with ``k_mode="fve"``, else the
+        layer's one learnable or fixed ``k`` broadcast to that shape."""
+        if self.to_k is not None:
+            return self.to_k(fve)
+        k = F.softplus(self.k_param) if self.k_mode == "learnable" else fve.new_tensor(self.k_init)
+        return k.to(fve.dtype).expand(fve.shape)
 
     def decay(self, h: int, w: int, fve: torch.Tensor | None) -> torch.Tensor:
         """Decay factors ``exp(-k (wx^2 + wy^2))`` of shape ``(h, w, C)``: from ``fve`` when given (so

@@ -67,6 +67,7 @@ class VHeatStage(nn.Module):
         drop_path: Sequence[float] = (),
         fve_resize: str = "interp",
         dct_method: DctMethod = "auto",
+        k_mode: str = "fve",
     ) -> None:
         super().__init__()
         self.feat_size = feat_size
@@ -77,11 +78,13 @@ class VHeatStage(nn.Module):
         self.downsample = ConvDownsample(in_dim, dim) if in_dim is not None else nn.Identity()
         self.freq_embed = nn.Parameter(torch.zeros(*feat_size, dim))
         trunc_normal_(self.freq_embed, std=0.02)
+        if k_mode != "fve":  # kept for a uniform layout (resizing, folding), but nothing reads it: frozen
+            self.freq_embed.requires_grad_(False)
         dpr = list(drop_path) or [0.0] * depth
         self.blocks = nn.ModuleList(
             MixerBlock(
                 dim,
-                HeatConductionOperator(dim, dct_method=dct_method),
+                HeatConductionOperator(dim, dct_method=dct_method, k_mode=k_mode),
                 mlp_ratio=mlp_ratio,
                 post_norm=post_norm,
                 layer_scale=layer_scale,
@@ -145,6 +148,8 @@ class VHeat(StagedBackbone):
         drop_path_rate: stochastic depth, linearly increasing over blocks.
         fve_resize: ``"interp"`` or ``"pad"``, how FVEs follow a new input size.
         dct_method: ``"auto"``, ``"matrix"`` or ``"fft"``.
+        k_mode: ``"fve"`` (the paper), ``"learnable"`` (one scalar k per layer) or ``"fixed"`` (k = 1): the
+            diffusivity ablation (see :class:`~pdevision.layers.HeatConductionOperator`).
     """
 
     def __init__(
@@ -162,6 +167,7 @@ class VHeat(StagedBackbone):
         drop_path_rate: float = 0.2,
         fve_resize: str = "interp",
         dct_method: DctMethod = "auto",
+        k_mode: str = "fve",
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -183,6 +189,7 @@ class VHeat(StagedBackbone):
                 drop_path=rates,
                 fve_resize=fve_resize,
                 dct_method=dct_method,
+                k_mode=k_mode,
             ),
             drop_path_rate,
             drop_rate,
