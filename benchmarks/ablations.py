@@ -76,7 +76,7 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "eval_args": {"fve_resize": rule},
                 "eval_sizes": [64, 96, 128],
             }
-            for rule in ("interp", "pad", "authors")
+            for rule in ("interp", "pad", "downstream")
         ],
     },
     "hcnet_k": {
