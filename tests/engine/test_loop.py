@@ -57,15 +57,28 @@ def test_opt_and_momentum_flags_override_the_recipe() -> None:
 
 
 @pytest.mark.parametrize(("batches", "what"), [(1, "non-finite weights"), (2, "non-finite training loss")])
-def test_lr_inf_stops_without_writing_a_checkpoint(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], batches: int, what: str
-) -> None:
+def test_lr_inf_stops_without_writing_a_checkpoint(tmp_path: Path, batches: int, what: str) -> None:
+    """The API takes any float (the CLI refuses ``--lr inf`` as a usage error, see tests/test_cli_fuzz.py)."""
+    from pdevision.engine import NonFiniteLossError, train
+
     out = tmp_path / "run"
-    argv = ["train", "--lr", "inf", "--epochs", "2", "--output", str(out), *FAST, "--max-train-batches", str(batches)]
+    config = TrainConfig(
+        output=str(out), lr=float("inf"), epochs=2, img_size=32, batch_size=32, max_train_batches=batches,
+        progress=False,
+    )  # fmt: skip
+    with pytest.raises(NonFiniteLossError) as info:
+        train(config)
+    assert what in str(info.value) and "no intact checkpoint exists yet" in str(info.value)
+    assert not (out / "last").exists() and not (out / "best").exists()
+
+
+def test_cli_nan_stop_is_one_line_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--lr", "1e30", "--epochs", "2", "--output", str(out), *FAST]
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert what in err and "no intact checkpoint exists yet" in err
-    assert not (out / "last").exists() and not (out / "best").exists()
+    assert "non-finite" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (out / "best").exists()
 
 
 def test_non_finite_weights_after_a_good_epoch_keep_the_good_checkpoint(
