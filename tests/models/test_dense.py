@@ -140,7 +140,7 @@ def test_detection_odd_sizes_losses_and_outputs(backbone: str, head: str) -> Non
     model.eval()
     with torch.no_grad():
         out = model(images)
-    for o, (h, w) in zip(out, sizes):
+    for o, (h, w) in zip(out, sizes, strict=True):
         assert o["boxes"].shape[1] == 4
         if len(o["boxes"]):  # boxes are in the image's own coordinates
             assert float(o["boxes"][:, 2].max()) <= w + 1e-3 and float(o["boxes"][:, 3].max()) <= h + 1e-3

@@ -34,8 +34,8 @@ from torch import nn
 from pdevision.models.factory import ModelNameError
 
 __all__ = [
-    "SEGMENTATION_HEADS",
     "DETECTION_HEADS",
+    "SEGMENTATION_HEADS",
     "BackboneWithFPN",
     "SegmentationModel",
     "create_detection_model",
@@ -215,7 +215,7 @@ class BackboneWithFPN(nn.Module):
         feats = self.body(x)
         if self.channels_last:
             feats = [f.permute(0, 3, 1, 2) for f in feats]
-        maps = OrderedDict((str(i), norm(f.contiguous())) for i, (f, norm) in enumerate(zip(feats, self.out_norms)))
+        maps = OrderedDict((str(i), norm(f.contiguous())) for i, (f, norm) in enumerate(zip(feats, self.out_norms, strict=True)))
         return self.fpn(maps)
 
 
