@@ -215,7 +215,8 @@ class BackboneWithFPN(nn.Module):
         feats = self.body(x)
         if self.channels_last:
             feats = [f.permute(0, 3, 1, 2) for f in feats]
-        maps = OrderedDict((str(i), norm(f.contiguous())) for i, (f, norm) in enumerate(zip(feats, self.out_norms, strict=True)))
+        pairs = zip(feats, self.out_norms, strict=True)
+        maps = OrderedDict((str(i), norm(f.contiguous())) for i, (f, norm) in enumerate(pairs))
         return self.fpn(maps)
 
 
