@@ -142,7 +142,7 @@ class VHeat(StagedBackbone):
         if kwargs:
             raise TypeError(f"VHeat got unexpected arguments: {sorted(kwargs)}")
         if fve_resize not in ("interp", "pad", "downstream"):
-            raise ValueError(f"fve_resize must be 'interp', 'pad' or 'downstream', got {fve_resize!r}")
+            raise ValueError(f"fve_resize must be 'interp' or 'pad' or 'downstream', got {fve_resize!r}")
         self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)
 
         self._build(

@@ -124,7 +124,7 @@ def resize_spectrum(spec: torch.Tensor, size: tuple[int, int], mode: str = "inte
         out = torch.nn.functional.interpolate(img, size=(h, w), mode="bicubic", align_corners=False)
         return out[0].permute(1, 2, 0)
     if mode != "interp":
-        raise ValueError(f"spectrum resize mode must be 'interp', 'pad' or 'downstream', got {mode!r}")
+        raise ValueError(f"spectrum resize mode must be 'interp' or 'pad' or 'downstream', got {mode!r}")
     mh = _frequency_interp_matrix(h, h_in).to(device=spec.device, dtype=spec.dtype)
     mw = _frequency_interp_matrix(w, w_in).to(device=spec.device, dtype=spec.dtype)
     # two plain matrix products (an einsum over both axes at once takes a slow path)
