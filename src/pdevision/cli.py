@@ -123,6 +123,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"{r['knn_top1']:.2f}% on {r['images']} images ({r['train_images']} as memory); {output}/knn.json"
         )
         return 0
+    if args.corruptions is not None:  # corruption robustness (ImageNet-C protocol): engine/robustness.py
+        from pdevision.engine.robustness import evaluate_corruptions, format_table, parse_corruptions, parse_severities
+
+        r = evaluate_corruptions(
+            args.checkpoint,
+            parse_corruptions(args.corruptions),
+            parse_severities(args.severities),
+            args.data,
+            args.batch_size,
+            args.device,
+            baseline=args.baseline,
+            output=output,
+            max_images=args.max_images,
+        )
+        print(f"{r['model']} on {r['images']} images, top-1 (%) per corruption and severity:\n{format_table(r)}")
+        line = f"clean top-1 {r['clean_top1']:.2f}%  mean corruption top-1 {r['mean_corruption_top1']:.2f}%"
+        if "mce" in r:
+            line += f"  mCE {r['mce']:.1f} (baseline {r['baseline']['model']} = 100)"
+        print(f"{line}; {r['json']}")
+        return 0
     r = evaluate_checkpoint(args.checkpoint, args.model, args.data, args.batch_size, output, args.device)
     print(
         f"{r['model']} on {r['images']} images: top-1 {r['top1']:.2f}%  top-5 {r['top5']:.2f}%  "
@@ -214,7 +234,11 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("data and model")
     g.add_argument("--model", default="vheat_micro", help="any registered model, ours or timm's")
-    g.add_argument("--data", default=None, help="ImageFolder root (train/ and val/, or one folder); default: digits")
+    g.add_argument(
+        "--data",
+        default=None,
+        help="ImageFolder root (train/ and val/, or one folder) or embedded set (digits, scenes)",
+    )
     g.add_argument("--val-split", type=float, default=0.2, help="validation fraction for a single folder")
     g.add_argument("--img-size", type=_positive_int, default=None, help="default: 64 on digits, else the model's")
     g.add_argument("--output", default="runs/train", help="run folder (checkpoints, metrics, plots)")
@@ -353,11 +377,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate a checkpoint: top-1/top-5, per class, confusion matrix")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder (or run folder: uses best)")
     p.add_argument("--model", default=None, help="model name (default: the one stored in the checkpoint)")
-    p.add_argument("--data", default=None, help="ImageFolder root (default: the embedded digits)")
+    p.add_argument("--data", default=None, help="ImageFolder root or embedded set name (default: the embedded digits)")
     p.add_argument("--batch-size", type=_positive_int, default=64)
     p.add_argument("--output", default=None, help="folder for eval.json and the PNG (default: CHECKPOINT/eval)")
     p.add_argument("--device", default="auto")
     p.add_argument("--k", type=_positive_int, default=20, help="neighbours for an encoder checkpoint's k-NN (20)")
+    g = p.add_argument_group("corruption robustness (ImageNet-C corruptions, imagecorruptions package)")
+    g.add_argument(
+        "--corruptions", nargs="?", const="all", default=None, help="'all' (default) or comma-separated names"
+    )
+    g.add_argument("--severities", default=None, help="comma-separated severities 1-5 (default: all five)")
+    g.add_argument("--baseline", default=None, help="checkpoint (or corruptions.json) that mCE is relative to")
+    g.add_argument("--max-images", type=_positive_int, default=None, help="evaluate only the first N val images")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("predict", help="top-k labels of image files from a checkpoint")
     p.add_argument("--checkpoint", required=True)

@@ -161,13 +161,13 @@ def build_datasets(
     val_transform: Callable | None = None,
     verify: bool = True,
 ) -> tuple[Dataset, Dataset]:
-    """Train and validation sets: the embedded digits when ``data`` is ``None``; otherwise an
-    ImageFolder tree with ``train/`` and ``val/`` sub-folders, or one tree split ``val_split``."""
-    if data is None:
-        return (
-            DigitsDataset("train", img_size, train_transform),
-            DigitsDataset("val", img_size, val_transform),
-        )
+    """Train and validation sets: the embedded digits when ``data`` is ``None``, an embedded set when it
+    is one's name (:mod:`pdevision.data.embedded`; write ``./NAME`` for a folder of that name); otherwise
+    an ImageFolder tree with ``train/`` and ``val/`` sub-folders, or one tree split ``val_split``."""
+    from pdevision.data.embedded import build_embedded, is_embedded
+
+    if data is None or is_embedded(data):
+        return build_embedded(str(data or "digits"), img_size, train_transform, val_transform)
     root = Path(data)
     if not root.exists():
         raise DataError(f"data folder {root} does not exist")

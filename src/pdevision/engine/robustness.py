@@ -1,0 +1,344 @@
+"""Corruption robustness of a classification checkpoint (ImageNet-C protocol, Hendrycks & Dietterich 2019).
+
+The validation images are resized and centre-cropped as for evaluation, then corrupted in uint8 RGB by
+the ``imagecorruptions`` package (the 15 ImageNet-C corruptions, severities 1-5), then converted and
+normalised. Each image's corruption is seeded (``numpy.random.SeedSequence([seed, corruption, severity,
+index])``), so a run is repeatable and a baseline sees the same corrupted images.
+
+Reported: top-1 per corruption and severity, the clean top-1, the mean corruption accuracy (mean over all
+evaluated corruption/severity pairs) and, with a baseline, the corruption error of Hendrycks & Dietterich:
+``CE_c = sum_s E_{s,c} / sum_s E^baseline_{s,c}`` (``E`` the top-1 error) and ``mCE`` the mean of ``CE_c``
+over the evaluated corruptions, in percent (the baseline's own mCE is 100). ImageNet-C uses AlexNet as the
+baseline; here it is any checkpoint given with ``baseline``. The relative mCE of that paper is not reported.
+
+``imagecorruptions`` 1.1.2 predates NumPy 2, scikit-image 0.19 and setuptools 81; :func:`corrupt` runs it
+unchanged with four local adaptations (no global state of other packages is changed): a
+``resource_filename`` resolving its ``frost/`` images when ``pkg_resources`` is absent, ``gaussian(...,
+multichannel=True)`` mapped to ``channel_axis=-1``, ``np.float_`` read as ``np.float64`` in its module, and
+scikit-image's ``random_noise`` (impulse noise) seeded from NumPy's global state like the other corruptions.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import logging
+import sys
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from pdevision.data import build_datasets, eval_transform_for
+from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
+from pdevision.engine.modeling import load_into_model, model_from_meta
+from pdevision.engine.runtime import resolve_device
+from pdevision.engine.train import evaluate_model
+
+log = logging.getLogger(__name__)
+
+CORRUPTIONS = (
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "glass_blur",
+    "motion_blur",
+    "zoom_blur",
+    "snow",
+    "frost",
+    "fog",
+    "brightness",
+    "contrast",
+    "elastic_transform",
+    "pixelate",
+    "jpeg_compression",
+)
+SEVERITIES = (1, 2, 3, 4, 5)
+
+
+class _NumpyCompat(types.ModuleType):
+    """NumPy as seen by ``imagecorruptions``: everything forwarded, plus ``float_`` (removed in NumPy 2)."""
+
+    float_ = np.float64
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(np, name)
+
+
+def _resource_filename(package: str, name: str) -> str:
+    module = importlib.import_module(package)
+    return str(Path(module.__file__ or "").parent / name)
+
+
+@functools.lru_cache(maxsize=1)
+def _corruptions_module() -> types.ModuleType:
+    """``imagecorruptions.corruptions``, importable and working on NumPy 2 / scikit-image >= 0.19."""
+    try:
+        import pkg_resources  # noqa: F401
+    except ImportError:
+        shim = types.ModuleType("pkg_resources")
+        shim.resource_filename = _resource_filename  # type: ignore[attr-defined]
+        sys.modules["pkg_resources"] = shim
+        try:
+            module = importlib.import_module("imagecorruptions.corruptions")
+        finally:
+            del sys.modules["pkg_resources"]
+    else:
+        module = importlib.import_module("imagecorruptions.corruptions")
+    from skimage.filters import gaussian
+
+    def gaussian_compat(image: np.ndarray, sigma: float = 1.0, multichannel: bool | None = None, **kw: Any) -> Any:
+        if multichannel:
+            kw["channel_axis"] = -1
+        return gaussian(image, sigma=sigma, **kw)
+
+    import skimage
+    import skimage.util
+
+    def random_noise_seeded(image: np.ndarray, **kw: Any) -> Any:  # draws its seed from NumPy's global state
+        kw.setdefault("rng", int(np.random.randint(2**31 - 1)))  # noqa: NPY002
+        return skimage.util.random_noise(image, **kw)
+
+    module.gaussian = gaussian_compat  # type: ignore[attr-defined]
+    module.sk = types.SimpleNamespace(  # type: ignore[attr-defined]
+        util=types.SimpleNamespace(random_noise=random_noise_seeded), color=skimage.color
+    )
+    module.resource_filename = _resource_filename  # type: ignore[attr-defined]
+    module.np = _NumpyCompat("numpy")  # type: ignore[attr-defined]
+    return module
+
+
+def corrupt(image: np.ndarray, name: str, severity: int, seed: int | None = None) -> np.ndarray:
+    """``image`` (H, W, 3) uint8 under corruption ``name`` at ``severity`` (1-5), uint8 of the same shape.
+    ``seed`` fixes NumPy's global random state for the call (restored afterwards)."""
+    if name not in CORRUPTIONS:
+        raise ValueError(f"unknown corruption {name!r}; choose from {', '.join(CORRUPTIONS)}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"corruption severity must be 1-5, got {severity}")
+    module = _corruptions_module()
+    state = np.random.get_state()  # noqa: NPY002 (imagecorruptions draws from NumPy's global state)
+    try:
+        if seed is not None:
+            np.random.seed(seed)  # noqa: NPY002
+        out = getattr(module, name)(Image.fromarray(image), severity)
+    finally:
+        np.random.set_state(state)  # noqa: NPY002
+    out = np.asarray(out)
+    if out.shape != image.shape:  # a few corruptions return (H, W) or a float map
+        out = np.broadcast_to(out[..., None] if out.ndim == 2 else out, image.shape)
+    return np.uint8(np.clip(np.round(out), 0, 255)) if out.dtype != np.uint8 else np.ascontiguousarray(out)
+
+
+def _split_transform(transform: Callable) -> tuple[Callable, Callable]:
+    """(PIL -> PIL part, PIL -> tensor part) of a torchvision ``Compose`` evaluation transform."""
+    steps = list(getattr(transform, "transforms", []))
+    names = [type(t).__name__ for t in steps]
+    to_tensor = ("ToTensor", "MaybeToTensor", "PILToTensor", "MaybePILToTensor")
+    cut = next((i for i, n in enumerate(names) if n in to_tensor), None)
+    if cut is None:
+        raise ValueError(f"cannot split the evaluation transform {names} into image and tensor steps")
+    from torchvision.transforms import Compose
+
+    return Compose(steps[:cut]), Compose(steps[cut:])
+
+
+class CorruptedDataset(Dataset):
+    """``base`` (yielding PIL images, label) after ``spatial``, corrupted, then ``to_tensor``."""
+
+    def __init__(
+        self,
+        base: Dataset,
+        spatial: Callable,
+        to_tensor: Callable,
+        corruption: str | None,
+        severity: int,
+        seed: int = 0,
+        indices: Sequence[int] | None = None,
+    ) -> None:
+        self.base, self.spatial, self.to_tensor = base, spatial, to_tensor
+        self.corruption, self.severity, self.seed = corruption, severity, seed
+        self.indices = list(indices) if indices is not None else list(range(len(base)))  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        index = self.indices[i]
+        img, label = self.base[index]
+        arr = np.asarray(self.spatial(img.convert("RGB")), dtype=np.uint8)
+        if self.corruption is not None:
+            c = CORRUPTIONS.index(self.corruption)
+            seed = int(np.random.SeedSequence([self.seed, c, self.severity, index]).generate_state(1)[0])
+            arr = corrupt(arr, self.corruption, self.severity, seed)
+        return self.to_tensor(Image.fromarray(arr)), label
+
+
+def mean_corruption_error(errors: dict[str, dict[int, float]], baseline: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """``CE_c = sum_s E_{s,c} / sum_s E^base_{s,c}`` per corruption and their mean (mCE), in percent.
+
+    ``errors`` and ``baseline`` map corruption -> severity -> top-1 error (%); the sums run over the
+    severities present in ``errors`` (all of which the baseline must have)."""
+    ce: dict[str, float] = {}
+    for name, per_sev in errors.items():
+        if name not in baseline or any(s not in baseline[name] for s in per_sev):
+            raise ValueError(f"the baseline has no error for corruption {name!r} at severities {sorted(per_sev)}")
+        denom = sum(baseline[name][s] for s in per_sev)
+        ce[name] = 100.0 * sum(per_sev.values()) / denom if denom > 0 else float("inf")
+    return {"ce": ce, "mce": float(np.mean(list(ce.values()))) if ce else float("nan")}
+
+
+def parse_corruptions(text: str | None) -> list[str]:
+    """``"all"`` (or ``None``) or comma-separated names -> list of corruption names (checked)."""
+    if text is None or text.strip() == "all":
+        return list(CORRUPTIONS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CORRUPTIONS]
+    if unknown or not names:
+        raise ValueError(f"unknown corruption(s) {unknown or text!r}; choose 'all' or from {', '.join(CORRUPTIONS)}")
+    return names
+
+
+def parse_severities(text: str | None) -> list[int]:
+    """Comma-separated severities in 1-5 (``None``: all five)."""
+    if text is None:
+        return list(SEVERITIES)
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError as exc:
+        raise ValueError(f"severities must be comma-separated integers 1-5, got {text!r}") from exc
+    if not values or any(v not in SEVERITIES for v in values):
+        raise ValueError(f"severities must be in 1-5, got {text!r}")
+    return values
+
+
+def _load(checkpoint: str | Path, device: torch.device) -> tuple[torch.nn.Module, dict[str, Any], Path]:
+    folder = resolve_checkpoint(checkpoint)
+    meta = read_meta(folder)
+    if meta.get("kind") == "encoder" or not meta.get("classes"):
+        raise CheckpointError(f"checkpoint {folder} has no classifier; corruption robustness needs one")
+    model = model_from_meta(meta, len(meta["classes"]))
+    load_into_model(model, folder, meta.get("model") or "", list(meta["classes"]))
+    return model.to(device).eval(), meta, folder
+
+
+def _errors(result: dict[str, Any]) -> dict[str, dict[int, float]]:
+    return {c: {int(s): 100.0 - a for s, a in per.items()} for c, per in result["top1"].items()}
+
+
+def corruption_accuracy(
+    checkpoint: str | Path,
+    corruptions: Sequence[str] = CORRUPTIONS,
+    severities: Sequence[int] = SEVERITIES,
+    data: str | None = None,
+    batch_size: int = 64,
+    device: str = "auto",
+    max_images: int | None = None,
+    seed: int = 0,
+    val_split: float = 0.2,
+    workers: int = 0,
+) -> dict[str, Any]:
+    """Clean top-1 and top-1 per corruption and severity of a classification checkpoint on the
+    validation split of ``data`` (the first ``max_images`` images when given)."""
+    dev = resolve_device(device)
+    model, meta, folder = _load(checkpoint, dev)
+    spatial, to_tensor = _split_transform(eval_transform_for(meta))
+    _, val_set = build_datasets(data, int(meta["img_size"]), val_split, None, None)
+    if list(val_set.classes) != list(meta["classes"]):
+        raise CheckpointError(f"checkpoint {folder} was trained for other classes than the data's")
+    n = len(val_set) if max_images is None else min(len(val_set), max_images)
+    indices = list(range(n))
+
+    def top1(corruption: str | None, severity: int) -> float:
+        ds = CorruptedDataset(val_set, spatial, to_tensor, corruption, severity, seed, indices)
+        return float(evaluate_model(model, ds, batch_size, dev, workers=workers)["top1"])
+
+    clean = top1(None, 0)
+    table: dict[str, dict[int, float]] = {}
+    for name in corruptions:
+        table[name] = {}
+        for severity in severities:
+            table[name][int(severity)] = top1(name, int(severity))
+            log.info("%s %s severity %d: top-1 %.2f%%", folder, name, severity, table[name][int(severity)])
+    values = [v for per in table.values() for v in per.values()]
+    return {
+        "checkpoint": str(folder),
+        "model": meta.get("model"),
+        "images": n,
+        "seed": seed,
+        "clean_top1": clean,
+        "top1": table,
+        "mean_corruption_top1": float(np.mean(values)) if values else float("nan"),
+        "per_corruption_top1": {c: float(np.mean(list(per.values()))) for c, per in table.items()},
+    }
+
+
+def evaluate_corruptions(
+    checkpoint: str | Path,
+    corruptions: Sequence[str] = CORRUPTIONS,
+    severities: Sequence[int] = SEVERITIES,
+    data: str | None = None,
+    batch_size: int = 64,
+    device: str = "auto",
+    baseline: str | Path | None = None,
+    output: str | Path | None = None,
+    max_images: int | None = None,
+    seed: int = 0,
+    workers: int = 0,
+) -> dict[str, Any]:
+    """:func:`corruption_accuracy` of ``checkpoint`` and, with ``baseline`` (a checkpoint, or a
+    ``corruptions.json`` written before), its CE per corruption and mCE; written to
+    ``output/corruptions.json`` when ``output`` is given."""
+    args = dict(
+        corruptions=corruptions,
+        severities=severities,
+        data=data,
+        batch_size=batch_size,
+        device=device,
+        max_images=max_images,
+        seed=seed,
+        workers=workers,
+    )
+    result = corruption_accuracy(checkpoint, **args)  # type: ignore[arg-type]
+    if baseline is not None:
+        path = Path(baseline)
+        if path.is_file() and path.suffix == ".json":
+            base = json.loads(path.read_text())
+            base["top1"] = {c: {int(s): a for s, a in per.items()} for c, per in base["top1"].items()}
+        else:
+            base = corruption_accuracy(baseline, **args)  # type: ignore[arg-type]
+        if base["images"] != result["images"] or base.get("seed") != seed:
+            raise ValueError(
+                f"the baseline was evaluated on {base['images']} images (seed {base.get('seed')}), "
+                f"this checkpoint on {result['images']} (seed {seed}); mCE needs the same corrupted images"
+            )
+        result.update(mean_corruption_error(_errors(result), _errors(base)))
+        keys = ("checkpoint", "model", "clean_top1", "mean_corruption_top1", "top1")
+        result["baseline"] = {k: base[k] for k in keys}
+    if output is not None:
+        out = Path(output)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "corruptions.json").write_text(json.dumps(result, indent=2))
+        result["json"] = str(out / "corruptions.json")
+    return result
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """A Markdown table of a :func:`evaluate_corruptions` result: top-1 per corruption and severity."""
+    severities = sorted({s for per in result["top1"].values() for s in per})
+    head = (
+        "| corruption | " + " | ".join(f"s{s}" for s in severities) + " | mean |" + (" CE |" if "ce" in result else "")
+    )
+    rows = [head, "|---|" + "---:|" * (len(severities) + 1 + ("ce" in result))]
+    for name, per in result["top1"].items():
+        cells = [f"{per[s]:.1f}" for s in severities] + [f"{result['per_corruption_top1'][name]:.1f}"]
+        if "ce" in result:
+            cells.append(f"{result['ce'][name]:.1f}")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
