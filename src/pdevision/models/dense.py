@@ -227,6 +227,9 @@ def create_detection_model(
     min_size: int | tuple[int, ...] = 800,
     max_size: int = 1333,
     fpn_channels: int = 256,
+    representation_size: int = 1024,
+    mask_channels: int = 256,
+    anchor_sizes: tuple[int, ...] = (32, 64, 128, 256, 512),
     out_norm: bool | None = None,
     checkpoint: str | Path | None = None,
     detector_kwargs: dict[str, Any] | None = None,
@@ -242,6 +245,10 @@ def create_detection_model(
         min_size, max_size: torchvision's resize of the shorter / longer side (COCO: 800 / 1333); a
             tuple ``min_size`` picks one at random per training batch (multi-scale training).
         fpn_channels: FPN width (256 in the papers).
+        representation_size: width of the box head's two fully connected layers (torchvision: 1024).
+        mask_channels: width of the mask head's four 3x3 convolutions (torchvision: 256).
+        anchor_sizes: one anchor size per pyramid level P2-P6 (aspect ratios 0.5, 1, 2), torchvision's
+            default for COCO-sized images; smaller for small images.
         out_norm: see :class:`BackboneWithFPN`.
         checkpoint: a local classification or pretraining checkpoint for the backbone.
         detector_kwargs: further arguments of torchvision's ``MaskRCNN``/``FasterRCNN``.
@@ -251,6 +258,9 @@ def create_detection_model(
     are applied by the detector's transform.
     """
     from torchvision.models.detection import FasterRCNN, MaskRCNN
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+    from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
 
     if head not in DETECTION_HEADS:
         raise ValueError(f"unknown detection head {head!r}; choose from {', '.join(DETECTION_HEADS)}")
@@ -262,7 +272,15 @@ def create_detection_model(
         image_mean=[0.485, 0.456, 0.406],
         image_std=[0.229, 0.224, 0.225],
     )
+    if len(anchor_sizes) != 5:
+        raise ValueError(f"anchor_sizes needs one size per level P2-P6 (5), got {anchor_sizes}")
+    det_args["rpn_anchor_generator"] = AnchorGenerator(tuple((a,) for a in anchor_sizes), ((0.5, 1.0, 2.0),) * 5)
+    det_args["box_head"] = TwoMLPHead(fpn_channels * 7 * 7, representation_size)
+    det_args["box_predictor"] = FastRCNNPredictor(representation_size, num_classes + 1)
+    if head == "mask_rcnn":
+        det_args["mask_head"] = MaskRCNNHeads(fpn_channels, [mask_channels] * 4, 1)
+        det_args["mask_predictor"] = MaskRCNNPredictor(mask_channels, mask_channels, num_classes + 1)
     det_args.update(detector_kwargs or {})
-    model = cls(body, num_classes=num_classes + 1, **det_args)
+    model = cls(body, num_classes=None, **det_args)
     model.num_classes = num_classes
     return model
