@@ -1,5 +1,5 @@
 """Pieces every training loop shares (supervised training, pretraining): device, seeding and RNG
-state, autocast, data order, the optimizer step with its non-finite guard, the metrics file."""
+state, autocast, data order, the metrics file."""
 
 from __future__ import annotations
 
@@ -11,37 +11,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import Sampler
 
 
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; the run stopped, earlier checkpoints are intact."""
-
-
-def optimizer_step(
-    loss: torch.Tensor,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    clip_grad: float | None,
-    where: str,
-    run_dir: Path,
-) -> None:
-    """One update: stop with :class:`NonFiniteLossError` on a NaN/inf ``loss`` (``where`` names the
-    step), else backward (scaled for fp16), optional gradient-norm clipping, optimizer step."""
-    if not torch.isfinite(loss):
-        raise NonFiniteLossError(
-            f"non-finite {where} ({loss.item()}); the run stopped and the last good checkpoint in {run_dir} "
-            "is intact (try a lower --lr, --clip-grad, or --amp none)"
-        )
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    if clip_grad:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
-    scaler.step(optimizer)
-    scaler.update()
 
 
 class EpochSampler(Sampler[int]):
@@ -127,7 +101,6 @@ __all__ = [
     "EpochSampler",
     "NonFiniteLossError",
     "autocast",
-    "optimizer_step",
     "resolve_device",
     "rng_state",
     "seed_everything",

@@ -1,0 +1,484 @@
+"""The one fit loop: every task (classification, pretraining, restoration, ...) trains through :func:`fit`.
+
+Linear, in the manner of torchvision's reference scripts: build the data and the model from the task, make the
+run state (optimizer through timm's factory, timm's cosine schedule, AMP scaler, EMA), resume it, then for each
+epoch train, evaluate, log and save. The task (:class:`pdevision.tasks.base.Task`) supplies only what differs.
+
+Single process, or data parallel under ``torchrun`` (gloo on CPU, nccl on GPU). Rank 0 writes the run folder:
+``config.json``, ``metrics.csv`` (one row per epoch, rewritten from the history), TensorBoard events when
+tensorboard is installed, ``last/`` (resumable), ``best/`` (by the task's metric, model or EMA, finite values only),
+the task's exports (``encoder/``), ``summary.json`` and ``curves.png``. A non-finite loss, weight or validation
+metric stops the run with :class:`NonFiniteLossError` naming the checkpoint that is really intact; nothing
+non-finite is ever saved.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from timm.utils import ModelEmaV3
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data.distributed import DistributedSampler
+from tqdm import tqdm
+
+from pdevision.engine.distributed import (
+    DistInfo,
+    all_reduce_sum,
+    cleanup_distributed,
+    init_distributed,
+    parameters_identical_across_ranks,
+)
+from pdevision.engine.runtime import (
+    EpochSampler,
+    NonFiniteLossError,
+    autocast,
+    resolve_device,
+    seed_everything,
+    write_metrics,
+)
+from pdevision.engine.state import RunState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopConfig:
+    """Every knob of the loop; tasks and the CLI fill it."""
+
+    output: str = "runs/run"
+    epochs: int = 10
+    batch_size: int = 64  # per process
+    lr: float | None = None  # absolute; None: lr_base x global batch / lr_base_batch
+    lr_base: float = 1e-3
+    lr_base_batch: int = 512
+    opt: str = "adamw"  # any name of timm.optim.create_optimizer_v2: sgd, momentum, nesterov, adamw, lamb, ...
+    momentum: float = 0.9
+    betas: tuple[float, float] | None = None  # None: the optimizer's default
+    weight_decay: float = 0.05
+    sched: str = "cosine"  # any timm scheduler name
+    min_lr: float = 1e-5
+    warmup_epochs: float = 0.0
+    warmup_lr_ratio: float = 0.01  # warm-up starts at this fraction of the peak lr
+    clip_grad: float | None = None
+    ema_decay: float | None = None
+    amp: str = "none"  # none | bf16 | fp16 (CUDA)
+    compile: bool = False  # torch.compile the training model
+    seed: int = 0
+    rank_seed: bool = False  # reseed each rank differently after the model is built (random crops, masks)
+    deterministic: bool = False
+    workers: int = 0
+    device: str = "auto"
+    resume: str | None = None
+    stop_after_epochs: int | None = None  # stop (as if interrupted) after this many epochs of the schedule
+    max_train_batches: int | None = None  # per epoch, for smoke runs
+    time_budget: float | None = None  # seconds of training steps; stops early, the schedule follows it
+    drop_last: bool | None = None  # None: when the train set holds at least two global batches
+    find_unused_parameters: bool = False
+    progress: bool = True
+    config_json: dict[str, Any] = field(default_factory=dict)  # written to config.json (default: this config)
+
+
+@dataclass
+class RunContext:
+    """What a task sees of the run: device, ranks, precision, loaders."""
+
+    device: torch.device
+    info: DistInfo
+    amp: str
+    batch_size: int
+    workers: int
+    run_dir: Path
+    collate_fn: Any = None
+    train_loader: Any = None
+    steps_per_epoch: int = 0
+
+    def loader(self, dataset: Dataset, batch_size: int | None = None) -> DataLoader:
+        """This rank's shard of ``dataset`` (every ``world_size``-th sample), in order."""
+        if not isinstance(dataset, IterableDataset):
+            dataset = torch.utils.data.Subset(dataset, range(self.info.rank, len(dataset), self.info.world_size))
+        size = batch_size or self.batch_size
+        return DataLoader(dataset, batch_size=size, num_workers=self.workers, collate_fn=self.collate_fn)
+
+    def to_device(self, batch: Any) -> Any:
+        """Tensors anywhere in tuples, lists and dicts moved to the device."""
+        if isinstance(batch, torch.Tensor):
+            return batch.to(self.device, non_blocking=True)
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(self.to_device(b) for b in batch)
+        if isinstance(batch, dict):
+            return {k: self.to_device(v) for k, v in batch.items()}
+        return batch
+
+    def autocast(self):
+        return autocast(self.device, self.amp)
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Sums over ranks (identity in one process)."""
+        return all_reduce_sum([float(v) for v in values], self.info, self.device)
+
+
+def fit(task: Any, config: LoopConfig) -> dict[str, Any]:
+    """Train ``task`` as ``config`` says; returns the run summary (also in ``summary.json`` on rank 0)."""
+    if config.batch_size <= 0:
+        raise ValueError(f"batch size must be a positive integer, got {config.batch_size}")
+    if config.time_budget is not None and config.time_budget <= 0:
+        raise ValueError(f"time budget must be positive seconds, got {config.time_budget}")
+    device = resolve_device(config.device)
+    info = init_distributed(device.type)
+    if info.enabled and device.type == "cuda":
+        device = torch.device("cuda", info.local_rank)
+    try:
+        return _fit(task, config, device, info)
+    finally:
+        cleanup_distributed(info)
+
+
+def _fit(task: Any, config: LoopConfig, device: torch.device, info: DistInfo) -> dict[str, Any]:
+    seed_everything(config.seed, config.deterministic)
+    run_dir = Path(config.output)
+    ctx = RunContext(device, info, config.amp, config.batch_size, config.workers, run_dir, task.collate_fn)
+    train_set, val_set = task.datasets()
+    task.train_set, task.val_set = train_set, val_set
+    model = task.build_model().to(device)
+    if config.rank_seed:
+        torch.manual_seed(config.seed + 1000 * info.rank)
+    loader, sampler = _train_loader(train_set, config, info, task.collate_fn)
+    steps = len(loader) if config.max_train_batches is None else min(len(loader), config.max_train_batches)
+    if steps == 0:
+        raise ValueError(f"the training set ({len(train_set)} samples) does not fill one batch of {config.batch_size}")
+    ctx.train_loader, ctx.steps_per_epoch = loader, steps
+    task.prepare(model, ctx)  # before the EMA copy and the optimizer
+    state = build_state(model, config, steps, info)
+    if config.resume:
+        state.restore(config.resume, info, task)
+    train_model = _wrap(model, config, device, info)
+    writer = _start_run_folder(run_dir, config, info)
+    stop = config.epochs if config.stop_after_epochs is None else min(config.epochs, config.stop_after_epochs)
+    out_of_time = _spent(state, config, info, device) >= 1.0
+    ran = 0
+    while state.epoch < stop and not out_of_time:
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(state.epoch)
+        logs, out_of_time = _train_epoch(task, train_model, loader, steps, state, config, ctx)
+        if logs is None:
+            break
+        _end_epoch(task, model, state, logs, ctx, config, writer)
+        ran += 1
+    if config.resume and ran == 0 and info.is_main:
+        _refresh_exports(task, model, state, run_dir)
+    status = _status(state, config, out_of_time)
+    return _finish(task, model, state, status, ctx, writer, len(train_set))
+
+
+def _train_loader(train_set: Dataset, config: LoopConfig, info: DistInfo, collate_fn: Any) -> tuple[DataLoader, Any]:
+    """The training loader and the object whose ``set_epoch`` fixes an epoch's order (sampler or stream)."""
+    if isinstance(train_set, IterableDataset):  # a stream splits itself across ranks and workers
+        loader = DataLoader(train_set, batch_size=config.batch_size, num_workers=config.workers, collate_fn=collate_fn)
+        return loader, train_set
+    sampler: Any
+    if info.enabled:
+        sampler = DistributedSampler(train_set, info.world_size, info.rank, shuffle=True, seed=config.seed)
+    else:
+        sampler = EpochSampler(len(train_set), config.seed)
+    drop_last = config.drop_last
+    if drop_last is None:
+        drop_last = len(train_set) >= config.batch_size * info.world_size * 2
+    loader = DataLoader(
+        train_set,
+        batch_size=config.batch_size,
+        sampler=sampler,
+        num_workers=config.workers,
+        drop_last=drop_last,
+        collate_fn=collate_fn,
+    )
+    return loader, sampler
+
+
+def build_state(model: nn.Module, config: LoopConfig, steps: int, info: DistInfo) -> RunState:
+    """Optimizer (timm's factory: parameter groups without weight decay for norms, biases and the model's
+    ``no_weight_decay()``; frozen parameters left out), timm's schedule stepped per update, scaler and EMA."""
+    global_batch = config.batch_size * info.world_size
+    lr = config.lr if config.lr is not None else config.lr_base * global_batch / config.lr_base_batch
+    kwargs: dict[str, Any] = {}
+    if config.opt.lower() in ("sgd", "momentum", "nesterov", "rmsprop", "rmsproptf", "lars", "nlars"):
+        kwargs["momentum"] = config.momentum
+    if config.betas is not None:
+        kwargs["betas"] = tuple(config.betas)
+    optimizer = create_optimizer_v2(model, opt=config.opt, lr=lr, weight_decay=config.weight_decay, **kwargs)
+    scheduler, _ = create_scheduler_v2(
+        optimizer,
+        sched=config.sched,
+        num_epochs=config.epochs,
+        warmup_epochs=config.warmup_epochs,
+        min_lr=config.min_lr,
+        warmup_lr=lr * config.warmup_lr_ratio,
+        step_on_epochs=False,
+        updates_per_epoch=steps,
+    )
+    scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
+    ema = ModelEmaV3(model, decay=config.ema_decay) if config.ema_decay else None
+    return RunState(model, optimizer, scheduler, scaler, ema)
+
+
+def _wrap(model: nn.Module, config: LoopConfig, device: torch.device, info: DistInfo) -> nn.Module:
+    """The module the training steps call: DDP across ranks, then ``torch.compile`` when asked."""
+    train_model: nn.Module = model
+    if info.enabled:
+        ids = [device.index] if device.type == "cuda" else None
+        train_model = DistributedDataParallel(
+            model, device_ids=ids, find_unused_parameters=config.find_unused_parameters
+        )
+    if config.compile:
+        train_model = torch.compile(train_model)
+    return train_model
+
+
+def _start_run_folder(run_dir: Path, config: LoopConfig, info: DistInfo) -> Any:
+    if not info.is_main:
+        return None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = config.config_json or asdict(config)
+    (run_dir / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        log.info("tensorboard is not installed; no event files written")
+        return None
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+
+def _spent(state: RunState, config: LoopConfig, info: DistInfo, device: torch.device) -> float:
+    """Fraction of the time budget spent (mean over ranks, so every rank decides alike); 0 without a budget."""
+    if config.time_budget is None:
+        return 0.0
+    elapsed = all_reduce_sum([state.elapsed], info, device)[0] / info.world_size
+    return elapsed / config.time_budget
+
+
+def _set_schedule(state: RunState, config: LoopConfig, steps: int, info: DistInfo, device: torch.device) -> bool:
+    """Step the schedule: by updates, or by the spent fraction of the time budget. True when time is up."""
+    if config.time_budget is None:
+        state.scheduler.step_update(state.num_updates)
+        return False
+    fraction = _spent(state, config, info, device)
+    state.scheduler.step_update(int(fraction * config.epochs * steps))
+    return fraction >= 1.0
+
+
+def _train_epoch(
+    task: Any, train_model: nn.Module, loader: DataLoader, steps: int, state: RunState, config: LoopConfig, ctx: Any
+) -> tuple[dict[str, float] | None, bool]:
+    """One epoch of updates; returns the epoch means of the logs (``None`` when no step ran) and whether the time
+    budget ran out."""
+    train_model.train()
+    sums: dict[str, float] = {}
+    seen, seconds, out_of_time = 0.0, 0.0, False
+    desc = f"epoch {state.epoch + 1}/{config.epochs}"
+    bar = tqdm(total=steps, desc=desc, disable=not (config.progress and ctx.info.is_main), leave=False)
+    tick = time.perf_counter()
+    for step, batch in enumerate(loader):
+        if step >= steps:
+            break
+        if _set_schedule(state, config, steps, ctx.info, ctx.device):
+            out_of_time = True
+            break
+        batch = ctx.to_device(batch)
+        with ctx.autocast():
+            loss, logs = task.train_step(train_model, batch)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"non-finite training loss ({loss.item()}) at epoch {state.epoch + 1}, step {step + 1}; "
+                f"the run stopped; {state.intact()}"
+            )
+        _update(loss, state, config)
+        n = float(_batch_len(batch))
+        for key, value in {"loss": loss.item(), **logs}.items():
+            sums[key] = sums.get(key, 0.0) + float(value) * n
+        seen += n
+        now = time.perf_counter()
+        state.elapsed += now - tick
+        seconds += now - tick
+        tick = now
+        bar.set_postfix(loss=f"{sums['loss'] / seen:.4f}", img_s=f"{seen / max(seconds, 1e-9):.0f}")
+        bar.update(1)
+    bar.close()
+    keys = sorted(sums)
+    totals = ctx.sum([seen, seconds, *(sums[k] for k in keys)])
+    if totals[0] == 0:
+        return None, out_of_time
+    logs = {f"train_{k}": v / totals[0] for k, v in zip(keys, totals[2:], strict=True)}
+    logs["train_images_per_s"] = totals[0] / max(totals[1] / ctx.info.world_size, 1e-9)
+    logs["epoch_seconds"] = seconds
+    return logs, out_of_time
+
+
+def _update(loss: torch.Tensor, state: RunState, config: LoopConfig) -> None:
+    """Backward (scaled for fp16), optional gradient-norm clipping, optimizer step, EMA update."""
+    state.optimizer.zero_grad(set_to_none=True)
+    state.scaler.scale(loss).backward()
+    if config.clip_grad:
+        state.scaler.unscale_(state.optimizer)
+        torch.nn.utils.clip_grad_norm_(state.model.parameters(), config.clip_grad)
+    state.scaler.step(state.optimizer)
+    state.scaler.update()
+    state.num_updates += 1
+    if state.ema is not None:
+        state.ema.update(state.model, step=state.num_updates)
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else []
+    for item in items:
+        n = _batch_len(item)
+        if n:
+            return n
+    return 0
+
+
+def _end_epoch(
+    task: Any,
+    model: nn.Module,
+    state: RunState,
+    logs: dict[str, float],
+    ctx: RunContext,
+    config: LoopConfig,
+    writer: Any,
+) -> None:
+    """Validate (model and EMA), append the row, log it, check it is finite, save ``last/`` and ``best/``."""
+    state.epoch += 1
+    val = {f"val_{k}": v for k, v in task.evaluate(model, ctx).items()} if task.val_set is not None else {}
+    if state.ema is not None and task.val_set is not None:
+        val.update({f"val_{k}_ema": v for k, v in task.evaluate(state.ema.module, ctx).items()})
+    seconds = logs.pop("epoch_seconds")
+    row = {"epoch": state.epoch, "steps": state.num_updates, "lr": state.optimizer.param_groups[0]["lr"], **logs}
+    row.update({**val, "epoch_seconds": seconds, "seconds": state.elapsed})
+    state.check_finite({**logs, **val})
+    state.history.append(row)
+    (log.info if ctx.info.is_main else log.debug)("epoch %d/%d  %s", state.epoch, config.epochs, task.epoch_log(row))
+    best_module, score = _best(task, model, state, row)
+    meta = dict(task.checkpoint_meta())
+    if score is not None:
+        meta[f"val_{task.best_metric}"] = score
+    if ctx.info.is_main:
+        write_metrics(ctx.run_dir / "metrics.csv", state.history)
+        if writer is not None:
+            for key, value in row.items():
+                if key != "epoch" and isinstance(value, (int, float)):
+                    writer.add_scalar(key, value, state.epoch)
+            writer.flush()
+    with task.saving(model, state.ema_module):
+        extra = task.extra_state()
+        exports = task.exports(model) if ctx.info.is_main else {}
+        state.save(ctx.run_dir, meta, extra, ctx.info, best_module, exports)
+
+
+def _best(task: Any, model: nn.Module, state: RunState, row: dict[str, Any]) -> tuple[nn.Module | None, float | None]:
+    """The module to save as ``best/`` when this epoch improves the task's (finite) metric, and the score."""
+    if task.best_metric is None or f"val_{task.best_metric}" not in row:
+        return None, None
+    sign = 1.0 if task.higher_is_better else -1.0
+    candidates = [(row[f"val_{task.best_metric}"], model)]
+    if state.ema is not None and row.get(f"val_{task.best_metric}_ema") is not None:
+        candidates.append((row[f"val_{task.best_metric}_ema"], state.ema.module))
+    candidates = [(v, m) for v, m in candidates if math.isfinite(v)]
+    if not candidates:
+        return None, None
+    score, module = max(candidates, key=lambda c: sign * c[0])
+    if state.best is not None and sign * score <= sign * state.best:
+        return None, score
+    state.best = score
+    return module, score
+
+
+def _refresh_exports(task: Any, model: nn.Module, state: RunState, run_dir: Path) -> None:
+    """A resumed run with nothing left to train: rewrite any export older than ``last/`` (a run killed while
+    exporting would otherwise report completion next to a stale export)."""
+    from pdevision.engine.checkpoint import CheckpointError, read_meta, save_checkpoint
+
+    for name, (module, meta) in task.exports(model).items():
+        try:
+            current = read_meta(run_dir / name).get("epoch") == state.epoch
+        except CheckpointError:
+            current = False
+        if not current:
+            log.info("rewriting the stale export %s", run_dir / name)
+            save_checkpoint(run_dir, name, module, {**meta, "epoch": state.epoch})
+
+
+def _status(state: RunState, config: LoopConfig, out_of_time: bool) -> str:
+    if out_of_time:
+        return f"time budget of {config.time_budget:.0f} s spent"
+    if state.epoch < config.epochs:
+        return f"stopped after epoch {state.epoch} of {config.epochs}"
+    return "completed"
+
+
+def _finish(
+    task: Any, model: nn.Module, state: RunState, status: str, ctx: RunContext, writer: Any, train_len: int
+) -> dict[str, Any]:
+    """``summary.json``, curves and the task's final artefacts (rank 0); returns the summary."""
+    info = ctx.info
+    summary = {
+        "status": status,
+        "epochs_run": len(state.history),
+        "steps": state.num_updates,
+        "images_seen": state.num_updates * ctx.batch_size * info.world_size,
+        "seconds": state.elapsed,
+        "best_metric": task.best_metric,
+        "best": state.best,
+        "final": state.history[-1] if state.history else None,
+        "world_size": info.world_size,
+        "ranks_identical": parameters_identical_across_ranks(model, info, ctx.device),
+        "train_samples": train_len,
+    }
+    summary.update(task.summary(summary))
+    if info.is_main:
+        (ctx.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        if state.history:
+            _plot_curves(state.history, task.best_metric, ctx.run_dir / "curves.png")
+            task.finish(model, ctx.run_dir)
+        if writer is not None:
+            writer.close()
+    return summary
+
+
+def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) -> None:
+    """Loss (train and val) and the task's metric (val, val EMA, train where logged) per epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [h["epoch"] for h in history]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    panels = [
+        ("loss", ["train_loss", "val_loss"]),
+        (metric or "", [f"train_{metric}", f"val_{metric}", f"val_{metric}_ema"]),
+    ]
+    for ax, (title, keys) in zip(axes, panels, strict=True):
+        for key in keys:
+            if any(h.get(key) is not None for h in history):
+                ax.plot(epochs, [h.get(key) for h in history], label=key)
+        ax.set(xlabel="epoch", title=title)
+        if ax.lines:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+__all__ = ["LoopConfig", "RunContext", "fit"]

@@ -1,0 +1,134 @@
+"""The run state: everything a checkpoint holds, with one :meth:`RunState.save` and one :meth:`RunState.restore`.
+
+A checkpoint (see :mod:`pdevision.engine.checkpoint` for the atomic folder format) holds the model weights, the EMA
+weights, and in ``trainer.pt`` the optimizer, scheduler and scaler states, the number of finished epochs (the data
+order of the next epoch follows from it: samplers and shard streams are seeded with ``seed + epoch``), the update
+count, the seconds of training, the best metric, the per-epoch history, every rank's RNG states and the task's own
+extra state. Restoring all of it makes a resumed run bitwise identical to an uninterrupted one (deterministic mode).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from pdevision.engine.checkpoint import load_trainer_state, load_weights, read_meta, resolve_checkpoint, save_checkpoint
+from pdevision.engine.distributed import DistInfo
+from pdevision.engine.runtime import NonFiniteLossError, rng_state, set_rng_state
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunState:
+    """Model, EMA, optimizer, scheduler, scaler and the counters of a run."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    ema: Any = None  # timm ModelEmaV3
+    epoch: int = 0  # epochs finished
+    num_updates: int = 0
+    elapsed: float = 0.0  # seconds of training steps
+    best: float | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    saved: str | None = None  # the intact ``last/`` checkpoint, for the stop message
+
+    @property
+    def ema_module(self) -> nn.Module | None:
+        return self.ema.module if self.ema is not None else None
+
+    def intact(self) -> str:
+        """Which checkpoint a stopped run leaves behind, in words."""
+        if self.saved is None:
+            return "no intact checkpoint exists yet (nothing to resume; try a lower --lr, --clip-grad or --amp none)"
+        return f"the last intact checkpoint is {self.saved} (resume with --resume)"
+
+    def trainer_state(self, rng: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "epoch": self.epoch - 1,  # index of the last finished epoch (format of earlier versions)
+            "sampler_epoch": self.epoch,
+            "num_updates": self.num_updates,
+            "elapsed": self.elapsed,
+            "best": self.best,
+            "history": self.history,
+            "rng": rng,
+            "task": extra,
+        }
+
+    def check_finite(self, metrics: dict[str, Any]) -> None:
+        """Refuse to save non-finite weights or validation metrics (the last checkpoint stays intact)."""
+        bad = [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)]
+        modules = [m for m in (self.model, self.ema_module) if m is not None]
+        tensors = [t for m in modules for t in (*m.parameters(), *m.buffers()) if t.is_floating_point()]
+        if not all(bool(torch.isfinite(t).all()) for t in tensors):
+            bad.insert(0, "weights")
+        if bad:
+            raise NonFiniteLossError(
+                f"non-finite {', '.join(bad)} after epoch {self.epoch}; not saved, the run stopped; {self.intact()}"
+            )
+
+    def save(
+        self,
+        run_dir: Path,
+        meta: dict[str, Any],
+        extra: dict[str, Any],
+        info: DistInfo,
+        best_module: nn.Module | None = None,
+        exports: dict[str, tuple[nn.Module, dict[str, Any]]] | None = None,
+    ) -> None:
+        """Write ``exports`` (e.g. ``encoder/``), then ``last/``, then ``best/`` when ``best_module`` is given.
+        Collective: every rank calls it (RNG states are gathered), rank 0 writes."""
+        rng = [rng_state()]
+        if info.enabled:
+            gathered: list[Any] = [None] * info.world_size
+            torch.distributed.all_gather_object(gathered, rng[0])
+            rng = gathered
+        if not info.is_main:
+            return
+        meta = {**meta, "epoch": self.epoch}
+        for name, (module, export_meta) in (exports or {}).items():  # before last/: a crash here redoes the epoch
+            save_checkpoint(run_dir, name, module, {**export_meta, "epoch": self.epoch})
+        state = self.trainer_state(rng, extra)
+        folder = save_checkpoint(run_dir, "last", self.model, meta, state, self.ema_module)
+        self.saved = f"{folder} (epoch {self.epoch})"
+        if best_module is not None:
+            save_checkpoint(run_dir, "best", best_module, meta)
+
+    def restore(self, path: str | Path, info: DistInfo, task: Any) -> Path:
+        """Load a ``last/`` checkpoint (or a run folder) into every part of the state; returns the folder."""
+        folder = resolve_checkpoint(path, prefer=("last",))
+        task.check_resume(read_meta(folder))
+        state = load_trainer_state(folder)
+        task.load_for_resume(self.model, folder)
+        if self.ema is not None:
+            self.ema.module.load_state_dict(load_weights(folder, ema=True))
+        self.optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.epoch = int(state.get("sampler_epoch", state["epoch"] + 1))
+        self.num_updates = int(state.get("num_updates", 0))
+        self.elapsed = float(state.get("elapsed", 0.0))
+        self.best = state.get("best", state.get("best_top1"))
+        self.history = list(state["history"])
+        task.load_extra_state(state.get("task", {}), self.model, self.ema_module)
+        set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])
+        self.saved = f"{folder} (epoch {self.epoch})"
+        log.info(
+            "resumed from %s after epoch %d (%d updates, %.0f s)", folder, self.epoch, self.num_updates, self.elapsed
+        )
+        return folder
+
+
+__all__ = ["RunState"]

@@ -1,0 +1,189 @@
+"""Self-supervised pretraining (QB-Heat, MAE) as a task of the one loop (``pdevision pretrain``).
+
+The models (:class:`pdevision.ssl.QBHeat`, :class:`pdevision.ssl.MAE`) and the configuration
+(:class:`pdevision.ssl.PretrainConfig`) live in :mod:`pdevision.ssl`; this module says only what the loop needs:
+random crops of photos as data, the pretraining model, its loss as the training step, no validation (no ``best/``),
+and the encoder export ``encoder/`` written with every ``last/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from pdevision.bench import count_params
+from pdevision.engine.checkpoint import CheckpointError, load_weights
+from pdevision.engine.loop import LoopConfig, RunContext, fit
+from pdevision.ssl.data import build_pretrain_dataset
+from pdevision.ssl.pretrain import METHODS, PretrainConfig, build_pretrainer
+from pdevision.ssl.visualize import save_reconstruction_grid
+from pdevision.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+LR_PER_64 = 1e-3  # default learning rate for a global batch of 64, scaled linearly
+
+
+def _check(config: PretrainConfig) -> None:
+    if config.method not in METHODS:
+        raise ValueError(f"pretraining method must be one of {METHODS}, got {config.method!r}")
+    for name in ("batch_size", "crops_per_epoch", "epochs", "img_size"):
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{name.replace('_', ' ')} must be a positive integer, got {getattr(config, name)}")
+    if not 0.0 <= config.warmup < 1.0:
+        raise ValueError(f"warm-up must be a fraction in [0, 1), got {config.warmup}")
+
+
+def loop_config(config: PretrainConfig) -> LoopConfig:
+    """The loop's knobs for a :class:`PretrainConfig`: AdamW (0.9, 0.95), warm-up as a fraction of training."""
+    return LoopConfig(
+        output=config.output,
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        lr_base=LR_PER_64,
+        lr_base_batch=64,
+        opt="adamw",
+        betas=(0.9, 0.95),
+        weight_decay=config.weight_decay,
+        min_lr=config.min_lr,
+        warmup_epochs=config.warmup * config.epochs,
+        clip_grad=config.clip_grad,
+        amp=config.amp,
+        seed=config.seed,
+        rank_seed=True,  # crops and masks differ across ranks
+        deterministic=config.deterministic,
+        workers=config.workers,
+        device=config.device,
+        resume=config.resume,
+        stop_after_epochs=config.stop_after_epochs,
+        max_train_batches=config.max_train_batches,
+        time_budget=config.time_budget,
+        drop_last=True,
+        find_unused_parameters=True,  # a backbone may hold parameters pretraining does not use
+        progress=config.progress,
+        config_json=dataclasses.asdict(config),
+    )
+
+
+class PretrainTask(Task):
+    """QB-Heat or MAE pretraining from a :class:`PretrainConfig`."""
+
+    name = "pretrain"
+    best_metric = None  # no validation set: no best/, the encoder export instead
+
+    def __init__(self, config: PretrainConfig) -> None:
+        _check(config)
+        self.config = config
+        self.encoder_name, _ = config.encoder()
+
+    def datasets(self) -> tuple[Dataset, None]:
+        config = self.config
+        self.model = build_pretrainer(config)  # its normalisation sets the crops' transform
+        data_cfg = timm.data.resolve_data_config({}, model=self.model.encoder)
+        self.mean, self.std = list(data_cfg["mean"]), list(data_cfg["std"])
+        dataset = build_pretrain_dataset(
+            config.data, config.img_size, config.crops_per_epoch, self.mean, self.std, verify=config.verify_images
+        )
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        global_batch = config.batch_size * world
+        if config.crops_per_epoch < global_batch:
+            raise ValueError(
+                f"{config.crops_per_epoch} crops per epoch do not fill one global batch of {global_batch}; "
+                "raise --crops-per-epoch or lower --batch-size"
+            )
+        return dataset, None
+
+    def build_model(self) -> nn.Module:
+        return self.model
+
+    def prepare(self, model: nn.Module, ctx: RunContext) -> None:
+        encoder = count_params(model.encoder)
+        (log.info if ctx.info.is_main else log.debug)(
+            "%s pretraining of %s: encoder %.2fM parameters, predictor/decoder %.2fM; %d steps of %d per epoch",
+            self.config.method,
+            self.encoder_name,
+            encoder / 1e6,
+            (count_params(model) - encoder) / 1e6,
+            ctx.steps_per_epoch,
+            ctx.batch_size * ctx.info.world_size,
+        )
+
+    def train_step(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        images, _ = batch
+        return model(images)["loss"], {}
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        return {
+            "kind": "pretrain",
+            "method": self.config.method,
+            "model": self.encoder_name,
+            "img_size": self.config.img_size,
+            "model_args": {**self.model.encoder_args, "img_size": self.config.img_size},
+            "mean": self.mean,
+            "std": self.std,
+        }
+
+    def exports(self, model: nn.Module) -> dict[str, tuple[nn.Module, dict[str, Any]]]:
+        return {"encoder": (model.encoder, {**self.checkpoint_meta(), "kind": "encoder"})}
+
+    def check_resume(self, meta: dict[str, Any]) -> None:
+        config = self.config
+        if meta.get("kind") != "pretrain":
+            raise CheckpointError("that is not a pretraining checkpoint (resume from RUN/last)")
+        if (meta.get("method"), meta.get("model")) != (config.method, self.encoder_name):
+            raise CheckpointError(
+                f"the checkpoint was pretrained with --method {meta.get('method')} --model {meta.get('model')}, "
+                f"not --method {config.method} --model {self.encoder_name}"
+            )
+
+    def load_for_resume(self, model: nn.Module, folder: Path) -> None:
+        try:
+            model.load_state_dict(load_weights(folder))
+        except RuntimeError as exc:
+            raise CheckpointError(
+                f"checkpoint {folder} does not fit this model (other --img-size or model arguments?): "
+                f"{str(exc).splitlines()[0]}"
+            ) from exc
+
+    def summary(self, run: dict[str, Any]) -> dict[str, Any]:
+        encoder = count_params(self.model.encoder)
+        return {
+            "method": self.config.method,
+            "model": self.encoder_name,
+            "model_args": self.checkpoint_meta()["model_args"],
+            "final_loss": run["final"]["train_loss"] if run["final"] else None,
+            "encoder_params": encoder,
+            "pretrain_head_params": count_params(self.model) - encoder,
+            "encoder": str(Path(self.config.output) / "encoder"),
+        }
+
+    def finish(self, model: nn.Module, run_dir: Path) -> None:
+        device = next(model.parameters()).device
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            images = torch.stack([self.train_set[i][0] for i in range(6)]).to(device)
+        model.eval()
+        grid = {self.config.method: model.reconstruct(images)}
+        save_reconstruction_grid(grid, self.mean, self.std, run_dir / "reconstructions.png")
+
+    def epoch_log(self, row: dict[str, Any]) -> str:
+        return (
+            f"loss {row['train_loss']:.4f}  lr {row['lr']:.2e}  {row['train_images_per_s']:.0f} img/s  "
+            f"{row['steps']} steps, {row['seconds']:.0f} s"
+        )
+
+
+def run_pretraining(config: PretrainConfig) -> dict[str, Any]:
+    """Run :class:`PretrainTask` through the loop (what :func:`pdevision.ssl.pretrain` calls)."""
+    return fit(PretrainTask(config), loop_config(config))
+
+
+__all__ = ["PretrainTask", "loop_config", "run_pretraining"]
