@@ -88,6 +88,7 @@ class DetectTask(Task):
         self.config = config
         self.recipe = DETECT_RECIPES[config.recipe]
         self.head = config.head or "mask_rcnn"
+        self.best_row: dict[str, float] = {}
         if self.head not in ("mask_rcnn", "faster_rcnn"):
             raise ValueError(f"detection head must be mask_rcnn or faster_rcnn, got {self.head!r}")
         self.img_size = config.img_size or (128 if config.data is None else 800)
@@ -119,7 +120,7 @@ class DetectTask(Task):
         images, targets = _plain(batch)
         losses = model(images, targets)
         loss = sum(losses.values())
-        return loss, {k.removeprefix("loss_"): float(v) for k, v in losses.items()}
+        return loss, {k.removeprefix("loss_"): v.item() for k, v in losses.items()}
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, ctx: Any) -> dict[str, float]:
@@ -159,7 +160,10 @@ class DetectTask(Task):
                 mask_map50=float(r["segm_map_50"]) * 100,
                 mask_map75=float(r["segm_map_75"]) * 100,
             )
-        return {k: max(v, 0.0) if v == v else 0.0 for k, v in out.items()}  # -1 (no objects) reads as 0
+        out = {k: max(v, 0.0) if v == v else 0.0 for k, v in out.items()}  # -1 (no objects) reads as 0
+        if out["map"] >= self.best_row.get("map", -1.0):
+            self.best_row = dict(out)
+        return out
 
     def checkpoint_meta(self) -> dict[str, Any]:
         settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.settings.items()}
@@ -178,18 +182,16 @@ class DetectTask(Task):
             raise CheckpointError(f"that is not a detection checkpoint (kind {meta.get('kind')!r})")
 
     def summary(self, run: dict[str, Any]) -> dict[str, Any]:
-        best_row = max(
-            (r for r in run.get("history", []) if "val_map" in r), key=lambda r: r["val_map"], default=None
-        ) or (run.get("final") or {})
+        best_row = self.best_row  # the evaluation with the highest box mAP
         best = run.get("best")
         return {
             "task": "detect",
             "model": self.config.model,
             "head": self.head,
             "best_val_map": float(best) if best is not None else -1.0,
-            "best_val_map50": float(best_row.get("val_map50", -1.0)),
-            "best_val_map75": float(best_row.get("val_map75", -1.0)),
-            "best_val_mask_map": float(best_row.get("val_mask_map", -1.0)),
+            "best_val_map50": float(best_row.get("map50", -1.0)),
+            "best_val_map75": float(best_row.get("map75", -1.0)),
+            "best_val_mask_map": float(best_row.get("mask_map", -1.0)),
             "classes": self.classes,
             "data": self.source,
             "train_images": self.sizes[0],
