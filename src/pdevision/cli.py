@@ -85,11 +85,43 @@ def _train_config(args: argparse.Namespace):
 
     fields = TrainConfig.__dataclass_fields__
     values = {k: v for k, v in vars(args).items() if k in fields}
+    if values.get("batch_size") is None:  # --batch-size defaults per task (classification 64)
+        values.pop("batch_size", None)
     return TrainConfig(**values)
+
+
+def _cmd_train_dense(args: argparse.Namespace) -> int:
+    """``train --task segment|detect``: a backbone under a dense head (pdevision.tasks.segment/detect)."""
+    from pdevision.tasks.segment import DenseConfig, train_dense
+
+    fields = DenseConfig.__dataclass_fields__
+    values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    if values.get("output") == "runs/train":
+        values["output"] = f"runs/{args.task}"
+    summary = train_dense(DenseConfig(**values))
+    if summary.get("world_size", 1) > 1 and not _is_rank0():
+        return 0
+    if args.task == "segment":
+        score = f"best val mIoU {summary['best_val_miou']:.2f}"
+    else:
+        score = f"best val box mAP {summary['best_val_map']:.2f} (mAP50 {summary['best_val_map50']:.2f})"
+    print(
+        f"{summary['model']} + {summary['head']} on {summary['data']}: {summary['status']}, {summary['epochs_run']} "
+        f"epochs in {summary['seconds']:.0f} s; {score}; {summary['train_images']} train / "
+        f"{summary['val_images']} val images; run folder {values['output']}"
+    )
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from pdevision.engine import train
+
+    if getattr(args, "task", "classify") != "classify":
+        return _cmd_train_dense(args)
+    from pdevision.data import RECIPES
+
+    if args.recipe not in RECIPES:
+        raise UsageError(f"recipe {args.recipe!r} is for --task segment/detect; classification: {', '.join(RECIPES)}")
 
     summary = train(_train_config(args))
     if summary.get("world_size", 1) > 1 and not _is_rank0():
@@ -190,7 +222,15 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from pdevision.engine import predict_images
+    from pdevision.engine import predict_images, read_meta
+
+    if read_meta(args.checkpoint).get("kind") in ("segment", "detect"):  # dense checkpoints: overlays + JSON
+        from pdevision.tasks.segment import predict_dense
+
+        output = args.output or "runs/predict"
+        r = predict_dense(args.checkpoint, args.images, output, args.device, args.score_threshold)
+        print(f"{r['kind']}: {len(args.images)} images, overlays and predictions.json in {output}")
+        return 0
 
     results = predict_images(args.checkpoint, args.images, args.topk, args.device)
     for r in results:
@@ -244,9 +284,15 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output", default="runs/train", help="run folder (checkpoints, metrics, plots)")
     g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
     g = p.add_argument_group("schedule and optimiser (default: from --recipe)")
-    g.add_argument("--recipe", default="light", choices=sorted(RECIPES), help="named preset (default: light)")
+    from pdevision.tasks.detect import DETECT_RECIPES
+    from pdevision.tasks.segment import SEGMENT_RECIPES
+
+    recipes = sorted(set(RECIPES) | set(SEGMENT_RECIPES) | set(DETECT_RECIPES))
+    g.add_argument("--recipe", default="light", choices=recipes, help="named preset (default: light)")
     g.add_argument("--epochs", type=_positive_int, default=None)
-    g.add_argument("--batch-size", type=_positive_int, default=64, help="per process (default 64)")
+    g.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="per process (default 64; segment 16, detect 8)"
+    )
     g.add_argument("--lr", type=float, default=None, help="absolute; default: recipe lr x global batch / 512")
     g.add_argument("--min-lr", type=float, default=None)
     g.add_argument("--warmup-epochs", type=int, default=None)
@@ -278,6 +324,13 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop-after-epochs", type=_positive_int, default=None, help="stop early (resume later)")
     g.add_argument("--max-train-batches", type=_positive_int, default=None, help="per epoch, for smoke runs")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    g = p.add_argument_group("dense prediction (--task segment|detect; --data: a mask folder or a COCO folder)")
+    g.add_argument("--task", default="classify", choices=["classify", "segment", "detect"], help="default: classify")
+    g.add_argument("--head", default=None, help="segment: upernet (default), fpn, unet; detect: mask_rcnn, faster_rcnn")
+    g.add_argument("--fve-resize", default=None, choices=["interp", "pad", "downstream"], help="vHeat FVE rule")
+    g.add_argument("--multi-scale", action="store_true", help="detect: multi-scale training (shorter side)")
+    g.add_argument("--train-scenes", type=_positive_int, default=None, help="embedded scenes: train set size")
+    g.add_argument("--val-scenes", type=_positive_int, default=None, help="embedded scenes: val set size")
 
 
 def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
@@ -396,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topk", type=_positive_int, default=5)
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="also print the result as JSON")
+    p.add_argument("--output", default=None, help="segment/detect checkpoints: folder (default runs/predict)")
+    p.add_argument("--score-threshold", type=float, default=0.5, help="detect checkpoints: lowest score kept")
     p.set_defaults(func=cmd_predict)
     return parser
 

@@ -69,9 +69,7 @@ def detector_from_meta(meta: dict[str, Any], backbone_kwargs: dict[str, Any]) ->
     settings["anchor_sizes"] = tuple(settings.get("anchor_sizes", (32, 64, 128, 256, 512)))
     if isinstance(settings.get("min_size"), list):
         settings["min_size"] = tuple(settings["min_size"])
-    return create_detection_model(
-        meta["model"], len(meta["classes"]), head=meta["head"], **settings, **backbone_kwargs
-    )
+    return create_detection_model(meta["model"], len(meta["classes"]), head=meta["head"], **settings, **backbone_kwargs)
 
 
 class DetectTask(Task):
@@ -104,6 +102,8 @@ class DetectTask(Task):
         self.classes, self.source = data.classes, data.source
         self.sizes = (len(data.train), len(data.val))
         self.val_set = data.val
+        to_cat = getattr(data.train, "label_to_cat", None)  # COCO: the json's category ids
+        self.category_ids = [int(to_cat[i + 1]) for i in range(len(self.classes))] if to_cat else None
         return data.train, data.val
 
     def build_model(self) -> nn.Module:
@@ -175,6 +175,7 @@ class DetectTask(Task):
             "img_size": self.img_size,
             "model_args": self.kwargs,
             "detector": settings,
+            "category_ids": self.category_ids,
         }
 
     def check_resume(self, meta: dict[str, Any]) -> None:

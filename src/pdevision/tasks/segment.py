@@ -18,6 +18,7 @@ Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -173,9 +174,7 @@ class SegmentTask(Task):
 
     def datasets(self) -> tuple[Dataset, Dataset]:
         c = self.config
-        data = build_dense_datasets(
-            "segment", c.data, self.img_size, c.seed, 64, c.train_scenes, c.val_scenes
-        )
+        data = build_dense_datasets("segment", c.data, self.img_size, c.seed, 64, c.train_scenes, c.val_scenes)
         self.classes, self.source = data.classes, data.source
         self.sizes = (len(data.train), len(data.val))
         self.val_set = data.val
@@ -330,3 +329,106 @@ def load_dense_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     model = dense_model_from_meta(meta)
     model.load_state_dict(load_weights(path))
     return model.eval(), meta
+
+
+def _palette(n: int) -> list[tuple[int, int, int]]:
+    """Distinct colours (matplotlib's tab20), cycled."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    return [tuple(int(255 * c) for c in cmap(i % 20)[:3]) for i in range(n)]
+
+
+def predict_dense(
+    checkpoint: str | Path,
+    images: list[str],
+    output: str | Path,
+    device: str = "cpu",
+    score_threshold: float = 0.5,
+) -> dict[str, Any]:
+    """Run a segmentation or detection checkpoint on image files at their own size.
+
+    Writes ``<stem>_overlay.png`` per image (classes coloured; boxes with class and score) and
+    ``predictions.json``: for segmentation a list of ``{image, size, label_png, pixels per class}``
+    (``<stem>_labels.png`` holds the class index per pixel); for detection the COCO result format
+    (``image_id`` the image's position in the list, ``category_id``, ``bbox`` ``[x, y, w, h]``,
+    ``score``, and ``segmentation`` as RLE for Mask R-CNN), detections with score below
+    ``score_threshold`` left out. Returns ``{"kind", "results", "output"}``.
+    """
+    from PIL import Image
+    from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
+
+    from pdevision.engine.runtime import resolve_device
+
+    dev = resolve_device(device)
+    model, meta = load_dense_checkpoint(checkpoint)
+    model.to(dev)
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    classes = list(meta["classes"])
+    colours = _palette(len(classes))
+    results: list[dict[str, Any]] = []
+    for index, name in enumerate(images):
+        path = Path(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"no image file {path}")
+        try:
+            with Image.open(path) as img:
+                rgb = np.array(img.convert("RGB"))
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read the image ({exc})") from None
+        uint8 = torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
+        x = uint8.float().div(255.0)
+        with torch.no_grad():
+            if meta["kind"] == "segment":
+                mean = torch.tensor(meta["mean"])[:, None, None]
+                std = torch.tensor(meta["std"])[:, None, None]
+                labels = model(((x - mean) / std)[None].to(dev))[0].argmax(0).cpu()
+                Image.fromarray(labels.numpy().astype(np.uint8)).save(out / f"{path.stem}_labels.png")
+                shown = [c for c in labels.unique().tolist() if classes[c] != "background"]
+                masks = (
+                    torch.stack([labels == c for c in shown]) if shown else torch.zeros(0, *labels.shape, dtype=bool)
+                )
+                overlay = draw_segmentation_masks(uint8, masks, alpha=0.5, colors=[colours[c] for c in shown])
+                counts = torch.bincount(labels.flatten(), minlength=len(classes)).tolist()
+                results.append(
+                    {
+                        "image": str(path),
+                        "size": [int(rgb.shape[0]), int(rgb.shape[1])],
+                        "label_png": f"{path.stem}_labels.png",
+                        "pixels": {classes[c]: n for c, n in enumerate(counts) if n},
+                    }
+                )
+            else:
+                det = model([x.to(dev)])[0]
+                keep = det["scores"] >= score_threshold
+                boxes, scores, labels = det["boxes"][keep].cpu(), det["scores"][keep].cpu(), det["labels"][keep].cpu()
+                overlay = uint8
+                masks = det["masks"][keep][:, 0].cpu() > 0.5 if "masks" in det else None
+                if masks is not None and len(masks):
+                    overlay = draw_segmentation_masks(
+                        overlay, masks, alpha=0.5, colors=[colours[lab - 1] for lab in labels]
+                    )
+                text = [f"{classes[lab - 1]} {s:.2f}" for lab, s in zip(labels.tolist(), scores.tolist(), strict=True)]
+                if len(boxes):
+                    overlay = draw_bounding_boxes(overlay, boxes, text, colors=[colours[lab - 1] for lab in labels])
+                cat_ids = meta.get("category_ids") or list(range(1, len(classes) + 1))
+                for j in range(len(boxes)):
+                    x0, y0, x1, y1 = boxes[j].tolist()
+                    r = {
+                        "image_id": index,
+                        "file_name": str(path),
+                        "category_id": int(cat_ids[int(labels[j]) - 1]),
+                        "category": classes[int(labels[j]) - 1],
+                        "bbox": [x0, y0, x1 - x0, y1 - y0],
+                        "score": float(scores[j]),
+                    }
+                    if masks is not None:
+                        from pycocotools import mask as mask_utils
+
+                        rle = mask_utils.encode(np.asfortranarray(masks[j].numpy().astype(np.uint8)))
+                        r["segmentation"] = {"size": list(rle["size"]), "counts": rle["counts"].decode()}
+                    results.append(r)
+        Image.fromarray(overlay.permute(1, 2, 0).numpy()).save(out / f"{path.stem}_overlay.png")
+    (out / "predictions.json").write_text(json.dumps(results, indent=1))
+    return {"kind": meta["kind"], "results": results, "output": str(out)}
