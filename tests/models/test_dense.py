@@ -93,6 +93,21 @@ def test_segmentation_timm_nhwc_backbone() -> None:
     assert model.eval()(torch.randn(1, 3, 50, 70)).shape == (1, 2, 50, 70)
 
 
+def test_frequency_embeddings_get_no_weight_decay() -> None:
+    """vHeat's FVEs stay out of weight decay under both heads (timm's optimizer factory asks for them)."""
+    from timm.optim import create_optimizer_v2
+
+    seg = create_segmentation_model("vheat_micro", 2, head="fpn", img_size=64, decoder_channels=32)
+    det = create_detection_model("vheat_micro", 2, img_size=64, **SMALL_DET)
+    for model in (seg, det):
+        names = model.no_weight_decay()
+        assert len(names) == 4 and all(n.endswith("freq_embed") for n in names)
+        opt = create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05)  # as the loop makes it
+        decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+        fve = [p for n, p in model.named_parameters() if n.endswith("freq_embed")]
+        assert fve and not any(id(p) in decayed for p in fve)
+
+
 def test_segmentation_bad_names() -> None:
     with pytest.raises(ModelNameError, match="unknown model"):
         create_segmentation_model("vheat_mikro", 2)

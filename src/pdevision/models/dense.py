@@ -21,6 +21,7 @@ encoder returns them.
 from __future__ import annotations
 
 import logging
+import types
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,19 @@ def pretrained_overlay(checkpoint: str | Path | None) -> dict[str, Any]:
     return dict(pretrained=True, pretrained_cfg_overlay=dict(file=str(path), hf_hub_id=None, url=None))
 
 
+def no_weight_decay_names(root: nn.Module) -> set[str]:
+    """Full names (in ``root``) of the parameters a backbone inside ``root`` lists in its
+    ``no_weight_decay()`` (vHeat's FVEs), for timm's optimizer factory."""
+    names: set[str] = set()
+    for prefix, module in root.named_modules():
+        if module is root or not hasattr(module, "no_weight_decay"):
+            continue
+        for key in module.no_weight_decay():
+            names.add(f"{prefix}.{key}" if prefix else key)
+    own = {n for n, _ in root.named_parameters()}
+    return names & own
+
+
 # -- segmentation ---------------------------------------------------------------------------------
 
 
@@ -119,6 +133,10 @@ class SegmentationModel(nn.Module):
     @property
     def backbone(self) -> nn.Module:
         return self.net.encoder.model
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        return no_weight_decay_names(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
@@ -283,4 +301,5 @@ def create_detection_model(
     det_args.update(detector_kwargs or {})
     model = cls(body, num_classes=None, **det_args)
     model.num_classes = num_classes
+    model.no_weight_decay = types.MethodType(no_weight_decay_names, model)  # for timm's optimizer factory
     return model

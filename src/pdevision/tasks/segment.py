@@ -8,7 +8,7 @@ and pixel accuracy from a confusion matrix summed over ranks; ``best/`` is the h
 Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
 * ``light`` (default, this library's): from scratch on the embedded scenes on a CPU; lr 1e-3 at
-  batch 16, weight decay 0.05, 1 warm-up epoch, 12 epochs, decoder width 64.
+  batch 8, weight decay 0.05, 1 warm-up epoch, 8 epochs, decoder width 64, random resize 0.75-1.5.
 * ``upernet_swin``: the fine-tuning recipe Swin Transformer used for UPerNet on ADE20K (Liu et al.
   2021, arXiv:2103.14030, §4.3: AdamW, lr 6e-5, weight decay 0.01, batch 16, 160k iterations, linear
   warm-up 1,500 iterations, linear decay), which the HcNet paper (§4.3) and the vHeat authors' UPerNet
@@ -52,10 +52,13 @@ class DenseRecipe:
     decoder_channels: int
     source: str
     clip_grad: float | None = None
+    scale_range: tuple[float, float] = (0.5, 2.0)  # random resize ratio (segmentation)
 
 
 SEGMENT_RECIPES = {
-    "light": DenseRecipe(1e-3, 16, 0.05, 12, 1.0, 1e-5, 64, "this library's CPU recipe (from scratch)"),
+    "light": DenseRecipe(
+        1e-3, 8, 0.05, 8, 1.0, 1e-5, 64, "this library's CPU recipe (from scratch)", scale_range=(0.75, 1.5)
+    ),
     "upernet_swin": DenseRecipe(
         6e-5, 16, 0.01, 12, 1.0, 0.0, 512, "Swin arXiv:2103.14030 §4.3 (UPerNet, ADE20K), HcNet §4.3, vHeat"
     ),
@@ -174,7 +177,9 @@ class SegmentTask(Task):
 
     def datasets(self) -> tuple[Dataset, Dataset]:
         c = self.config
-        data = build_dense_datasets("segment", c.data, self.img_size, c.seed, 64, c.train_scenes, c.val_scenes)
+        data = build_dense_datasets(
+            "segment", c.data, self.img_size, c.seed, 64, c.train_scenes, c.val_scenes, self.recipe.scale_range
+        )
         self.classes, self.source = data.classes, data.source
         self.sizes = (len(data.train), len(data.val))
         self.val_set = data.val
@@ -294,7 +299,7 @@ def train_dense(config: DenseConfig) -> dict[str, Any]:
     start = time.perf_counter()
     if config.task == "segment":
         task: Task = SegmentTask(config)
-        default_batch = 16
+        default_batch = 8
     elif config.task == "detect":
         from pdevision.tasks.detect import DetectTask
 
