@@ -36,12 +36,14 @@ PREFIX = "net.encoder.model.model."
 def _resized(dataset: Any, size: int) -> Any:
     from torchvision.transforms import v2
 
+    resize = v2.Resize([size, size], antialias=True)
+
     class Resized(torch.utils.data.Dataset):
         def __len__(self) -> int:
             return len(dataset)
 
         def __getitem__(self, i: int) -> Any:
-            return v2.functional.resize(list(dataset[i]), [size, size], antialias=True)
+            return resize(*dataset[i])
 
     return Resized()
 

@@ -331,6 +331,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--multi-scale", action="store_true", help="detect: multi-scale training (shorter side)")
     g.add_argument("--train-scenes", type=_positive_int, default=None, help="embedded scenes: train set size")
     g.add_argument("--val-scenes", type=_positive_int, default=None, help="embedded scenes: val set size")
+    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (the schedule follows it)")
 
 
 def _add_pretrain_args(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ gathered across ranks); ``best/`` is the highest val box mAP.
 
 Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
-* ``light`` (default, this library's): from scratch on the 64-px embedded scenes on a CPU; lr 2e-4 at batch
+* ``light`` (default, this library's): from scratch on the 64-px embedded scenes on a CPU; lr 4e-4 at batch
   8, weight decay 0.05, 1 warm-up epoch, 10 epochs, gradient clip 10; images upsampled to a shorter side of
   ``--img-size`` (default 128); a light R-CNN (FPN 64 channels, box head 256, mask head 64, anchors
   16-256, 256/128 RPN proposals, 64 sampled RoIs per image).
@@ -33,7 +33,7 @@ from pdevision.tasks.base import Task
 from pdevision.tasks.segment import DenseConfig, DenseRecipe, _plain, check_backbone_checkpoint, model_kwargs
 
 DETECT_RECIPES = {
-    "light": DenseRecipe(2e-4, 8, 0.05, 10, 1.0, 1e-6, 64, "this library's CPU recipe (from scratch)", 10.0),
+    "light": DenseRecipe(4e-4, 8, 0.05, 10, 1.0, 1e-6, 64, "this library's CPU recipe (from scratch)", 10.0),
     "mask_rcnn_swin_1x": DenseRecipe(
         1e-4, 16, 0.05, 12, 0.0, 0.0, 256, "Swin arXiv:2103.14030 §4.2 (Mask R-CNN 1x, COCO), HcNet §4.2, vHeat"
     ),
