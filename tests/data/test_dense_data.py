@@ -14,6 +14,7 @@ from pycocotools import mask as mask_utils
 
 from pdevision.data.datasets import DataError
 from pdevision.data.dense import (
+    DENSE_SCENE_KNOBS,
     IGNORE_INDEX,
     CocoDetection,
     MaskFolder,
@@ -24,7 +25,7 @@ from pdevision.data.dense import (
     detection_transforms,
     segmentation_transforms,
 )
-from pdevision.data.scenes import make_scene
+from pdevision.data.scenes import SceneConfig, make_scene
 
 
 def _write_mask_folder(root: Path, n: int = 5, size: tuple[int, int] = (30, 40), classes: bool = True) -> None:
@@ -155,7 +156,7 @@ def test_coco_missing_file_and_image(tmp_path: Path) -> None:
 
 def test_scene_sets_match_the_generator() -> None:
     seg, det = SceneSegmentation("val", 64, seed=3), SceneDetection("val", 64, seed=3)
-    scene = make_scene(3, "val", 5)
+    scene = make_scene(3, "val", 5, SceneConfig(size=64, **DENSE_SCENE_KNOBS))
     image, mask = seg[5]
     assert torch.equal(image, torch.from_numpy(scene.image).permute(2, 0, 1))
     assert torch.equal(mask, torch.from_numpy(scene.semantic))

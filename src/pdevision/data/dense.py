@@ -10,7 +10,8 @@ its masks and boxes together:
 Sources:
 
 * **Embedded scenes** (default, no download): :mod:`pdevision.data.scenes` (handwritten digit scans and
-  lfw faces pasted onto crops of the bundled photos, exact instance masks). Segmentation classes:
+  lfw faces pasted onto crops of the bundled photos, exact instance masks), with 1-3 digits of 0.35-0.6 and
+  at most one face of 0.3-0.5 times the side (:data:`DENSE_SCENE_KNOBS`). Segmentation classes:
   background, the ten digits, face (12); detection classes: the ten digits and face (11). Fixed split:
   2,000 train / 250 val scenes per seed (train and val use disjoint photo regions, digit scans and faces).
 * **Mask folder** (ADE20K / VOC style): ``DIR/images/*.{jpg,png,...}`` and ``DIR/masks/<same stem>.png``
@@ -49,6 +50,9 @@ IGNORE_INDEX = 255
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 SCENE_SPLIT_SIZES = {"train": 2000, "val": 250}
+# the generator's knobs for the dense default: larger digits and at most one face (the classification set's
+# defaults make digit strokes two or three pixels wide at 64 px)
+DENSE_SCENE_KNOBS = dict(digit_scale=(0.35, 0.6), face_scale=(0.3, 0.5), n_digits=(1, 3), n_faces=(0, 1))
 SEGMENT_SCENE_CLASSES = ["background", *CLASS_NAMES]
 DETECT_SCENE_CLASSES = list(CLASS_NAMES)
 
@@ -149,7 +153,7 @@ class _SceneBase(Dataset):
         if split not in SCENE_SPLIT_SIZES:
             raise DataError(f"scene split must be 'train' or 'val', got {split!r}")
         self.split = split
-        self.cfg = SceneConfig(size=size)
+        self.cfg = SceneConfig(size=size, **DENSE_SCENE_KNOBS)
         self.seed = seed
         self.length = length or SCENE_SPLIT_SIZES[split]
         self.transform = transform
