@@ -178,3 +178,16 @@ def test_cli_dense_errors(tmp_path: Path, capsys) -> None:
     argv = ["train", "--task", "segment", "--model", "vheat_micro", "--init-from", tmp_path / "clf"]
     assert _run([*argv, "--output", tmp_path / "x"]) == 2
     assert "holds a 'hcnet_micro' backbone" in capsys.readouterr().err
+
+
+def test_embedded_default_runs_for_its_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --data, --epochs or --time-budget: the run is a fixed time of training steps."""
+    import pdevision.tasks.segment as segment
+
+    monkeypatch.setitem(segment.EMBEDDED_TIME_BUDGET, "segment", 1.0)
+    config = DenseConfig(
+        task="segment", model="pderesnet_micro", head="fpn", train_scenes=16, val_scenes=4, output=str(tmp_path)
+    )
+    summary = segment.train_dense(config)
+    assert "time budget of 1 s spent" in summary["status"]
+    assert summary["epochs_run"] < 100
