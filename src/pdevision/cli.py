@@ -291,7 +291,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recipe", default="light", choices=recipes, help="named preset (default: light)")
     g.add_argument("--epochs", type=_positive_int, default=None)
     g.add_argument(
-        "--batch-size", type=_positive_int, default=None, help="per process (default 64; segment 16, detect 8)"
+        "--batch-size", type=_positive_int, default=None, help="per process (default 64; segment and detect 8)"
     )
     g.add_argument("--lr", type=float, default=None, help="absolute; default: recipe lr x global batch / 512")
     g.add_argument("--min-lr", type=float, default=None)
