@@ -80,6 +80,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def _train_config(args: argparse.Namespace):
     from pdevision.engine import TrainConfig
 
@@ -277,8 +284,10 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--data",
         default=None,
-        help="ImageFolder root (train/ and val/, or one folder) or embedded set (digits, scenes)",
+        help="ImageFolder root (train/ and val/, or one folder), WebDataset shards (train/*.tar, val/*.tar) or an "
+        "embedded set (digits, scenes); default: the embedded digits",
     )
+    g.add_argument("--shuffle-buffer", type=_positive_int, default=1000, help="shards: shuffle buffer (samples)")
     g.add_argument("--val-split", type=float, default=0.2, help="validation fraction for a single folder")
     g.add_argument("--img-size", type=_positive_int, default=None, help="default: 64 on digits, else the model's")
     g.add_argument("--output", default="runs/train", help="run folder (checkpoints, metrics, plots)")
@@ -287,13 +296,22 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     from pdevision.tasks.detect import DETECT_RECIPES
     from pdevision.tasks.segment import SEGMENT_RECIPES
 
-    recipes = sorted(set(RECIPES) | set(SEGMENT_RECIPES) | set(DETECT_RECIPES))
-    g.add_argument("--recipe", default="light", choices=recipes, help="named preset (default: light)")
+    g.add_argument(
+        "--recipe",
+        default="light",
+        choices=sorted(set(RECIPES) | set(SEGMENT_RECIPES) | set(DETECT_RECIPES)),
+        help="named preset: light (default), pderesnet, hcnet, vheat (alias imagenet), the papers' set-ups; "
+        "--task segment: upernet_swin, --task detect: mask_rcnn_swin_1x",
+    )
     g.add_argument("--epochs", type=_positive_int, default=None)
     g.add_argument(
         "--batch-size", type=_positive_int, default=None, help="per process (default 64; segment and detect 8)"
     )
-    g.add_argument("--lr", type=float, default=None, help="absolute; default: recipe lr x global batch / 512")
+    g.add_argument(
+        "--lr", type=float, default=None, help="absolute; default: recipe lr x global batch / the recipe's batch"
+    )
+    g.add_argument("--opt", default=None, help="timm optimizer: sgd, momentum, nesterov, adamw, lamb, ... (recipe's)")
+    g.add_argument("--momentum", type=float, default=None, help="SGD-type optimizers (default: the recipe's, 0.9)")
     g.add_argument("--min-lr", type=float, default=None)
     g.add_argument("--warmup-epochs", type=int, default=None)
     g.add_argument("--weight-decay", type=float, default=None)
@@ -311,6 +329,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("runtime")
     g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast (fp16: CUDA only)")
     g.add_argument("--grad-checkpointing", action="store_true")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model for training")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
     g.add_argument("--workers", type=int, default=0, help="data loader processes")
@@ -323,6 +342,9 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--stop-after-epochs", type=_positive_int, default=None, help="stop early (resume later)")
     g.add_argument("--max-train-batches", type=_positive_int, default=None, help="per epoch, for smoke runs")
+    g.add_argument(
+        "--time-budget", type=_positive_float, default=None, help="seconds of training (the schedule follows it)"
+    )
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     g = p.add_argument_group("dense prediction (--task segment|detect; --data: a mask folder or a COCO folder)")
     g.add_argument("--task", default="classify", choices=["classify", "segment", "detect"], help="default: classify")
@@ -331,7 +353,6 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--multi-scale", action="store_true", help="detect: multi-scale training (shorter side)")
     g.add_argument("--train-scenes", type=_positive_int, default=None, help="embedded scenes: train set size")
     g.add_argument("--val-scenes", type=_positive_int, default=None, help="embedded scenes: val set size")
-    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (the schedule follows it)")
 
 
 def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
@@ -367,7 +388,9 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("schedule and optimiser")
     g.add_argument("--epochs", type=_positive_int, default=10)
     g.add_argument("--crops-per-epoch", type=_positive_int, default=2048)
-    g.add_argument("--time-budget", type=float, default=None, help="seconds of training (the schedule follows it)")
+    g.add_argument(
+        "--time-budget", type=_positive_float, default=None, help="seconds of training (the schedule follows it)"
+    )
     g.add_argument("--batch-size", type=_positive_int, default=64, help="per process (default 64)")
     g.add_argument("--lr", type=float, default=None, help="absolute; default 1e-3 x global batch / 64")
     g.add_argument("--min-lr", type=float, default=1e-5)

@@ -8,14 +8,16 @@ class indices are read too when there is no ``classes.txt``).
 Splitting: the reading "slots" are the ranks times the loader workers. With at least as many shards as slots, each
 slot reads its own shards; with fewer, each slot reads them all and keeps every ``slots``-th sample. Training:
 the shard order of an epoch is a permutation seeded by ``seed + epoch``, each slot shuffles within a buffer seeded
-by ``(seed, epoch, slot)``, and every rank yields the same number of samples (``total // world_size``, its shards
-read again in a loop where they run short), so data-parallel ranks take the same number of steps. Validation
+by ``(seed, epoch, slot)``, and every rank yields the same number of samples (``total // world_size``: a rank whose
+shards hold more stops there, one whose shards hold fewer reads them again), so data-parallel ranks take the same
+number of steps. In one process with one worker an epoch is a permutation of all samples. Validation
 reads every sample exactly once over all slots, in order.
 
 What resume means for a stream: checkpoints are written at epoch ends; the next epoch's order depends only on the
 seed, the epoch index and the slot, so a resumed run reads exactly the samples, in the same order, as an
 uninterrupted one (with the same number of ranks and workers). Unreadable images are skipped with a warning
-(webdataset's handler), as unreadable files of a folder tree are.
+(webdataset's handler), as unreadable files of a folder tree are: one corrupt JPEG among a million should not end a
+week-long run; neither webdataset nor timm's readers report them otherwise.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import logging
 import random
 import tarfile
 from collections.abc import Callable, Iterator
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -115,25 +117,28 @@ class ShardDataset(IterableDataset):
         else:
             mine, keep = urls, (slot, slots)
         samples: Iterator[dict[str, Any]] = self._samples(mine, keep)
-        if self.train:
+        if self.train:  # one shuffled pass over this slot's shards, then (unshuffled) repeats up to its quota
             rng = random.Random(f"{self.seed}-{self.epoch}-{slot}")
             samples = wds.shuffle(self.buffer, initial=min(self.buffer, 100), rng=rng)(samples)
             per_rank = self.count // world
-            samples = islice(samples, per_rank // workers + (wid < per_rank % workers))
+            quota = per_rank // workers + (wid < per_rank % workers)
+            samples = islice(chain(samples, self._repeats(mine, keep)), quota)
         decoded = wds.to_tuple("jpg;jpeg;png", "cls", handler=_warn)(wds.decode("pil", handler=_warn)(samples))
         for image, label in decoded:
             image = image.convert("RGB")
             yield (self.transform(image) if self.transform else image), int(label)
 
     def _samples(self, urls: list[str], keep: tuple[int, int] | None) -> Iterator[dict[str, Any]]:
-        """Raw samples of ``urls`` (of every ``keep[1]``-th from ``keep[0]``), endlessly for training."""
-        while True:
-            stream = wds.tarfile_to_samples(handler=_warn)(iter([{"url": u} for u in urls]))
-            for i, sample in enumerate(stream):
-                if keep is None or i % keep[1] == keep[0]:
-                    yield sample
-            if not self.train or not urls:
-                return
+        """Raw samples of ``urls`` (of every ``keep[1]``-th from ``keep[0]``), one pass."""
+        stream = wds.tarfile_to_samples(handler=_warn)(iter([{"url": u} for u in urls]))
+        for i, sample in enumerate(stream):
+            if keep is None or i % keep[1] == keep[0]:
+                yield sample
+
+    def _repeats(self, urls: list[str], keep: tuple[int, int] | None) -> Iterator[dict[str, Any]]:
+        """Further passes, for a slot whose shards hold fewer samples than its share of the epoch."""
+        while urls:
+            yield from self._samples(urls, keep)
 
 
 def _classes(root: Path, top: int) -> list[str]:

@@ -5,6 +5,10 @@ weights, and in ``trainer.pt`` the optimizer, scheduler and scaler states, the n
 order of the next epoch follows from it: samplers and shard streams are seeded with ``seed + epoch``), the update
 count, the seconds of training, the best metric, the per-epoch history, every rank's RNG states and the task's own
 extra state. Restoring all of it makes a resumed run bitwise identical to an uninterrupted one (deterministic mode).
+
+Why not timm's ``CheckpointSaver``: it writes one file per checkpoint in place; a run here needs a folder (weights in
+safetensors, EMA, trainer state read with ``weights_only=True``) swapped in atomically, so that a crash while
+writing never leaves a half-written ``last/`` (the swap is :func:`pdevision.engine.checkpoint.save_checkpoint`).
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ class ClassifyTask(Task):
         train_set, val_set = _datasets(config, self.img_size, train_tf, val_tf)
         self.classes = list(train_set.classes)
         self.skipped = sorted(set(getattr(train_set, "skipped", [])) | set(getattr(val_set, "skipped", [])))
-        self.sizes = (len(train_set), len(val_set))
+        self.sizes = tuple(getattr(d, "count", None) or len(d) for d in (train_set, val_set))  # shards: all ranks
         return train_set, val_set
 
     def build_model(self) -> nn.Module:

@@ -1,0 +1,123 @@
+"""The one loop's guarantees beyond tests/engine/test_train.py: recipes and timm optimizers, the non-finite guard,
+compiled training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from pdevision.cli import main
+from pdevision.engine import TrainConfig
+from pdevision.engine.checkpoint import load_trainer_state
+from pdevision.engine.distributed import DistInfo
+from pdevision.engine.loop import build_state
+from pdevision.tasks.classify import loop_config
+
+FAST = ["--img-size", "32", "--batch-size", "32", "--max-train-batches", "2", "--no-progress"]
+
+
+def test_pderesnet_recipe_trains_with_sgd_and_writes_it_to_config(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--model", "pderesnet_micro", "--recipe", "pderesnet", "--epochs", "1", "--output", str(out)]
+    assert main([*argv, *FAST]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["opt"] == "sgd" and config["momentum"] == 0.9 and config["recipe_name"] == "pderesnet"
+    assert config["recipe_lr"] == 0.3 and config["recipe_lr_batch"] == 192 and config["warmup_epochs"] == 5
+    group = load_trainer_state(out / "last")["optimizer"]["param_groups"][0]
+    assert group["nesterov"] is True and group["momentum"] == 0.9  # timm's "sgd": SGD with Nesterov momentum
+    assert group["initial_lr"] == pytest.approx(0.3 * 32 / 192)  # scaled with the recipe's own reference batch
+
+
+@pytest.mark.parametrize(
+    ("recipe", "opt", "lr", "batch", "weight_decay"),
+    [("hcnet", "adamw", 1e-3, 256, 0.05), ("vheat", "adamw", 5e-4, 512, 0.08), ("light", "adamw", 8e-3, 512, 0.05)],
+)
+def test_recipes_resolve_to_their_optimizer_and_scaled_lr(
+    recipe: str, opt: str, lr: float, batch: int, weight_decay: float
+) -> None:
+    config = TrainConfig(recipe=recipe, batch_size=64)
+    resolved = config.resolved()
+    assert (resolved["opt"], resolved["recipe_lr"], resolved["recipe_lr_batch"]) == (opt, lr, batch)
+    assert resolved["weight_decay"] == weight_decay
+    state = build_state(torch.nn.Linear(4, 2), loop_config(config), steps=10, info=DistInfo())
+    assert type(state.optimizer).__name__ == "AdamW"
+    assert state.optimizer.param_groups[0]["initial_lr"] == pytest.approx(lr * 64 / batch)
+    assert TrainConfig(recipe="imagenet").resolved()["recipe_name"] == "vheat"  # the alias
+
+
+def test_opt_and_momentum_flags_override_the_recipe() -> None:
+    config = TrainConfig(opt="momentum", momentum=0.5, lr=0.1)
+    state = build_state(torch.nn.Linear(4, 2), loop_config(config), steps=10, info=DistInfo())
+    group = state.optimizer.param_groups[0]
+    assert type(state.optimizer).__name__ == "SGD" and group["momentum"] == 0.5 and group["nesterov"] is False
+    assert json.loads(json.dumps(config.resolved()))["opt"] == "momentum"
+
+
+@pytest.mark.parametrize(("batches", "what"), [(1, "non-finite weights"), (2, "non-finite training loss")])
+def test_lr_inf_stops_without_writing_a_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], batches: int, what: str
+) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--lr", "inf", "--epochs", "2", "--output", str(out), *FAST, "--max-train-batches", str(batches)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert what in err and "no intact checkpoint exists yet" in err
+    assert not (out / "last").exists() and not (out / "best").exists()
+
+
+def test_non_finite_weights_after_a_good_epoch_keep_the_good_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import safetensors.torch
+
+    import pdevision.engine.loop as loop_module
+    from pdevision.engine import NonFiniteLossError, train
+    from pdevision.engine.checkpoint import read_meta
+
+    out = tmp_path / "run"
+    original = loop_module._update
+
+    def poisoned(loss, state, config):  # the last update of epoch 2 leaves NaN weights (its loss was finite)
+        original(loss, state, config)
+        if state.num_updates == 4:
+            with torch.no_grad():
+                next(state.model.parameters()).fill_(float("nan"))
+
+    monkeypatch.setattr(loop_module, "_update", poisoned)
+    config = TrainConfig(output=str(out), epochs=3, img_size=32, batch_size=32, max_train_batches=2, progress=False)
+    with pytest.raises(
+        NonFiniteLossError, match=r"non-finite weights.*after epoch 2.*last intact checkpoint is .*last"
+    ):
+        train(config)
+    assert read_meta(out / "last")["epoch"] == 1 and read_meta(out / "best")["epoch"] == 1
+    weights = safetensors.torch.load_file(str(out / "last" / "model.safetensors"))
+    assert all(torch.isfinite(v).all() for v in weights.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model",
+    [
+        "vheat_micro",
+        "pderesnet_micro",
+        pytest.param(
+            "hcnet_micro",
+            marks=pytest.mark.xfail(
+                strict=False,
+                reason="Inductor fails in replication_pad2d_backward with HcNet's insulated boundary (model-side fix)",
+            ),
+        ),
+    ],
+)
+def test_compiled_training_runs(tmp_path: Path, model: str) -> None:
+    from pdevision.engine import train
+
+    summary = train(
+        TrainConfig(model=model, output=str(tmp_path / model), epochs=1, compile=True, img_size=32, batch_size=16,
+                    max_train_batches=2, progress=False)
+    )  # fmt: skip
+    assert summary["status"] == "completed" and summary["final"]["train_loss"] > 0
+    assert json.loads((tmp_path / model / "config.json").read_text())["compile"] is True
