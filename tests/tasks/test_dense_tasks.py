@@ -115,7 +115,7 @@ def test_detection_map_matches_pycocotools(shift: float) -> None:
     task = DetectTask(DenseConfig(task="detect", val_scenes=6))
     task.datasets()
     r = task.evaluate(_Oracle(task.val_set, shift), _Ctx(task.collate_fn))
-    assert r["map"] == pytest.approx(_coco_box_map(task.val_set, shift), abs=1e-6)
+    assert r["map"] == pytest.approx(_coco_box_map(task.val_set, shift), abs=1e-4)  # float32 boxes there
     if shift == 0:
         assert r["map"] == pytest.approx(100.0) and r["map50"] == pytest.approx(100.0)
         assert r["mask_map"] == pytest.approx(100.0)
