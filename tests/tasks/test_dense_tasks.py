@@ -19,6 +19,7 @@ from pdevision.cli import main
 from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.tasks.detect import DetectTask
 from pdevision.tasks.segment import DenseConfig, confusion_matrix, segmentation_scores
+from tests.data.test_dense_data import _coco, _write_mask_folder
 
 
 def test_confusion_and_scores_match_sklearn() -> None:
@@ -128,12 +129,14 @@ def _run(argv: list[str]) -> int:
 
 
 def test_cli_train_segment_and_predict(tmp_path: Path, capsys) -> None:
+    _write_mask_folder(tmp_path / "masks", n=6, size=(40, 48))
     out = tmp_path / "seg"
     argv = ["train", "--task", "segment", "--head", "fpn", "--model", "pderesnet_micro", "--epochs", "1"]
-    argv += ["--train-scenes", "8", "--val-scenes", "4", "--batch-size", "4", "--output", out, "--no-progress"]
+    argv += ["--data", tmp_path / "masks", "--img-size", "32", "--batch-size", "2", "--output", out, "--no-progress"]
     assert _run(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert 0 <= summary["best_val_miou"] <= 100 and summary["head"] == "fpn" and len(summary["classes"]) == 12
+    assert 0 <= summary["best_val_miou"] <= 100 and summary["head"] == "fpn"
+    assert summary["classes"] == ["background", "cat", "dog"] and summary["train_images"] == 5
     assert "best val mIoU" in capsys.readouterr().out
     photo = tmp_path / "photo.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (37, 53, 3), dtype=np.uint8)).save(photo)
@@ -142,27 +145,31 @@ def test_cli_train_segment_and_predict(tmp_path: Path, capsys) -> None:
     result = json.loads((pred_dir / "predictions.json").read_text())
     assert result[0]["size"] == [37, 53]
     label_map = np.asarray(Image.open(pred_dir / "photo_labels.png"))
-    assert label_map.shape == (37, 53) and label_map.max() < 12
+    assert label_map.shape == (37, 53) and label_map.max() < 3
     assert Image.open(pred_dir / "photo_overlay.png").size == (53, 37)
 
 
 def test_cli_train_detect_init_from_and_predict(tmp_path: Path) -> None:
     clf = timm.create_model("pderesnet_micro", num_classes=3)
     save_checkpoint(tmp_path, "clf", clf, {"model": "pderesnet_micro", "classes": ["a", "b", "c"]})
+    _coco(tmp_path / "coco", "train")
+    _coco(tmp_path / "coco", "val")
     out = tmp_path / "det"
     argv = ["train", "--task", "detect", "--head", "faster_rcnn", "--model", "pderesnet_micro", "--epochs", "1"]
-    argv += ["--train-scenes", "4", "--val-scenes", "2", "--batch-size", "2", "--img-size", "64"]
+    argv += ["--data", tmp_path / "coco", "--batch-size", "2", "--img-size", "64"]
     argv += ["--init-from", tmp_path / "clf", "--output", out, "--no-progress"]
     assert _run(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert {"best_val_map", "best_val_map50"} <= set(summary) and summary["head"] == "faster_rcnn"
+    assert summary["classes"] == ["dog", "cat"]
     photo = tmp_path / "photo.jpg"
     Image.fromarray(np.random.default_rng(1).integers(0, 255, (50, 70, 3), dtype=np.uint8)).save(photo)
     assert _run(["predict", "--checkpoint", out, photo, "--output", tmp_path / "pred"]) == 0
     dets = json.loads((tmp_path / "pred" / "predictions.json").read_text())
     assert isinstance(dets, list)
-    for d in dets:  # COCO result format
+    for d in dets:  # COCO result format, the json's own category ids
         assert set(d) >= {"image_id", "category_id", "bbox", "score"} and len(d["bbox"]) == 4
+        assert d["category_id"] in (3, 7)
         assert d["bbox"][0] + d["bbox"][2] <= 70 + 1e-3
     assert Image.open(tmp_path / "pred" / "photo_overlay.png").size == (70, 50)
 
