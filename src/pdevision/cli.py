@@ -198,11 +198,43 @@ def _train_config(args: argparse.Namespace):
 
     fields = TrainConfig.__dataclass_fields__
     values = {k: v for k, v in vars(args).items() if k in fields}
+    if values.get("batch_size") is None:  # --batch-size defaults per task (classification 64)
+        values.pop("batch_size", None)
     return TrainConfig(**values)
+
+
+def _cmd_train_dense(args: argparse.Namespace) -> int:
+    """``train --task segment|detect``: a backbone under a dense head (pdevision.tasks.segment/detect)."""
+    from pdevision.tasks.segment import DenseConfig, train_dense
+
+    fields = DenseConfig.__dataclass_fields__
+    values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    if values.get("output") == "runs/train":
+        values["output"] = f"runs/{args.task}"
+    summary = train_dense(DenseConfig(**values))
+    if summary.get("world_size", 1) > 1 and not _is_rank0():
+        return 0
+    if args.task == "segment":
+        score = f"best val mIoU {summary['best_val_miou']:.2f}"
+    else:
+        score = f"best val box mAP {summary['best_val_map']:.2f} (mAP50 {summary['best_val_map50']:.2f})"
+    print(
+        f"{summary['model']} + {summary['head']} on {summary['data']}: {summary['status']}, {summary['epochs_run']} "
+        f"epochs in {summary['seconds']:.0f} s; {score}; {summary['train_images']} train / "
+        f"{summary['val_images']} val images; run folder {values['output']}"
+    )
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from pdevision.engine import train
+
+    if getattr(args, "task", "classify") != "classify":
+        return _cmd_train_dense(args)
+    from pdevision.data import RECIPES
+
+    if args.recipe not in RECIPES:
+        raise UsageError(f"recipe {args.recipe!r} is for --task segment/detect; classification: {', '.join(RECIPES)}")
 
     summary = train(_train_config(args))
     if summary.get("world_size", 1) > 1 and not _is_rank0():
@@ -305,7 +337,15 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from pdevision.engine import predict_images
+    from pdevision.engine import predict_images, read_meta
+
+    if read_meta(args.checkpoint).get("kind") in ("segment", "detect"):  # dense checkpoints: overlays + JSON
+        from pdevision.tasks.segment import predict_dense
+
+        output = args.output or "runs/predict"
+        r = predict_dense(args.checkpoint, args.images, output, args.device, args.score_threshold)
+        print(f"{r['kind']}: {len(args.images)} images, overlays and predictions.json in {output}")
+        return 0
 
     results = predict_images(args.checkpoint, args.images, args.topk, args.device, errors="report")
     for r in results:
@@ -358,9 +398,12 @@ RESTORE_TASK_DEFAULTS = dict(model="vheatir_micro", batch_size=16, epochs=2, lr=
 
 def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
     """``--task`` and the restoration options of ``pdevision train`` (classification keeps its defaults)."""
-    g = p.add_argument_group("task: image restoration (--task denoise | dejpeg)")
+    g = p.add_argument_group("task (--task) and image restoration (--task denoise | dejpeg)")
     g.add_argument(
-        "--task", default="classify", choices=["classify", "denoise", "dejpeg"], help="what to train (default classify)"
+        "--task",
+        default="classify",
+        choices=["classify", "segment", "detect", "denoise", "dejpeg"],
+        help="what to train (default classify)",
     )
     g.add_argument("--sigma", default="25", help="denoise: noise level on 0-255 (15, 25, 50) or a blind range 0-55")
     g.add_argument("--quality", type=int, default=10, help="dejpeg: JPEG quality (10, 20, 30, 40; default 10)")
@@ -378,10 +421,13 @@ def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train_any(args: argparse.Namespace) -> int:
-    """``pdevision train``: classification, or restoration with ``--task denoise|dejpeg``."""
+    """``pdevision train``: classification, dense prediction (``--task segment|detect``) or restoration
+    (``--task denoise|dejpeg``)."""
     if args.task == "classify":
         args.model = args.model or "vheat_micro"
         args.batch_size = args.batch_size or 64
+        return cmd_train(args)
+    if args.task in ("segment", "detect"):
         return cmd_train(args)
     return cmd_train_restore(args)
 
@@ -501,14 +547,20 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
     g = p.add_argument_group("schedule and optimiser (default: from --recipe)")
+    from pdevision.tasks.detect import DETECT_RECIPES
+    from pdevision.tasks.segment import SEGMENT_RECIPES
+
     g.add_argument(
         "--recipe",
         default="light",
-        choices=sorted(RECIPES),
-        help="named preset: light (default), pderesnet, hcnet, vheat (alias imagenet), the papers' set-ups",
+        choices=sorted(set(RECIPES) | set(SEGMENT_RECIPES) | set(DETECT_RECIPES)),
+        help="named preset: light (default), pderesnet, hcnet, vheat (alias imagenet), the papers' set-ups; "
+        "--task segment: upernet_swin, --task detect: mask_rcnn_swin_1x",
     )
     g.add_argument("--epochs", type=_positive_int, default=None)
-    g.add_argument("--batch-size", type=_positive_int, default=64, help="per process (default 64)")
+    g.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="per process (default 64; segment and detect 8)"
+    )
     g.add_argument(
         "--lr", type=_positive, default=None, help="absolute; default: recipe lr x global batch / the recipe's batch"
     )
@@ -548,6 +600,12 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-train-batches", type=_positive_int, default=None, help="per epoch, for smoke runs")
     g.add_argument("--time-budget", type=_positive, default=None, help="seconds of training (the schedule follows it)")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    g = p.add_argument_group("dense prediction (--task segment|detect; --data: a mask folder or a COCO folder)")
+    g.add_argument("--head", default=None, help="segment: upernet (default), fpn, unet; detect: mask_rcnn, faster_rcnn")
+    g.add_argument("--fve-resize", default=None, choices=["interp", "pad", "downstream"], help="vHeat FVE rule")
+    g.add_argument("--multi-scale", action="store_true", help="detect: multi-scale training (shorter side)")
+    g.add_argument("--train-scenes", type=_positive_int, default=None, help="embedded scenes: train set size")
+    g.add_argument("--val-scenes", type=_positive_int, default=None, help="embedded scenes: val set size")
 
 
 def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
@@ -770,6 +828,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topk", type=_positive_int, default=5)
     p.add_argument("--device", type=_device, default="auto")
     p.add_argument("--json", action="store_true", help="also print the result as JSON")
+    p.add_argument("--output", default=None, help="segment/detect checkpoints: folder (default runs/predict)")
+    p.add_argument("--score-threshold", type=float, default=0.5, help="detect checkpoints: lowest score kept")
     p.set_defaults(func=cmd_predict)
     _add_viz_parser(sub)
     _add_restore_parser(sub)

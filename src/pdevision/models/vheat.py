@@ -7,7 +7,9 @@ Layout: the stem is NCHW, stages run NHWC ``(B, H, W, C)``; ``forward_features``
 
 Any input size: each stage's FVE is trained for the feature size of ``img_size``; at another size it
 is resampled by :func:`pdevision.ops.resize_spectrum` (``fve_resize="interp"``: linear in the physical
-frequency ``w = n pi / N``, unchanged at the training size; ``"pad"``: the authors' zero padding).
+frequency ``w = n pi / N``, unchanged at the training size; ``"pad"``: the authors' zero padding;
+``"downstream"``: the authors' downstream rule, zero padding of a loaded FVE to ``img_size`` and bicubic
+resampling at run time).
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ class VHeat(StagedBackbone):
         layer_scale: initial value of per-channel branch scaling, ``None`` for none.
         drop_rate: dropout before the classifier.
         drop_path_rate: stochastic depth, linearly increasing over blocks.
-        fve_resize: ``"interp"`` or ``"pad"``, how FVEs follow a new input size.
+        fve_resize: ``"interp"``, ``"pad"`` or ``"downstream"``, how FVEs follow a new input size.
         dct_method: ``"auto"``, ``"matrix"`` or ``"fft"``.
         k_mode: ``"fve"`` (the paper), ``"learnable"`` (one scalar k per layer) or ``"fixed"`` (k = 1): the
             diffusivity ablation (see :class:`~pdevision.layers.HeatConductionOperator`).
@@ -173,8 +175,8 @@ class VHeat(StagedBackbone):
         super().__init__()
         if kwargs:
             raise TypeError(f"VHeat got unexpected arguments: {sorted(kwargs)}")
-        if fve_resize not in ("interp", "pad"):
-            raise ValueError(f"fve_resize must be 'interp' or 'pad', got {fve_resize!r}")
+        if fve_resize not in ("interp", "pad", "downstream"):
+            raise ValueError(f"fve_resize must be 'interp' or 'pad' or 'downstream', got {fve_resize!r}")
         self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)
 
         self._build(
@@ -270,7 +272,8 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: VHeat) -> dict[str, 
     for i, stage in enumerate(model.stages):
         key = f"stages.{i}.freq_embed"
         if key in state_dict and state_dict[key].shape != stage.freq_embed.shape:
-            state_dict[key] = resize_spectrum(state_dict[key], stage.feat_size, stage.fve_resize)
+            mode = "pad" if stage.fve_resize == "downstream" else stage.fve_resize  # authors: pad at load
+            state_dict[key] = resize_spectrum(state_dict[key], stage.feat_size, mode)
         k_exp_key = f"stages.{i}.blocks.0.mixer.k_exp"
         if k_exp_key in state_dict:
             size = tuple(state_dict[k_exp_key].shape[:2])

@@ -107,6 +107,10 @@ def resize_spectrum(spec: torch.Tensor, size: tuple[int, int], mode: str = "inte
     largest trained one take the value of the largest. At ``size == (H, W)`` the map is unchanged.
     ``mode="pad"`` is the vHeat authors' rule for larger inputs: keep the trained entries at their
     indices and zero-pad the new high frequencies (crop when smaller).
+    ``mode="downstream"`` is the run-time half of the vHeat authors' downstream rule (their
+    ``segmentation/model.py`` and ``detection/model.py``): the map is resampled as an image with
+    ``F.interpolate(mode="bicubic", align_corners=False)``, pixel grid to pixel grid (the load-time
+    half, zero padding to the downstream training size, is ``mode="pad"``).
     """
     h_in, w_in = spec.shape[0], spec.shape[1]
     h, w = size
@@ -115,8 +119,12 @@ def resize_spectrum(spec: torch.Tensor, size: tuple[int, int], mode: str = "inte
     if mode == "pad":
         out = spec[:h, :w]
         return torch.nn.functional.pad(out, (0, 0, 0, max(w - w_in, 0), 0, max(h - h_in, 0)))
+    if mode == "downstream":
+        img = spec.permute(2, 0, 1).unsqueeze(0)
+        out = torch.nn.functional.interpolate(img, size=(h, w), mode="bicubic", align_corners=False)
+        return out[0].permute(1, 2, 0)
     if mode != "interp":
-        raise ValueError(f"spectrum resize mode must be 'interp' or 'pad', got {mode!r}")
+        raise ValueError(f"spectrum resize mode must be 'interp' or 'pad' or 'downstream', got {mode!r}")
     mh = _frequency_interp_matrix(h, h_in).to(device=spec.device, dtype=spec.dtype)
     mw = _frequency_interp_matrix(w, w_in).to(device=spec.device, dtype=spec.dtype)
     # two plain matrix products (an einsum over both axes at once takes a slow path)

@@ -1,0 +1,200 @@
+"""Segmentation and detection tasks: metrics against scikit-learn / pycocotools, the CLI through the one loop,
+--init-from, predict on dense checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+from PIL import Image
+from sklearn.metrics import accuracy_score, jaccard_score
+from sklearn.metrics import confusion_matrix as sk_confusion
+
+import pdevision.models  # noqa: F401
+from pdevision.cli import main
+from pdevision.engine.checkpoint import save_checkpoint
+from pdevision.tasks.detect import DetectTask
+from pdevision.tasks.segment import DenseConfig, confusion_matrix, segmentation_scores
+from tests.data.test_dense_data import _coco, _write_mask_folder
+
+
+def test_confusion_and_scores_match_sklearn() -> None:
+    rng = np.random.default_rng(0)
+    n = 5
+    target = rng.integers(0, n, (4, 20, 30))
+    pred = np.where(rng.random(target.shape) < 0.6, target, rng.integers(0, n, target.shape))
+    pred[pred == 4] = 3  # class 4 is never predicted
+    target[0, :5] = 255  # ignored pixels
+    conf = confusion_matrix(torch.from_numpy(pred), torch.from_numpy(target), n)
+    keep = target != 255
+    ref = sk_confusion(target[keep], pred[keep], labels=list(range(n)))
+    np.testing.assert_array_equal(conf.numpy(), ref)
+    scores = segmentation_scores(conf)
+    iou = jaccard_score(target[keep], pred[keep], labels=list(range(n)), average=None)
+    assert scores["miou"] == pytest.approx(iou.mean() * 100)
+    assert scores["pixel_acc"] == pytest.approx(accuracy_score(target[keep], pred[keep]) * 100)
+    # a class absent from labels and predictions has no IoU and does not lower the mean
+    padded = np.pad(conf.numpy(), ((0, 1), (0, 1)))
+    assert segmentation_scores(padded)["miou"] == pytest.approx(scores["miou"])
+    assert segmentation_scores(padded)["iou"][-1] is None
+
+
+class _Ctx:
+    """The loop's evaluation context in one process, on the CPU."""
+
+    device = torch.device("cpu")
+    batch_size = 4
+
+    def __init__(self, collate) -> None:
+        self.collate = collate
+
+    def loader(self, dataset, batch_size=None):
+        return torch.utils.data.DataLoader(dataset, batch_size=batch_size or 4, collate_fn=self.collate)
+
+    def to_device(self, batch):
+        return batch
+
+    def autocast(self):
+        return torch.autocast("cpu", enabled=False)
+
+    def sum(self, values):
+        return values
+
+
+class _Oracle(torch.nn.Module):
+    """A detector whose outputs are the targets with a known shift: what the metric must score."""
+
+    def __init__(self, dataset, shift: float) -> None:
+        super().__init__()
+        self.dataset, self.shift = dataset, shift
+
+    def forward(self, images):
+        out = []
+        for img in images:
+            idx = next(i for i in range(len(self.dataset)) if torch.equal(self.dataset[i][0], img))
+            t = self.dataset[idx][1]
+            boxes = t["boxes"].as_subclass(torch.Tensor).clone()
+            boxes[:, [0, 2]] += self.shift
+            masks = t["masks"].as_subclass(torch.Tensor).float()[:, None]
+            out.append(dict(boxes=boxes, labels=t["labels"], scores=torch.linspace(0.9, 0.5, len(boxes)), masks=masks))
+        return out
+
+
+def _coco_box_map(dataset, shift: float) -> float:
+    """Box mAP straight from pycocotools' COCOeval, for the same predictions."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    images, anns, dets = [], [], []
+    for i in range(len(dataset)):
+        img, t = dataset[i]
+        images.append(dict(id=i, height=img.shape[1], width=img.shape[2]))
+        boxes = t["boxes"].as_subclass(torch.Tensor)
+        scores = torch.linspace(0.9, 0.5, len(boxes))
+        for j, (b, lab) in enumerate(zip(boxes.tolist(), t["labels"].tolist(), strict=True)):
+            w, h = b[2] - b[0], b[3] - b[1]
+            anns.append(
+                dict(id=len(anns) + 1, image_id=i, category_id=lab, bbox=[b[0], b[1], w, h], area=w * h, iscrowd=0)
+            )
+            dets.append(dict(image_id=i, category_id=lab, bbox=[b[0] + shift, b[1], w, h], score=float(scores[j])))
+    gt = COCO()
+    gt.dataset = dict(images=images, annotations=anns, categories=[dict(id=c) for c in range(1, 12)])
+    gt.createIndex()
+    ev = COCOeval(gt, gt.loadRes(dets), "bbox")
+    ev.evaluate()
+    ev.accumulate()
+    ev.summarize()
+    return float(ev.stats[0]) * 100
+
+
+@pytest.mark.parametrize("shift", [0.0, 2.7])  # not a whole pixel: no IoU sits exactly on a threshold
+def test_detection_map_matches_pycocotools(shift: float) -> None:
+    task = DetectTask(DenseConfig(task="detect", val_scenes=6))
+    task.datasets()
+    r = task.evaluate(_Oracle(task.val_set, shift), _Ctx(task.collate_fn))
+    assert r["map"] == pytest.approx(_coco_box_map(task.val_set, shift), abs=1e-4)  # float32 boxes there
+    if shift == 0:
+        assert r["map"] == pytest.approx(100.0) and r["map50"] == pytest.approx(100.0)
+        assert r["mask_map"] == pytest.approx(100.0)
+    else:
+        assert 0 < r["map"] < 100
+
+
+def _run(argv: list[str]) -> int:
+    return main([str(a) for a in argv])
+
+
+def test_cli_train_segment_and_predict(tmp_path: Path, capsys) -> None:
+    _write_mask_folder(tmp_path / "masks", n=6, size=(40, 48))
+    out = tmp_path / "seg"
+    argv = ["train", "--task", "segment", "--head", "fpn", "--model", "pderesnet_micro", "--epochs", "1"]
+    argv += ["--data", tmp_path / "masks", "--img-size", "32", "--batch-size", "2", "--output", out, "--no-progress"]
+    assert _run(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0 <= summary["best_val_miou"] <= 100 and summary["head"] == "fpn"
+    assert summary["classes"] == ["background", "cat", "dog"] and summary["train_images"] == 5
+    assert "best val mIoU" in capsys.readouterr().out
+    photo = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (37, 53, 3), dtype=np.uint8)).save(photo)
+    pred_dir = tmp_path / "pred"
+    assert _run(["predict", "--checkpoint", out, photo, "--output", pred_dir]) == 0
+    result = json.loads((pred_dir / "predictions.json").read_text())
+    assert result[0]["size"] == [37, 53]
+    label_map = np.asarray(Image.open(pred_dir / "photo_labels.png"))
+    assert label_map.shape == (37, 53) and label_map.max() < 3
+    assert Image.open(pred_dir / "photo_overlay.png").size == (53, 37)
+
+
+def test_cli_train_detect_init_from_and_predict(tmp_path: Path) -> None:
+    clf = timm.create_model("pderesnet_micro", num_classes=3)
+    save_checkpoint(tmp_path, "clf", clf, {"model": "pderesnet_micro", "classes": ["a", "b", "c"]})
+    _coco(tmp_path / "coco", "train")
+    _coco(tmp_path / "coco", "val")
+    out = tmp_path / "det"
+    argv = ["train", "--task", "detect", "--head", "faster_rcnn", "--model", "pderesnet_micro", "--epochs", "1"]
+    argv += ["--data", tmp_path / "coco", "--batch-size", "2", "--img-size", "64"]
+    argv += ["--init-from", tmp_path / "clf", "--output", out, "--no-progress"]
+    assert _run(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"best_val_map", "best_val_map50"} <= set(summary) and summary["head"] == "faster_rcnn"
+    assert summary["classes"] == ["dog", "cat"]
+    photo = tmp_path / "photo.jpg"
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (50, 70, 3), dtype=np.uint8)).save(photo)
+    assert _run(["predict", "--checkpoint", out, photo, "--output", tmp_path / "pred"]) == 0
+    dets = json.loads((tmp_path / "pred" / "predictions.json").read_text())
+    assert isinstance(dets, list)
+    for d in dets:  # COCO result format, the json's own category ids
+        assert set(d) >= {"image_id", "category_id", "bbox", "score"} and len(d["bbox"]) == 4
+        assert d["category_id"] in (3, 7)
+        assert d["bbox"][0] + d["bbox"][2] <= 70 + 1e-3
+    assert Image.open(tmp_path / "pred" / "photo_overlay.png").size == (70, 50)
+
+
+def test_cli_dense_errors(tmp_path: Path, capsys) -> None:
+    assert _run(["train", "--task", "segment", "--recipe", "mask_rcnn_swin_1x", "--output", tmp_path]) == 2
+    assert "segmentation recipe must be one of" in capsys.readouterr().err
+    assert _run(["train", "--task", "detect", "--head", "upernet", "--output", tmp_path]) == 2
+    assert "detection head" in capsys.readouterr().err
+    assert _run(["train", "--recipe", "upernet_swin", "--output", tmp_path]) == 2
+    clf = timm.create_model("hcnet_micro", num_classes=2)
+    save_checkpoint(tmp_path, "clf", clf, {"model": "hcnet_micro"})
+    argv = ["train", "--task", "segment", "--model", "vheat_micro", "--init-from", tmp_path / "clf"]
+    assert _run([*argv, "--output", tmp_path / "x"]) == 2
+    assert "holds a 'hcnet_micro' backbone" in capsys.readouterr().err
+
+
+def test_embedded_default_runs_for_its_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --data, --epochs or --time-budget: the run is a fixed time of training steps."""
+    import pdevision.tasks.segment as segment
+
+    monkeypatch.setitem(segment.EMBEDDED_TIME_BUDGET, "segment", 1.0)
+    config = DenseConfig(
+        task="segment", model="pderesnet_micro", head="fpn", train_scenes=16, val_scenes=4, output=str(tmp_path)
+    )
+    summary = segment.train_dense(config)
+    assert "time budget of 1 s spent" in summary["status"]
+    assert summary["epochs_run"] < 100
