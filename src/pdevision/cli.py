@@ -433,7 +433,7 @@ def cmd_train_any(args: argparse.Namespace) -> int:
 
 
 def cmd_train_restore(args: argparse.Namespace) -> int:
-    from pdevision.engine.loop import LoopConfig, fit
+    from pdevision.engine.loop import LoopConfig, fit, runtime_of
     from pdevision.tasks.restore import DEFAULT_BASELINES, RestoreConfig, RestoreTask, parse_sigma
 
     d = RESTORE_TASK_DEFAULTS
@@ -464,17 +464,8 @@ def cmd_train_restore(args: argparse.Namespace) -> int:
         warmup_epochs=args.warmup_epochs or 0,
         clip_grad=args.clip_grad or None,
         ema_decay=None if args.no_ema else args.ema_decay,
-        amp=args.amp,
-        seed=args.seed,
-        deterministic=args.deterministic,
-        workers=args.workers,
-        device=args.device,
-        resume=args.resume,
-        stop_after_epochs=args.stop_after_epochs,
-        max_train_batches=args.max_train_batches,
-        time_budget=args.time_budget if args.time_budget is not None else d["time_budget"],
         rank_seed=True,  # patches are drawn from torch's generator: each rank its own
-        progress=args.progress,
+        **{**runtime_of(args), "time_budget": args.time_budget if args.time_budget is not None else d["time_budget"]},
     )
     s = fit(RestoreTask(config), loop)
     if s.get("world_size", 1) > 1 and not _is_rank0():

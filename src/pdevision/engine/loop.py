@@ -90,6 +90,27 @@ class LoopConfig:
     config_json: dict[str, Any] = field(default_factory=dict)  # written to config.json (default: this config)
 
 
+# run-time knobs a task's configuration shares with the loop under the same names, passed through unchanged
+RUNTIME_FIELDS = (
+    "amp",
+    "compile",
+    "seed",
+    "deterministic",
+    "workers",
+    "device",
+    "resume",
+    "stop_after_epochs",
+    "max_train_batches",
+    "time_budget",
+    "progress",
+)
+
+
+def runtime_of(config: Any) -> dict[str, Any]:
+    """The :data:`RUNTIME_FIELDS` that ``config`` (a task's configuration or parsed arguments) has, by name."""
+    return {k: getattr(config, k) for k in RUNTIME_FIELDS if hasattr(config, k)}
+
+
 @dataclass
 class RunContext:
     """What a task sees of the run: device, ranks, precision, loaders."""

@@ -25,7 +25,7 @@ from pdevision.data import RECIPES, build_datasets, build_transforms
 from pdevision.data.embedded import is_embedded
 from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
-from pdevision.engine.loop import LoopConfig, RunContext
+from pdevision.engine.loop import LoopConfig, RunContext, runtime_of
 from pdevision.engine.modeling import build_model, check_image_size, load_into_model
 from pdevision.engine.runtime import autocast
 from pdevision.engine.train import TrainConfig, evaluate_model
@@ -51,18 +51,8 @@ def loop_config(config: TrainConfig) -> LoopConfig:
         warmup_epochs=cfg["warmup_epochs"],
         clip_grad=cfg["clip_grad"],
         ema_decay=cfg["ema_decay"],
-        amp=config.amp,
-        compile=config.compile,
-        seed=config.seed,
-        deterministic=config.deterministic,
-        workers=config.workers,
-        device=config.device,
-        resume=config.resume,
-        stop_after_epochs=config.stop_after_epochs,
-        max_train_batches=config.max_train_batches,
-        time_budget=config.time_budget,
-        progress=config.progress,
         config_json=cfg,
+        **runtime_of(config),
     )
 
 

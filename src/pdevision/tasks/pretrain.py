@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from pdevision.bench import count_params
 from pdevision.engine.checkpoint import CheckpointError, load_weights
-from pdevision.engine.loop import LoopConfig, RunContext, fit
+from pdevision.engine.loop import LoopConfig, RunContext, fit, runtime_of
 from pdevision.ssl.data import build_pretrain_dataset
 from pdevision.ssl.pretrain import METHODS, PretrainConfig, build_pretrainer
 from pdevision.ssl.visualize import save_reconstruction_grid
@@ -56,20 +56,11 @@ def loop_config(config: PretrainConfig) -> LoopConfig:
         min_lr=config.min_lr,
         warmup_epochs=config.warmup * config.epochs,
         clip_grad=config.clip_grad,
-        amp=config.amp,
-        seed=config.seed,
         rank_seed=True,  # crops and masks differ across ranks
-        deterministic=config.deterministic,
-        workers=config.workers,
-        device=config.device,
-        resume=config.resume,
-        stop_after_epochs=config.stop_after_epochs,
-        max_train_batches=config.max_train_batches,
-        time_budget=config.time_budget,
         drop_last=True,
         find_unused_parameters=True,  # a backbone may hold parameters pretraining does not use
-        progress=config.progress,
         config_json=dataclasses.asdict(config),
+        **runtime_of(config),
     )
 
 

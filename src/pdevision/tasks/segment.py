@@ -268,7 +268,7 @@ class SegmentTask(Task):
 
 def loop_config(config: DenseConfig, recipe: DenseRecipe, default_batch: int) -> Any:
     """The loop's knobs for a dense task (AdamW, the recipe's lr scaled to the batch, cosine)."""
-    from pdevision.engine.loop import LoopConfig
+    from pdevision.engine.loop import LoopConfig, runtime_of
 
     batch = config.batch_size or default_batch
     cfg = {**asdict(config), "recipe_values": asdict(recipe)}
@@ -284,16 +284,8 @@ def loop_config(config: DenseConfig, recipe: DenseRecipe, default_batch: int) ->
         min_lr=recipe.min_lr,
         warmup_epochs=recipe.warmup_epochs if config.warmup_epochs is None else config.warmup_epochs,
         clip_grad=recipe.clip_grad,
-        amp=config.amp,
-        seed=config.seed,
-        workers=config.workers,
-        device=config.device,
-        resume=config.resume,
-        stop_after_epochs=config.stop_after_epochs,
-        max_train_batches=config.max_train_batches,
-        time_budget=config.time_budget,
-        progress=config.progress,
         config_json=cfg,
+        **runtime_of(config),
     )
 
 
