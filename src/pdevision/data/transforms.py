@@ -48,13 +48,12 @@ class LightRecipe(Recipe):
 
 @dataclass(frozen=True)
 class PdeResNetRecipe(Recipe):
-    """PDE-ResNet (PDE-ConvNet paper, arXiv:2308.01621, section 5): "the official training script for ResNeXt-50
-    [timm's, ResNet strikes back] (SGD, cosine learning rate, with a warmup of 5 epochs, batch size of 192, etc.)
-    except that the peak learning rate is set to 0.3 instead of 0.6, and the total number of epochs is set to 50",
-    at 224x224 on a 100-class ImageNet subset. SGD is timm's ``sgd`` (Nesterov momentum). The paper does not state
-    momentum, weight decay, the final learning rate, clipping or augmentation ("etc."): those fields hold the
-    defaults of timm's ``train.py`` (momentum 0.9, weight decay 2e-5, label smoothing 0.1, flips 0.5, colour
-    jitter 0.4, random-resized crops 0.08-1, no mixup, cutmix, random erasing, EMA or clipping), not the paper's."""
+    """PDE-ResNet (PDE-ConvNet paper, arXiv:2308.01621, section 5). The paper trains with timm's ResNeXt-50 script
+    (ResNet strikes back): SGD, cosine schedule, 5 warm-up epochs, batch 192, but a peak rate of 0.3 (not 0.6) and
+    50 epochs, at 224x224 on a 100-class ImageNet subset. SGD here is timm's ``sgd`` (Nesterov momentum). Momentum,
+    weight decay, final rate, clipping and augmentation are left unstated there; those fields hold the defaults of
+    timm's ``train.py`` (momentum 0.9, weight decay 2e-5, label smoothing 0.1, flips 0.5, colour jitter 0.4,
+    random-resized crops 0.08-1, no mixup, cutmix, random erasing, EMA or clipping), not values from the paper."""
 
     name: str = "pderesnet"
     epochs: int = 50
@@ -74,21 +73,15 @@ class PdeResNetRecipe(Recipe):
 
 
 @dataclass(frozen=True)
-class HcNetRecipe(Recipe):
-    """HcNet (HcNet paper, ImageNet-1K implementation details): AdamW "for 300 epochs using a cosine decay learning
-    rate scheduler and 20 epochs of linear warm-up. A batch size of 256, an initial learning rate of 0.001, and a
-    weight decay of 0.05", with "most of the augmentation and regularization strategies of Swin". Which of Swin's
-    the paper keeps is not said: the augmentation, clipping and final-rate fields hold Swin's values (RandAugment
-    m9, mixup 0.8, cutmix 1.0, label smoothing 0.1, random erasing 0.25, clip 5, min lr 5e-6), no EMA."""
+class SwinImageNetRecipe(Recipe):
+    """Swin's ImageNet-1K set-up (arXiv:2103.14030), which vHeat and HcNet follow: AdamW, 300 epochs with 20 of
+    warm-up, cosine to 5e-6, gradient clip 5, RandAugment m9, mixup 0.8, cutmix 1.0, label smoothing 0.1, random
+    erasing 0.25. The two recipes below change only what their papers (or configurations) state."""
 
-    name: str = "hcnet"
     epochs: int = 300
     warmup_epochs: int = 20
-    lr: float = 1e-3
-    lr_batch: int = 256
     opt: str = "adamw"
     min_lr: float = 5e-6
-    weight_decay: float = 0.05
     clip_grad: float | None = 5.0
     auto_augment: str | None = "rand-m9-mstd0.5-inc1"
     mixup: float = 0.8
@@ -102,32 +95,29 @@ class HcNetRecipe(Recipe):
 
 
 @dataclass(frozen=True)
-class VHeatRecipe(Recipe):
-    """vHeat on ImageNet-1K, the Swin recipe it follows: AdamW at 5e-4 per 512 images, weight decay 0.08, 300
-    epochs with 20 of warm-up, RandAugment m9, mixup 0.8, cutmix 1.0, label smoothing 0.1, random erasing 0.25,
-    gradient clip 5, EMA 0.9999. The vHeat texts in the papers folder (CVPR version, article) do not list the
-    ImageNet hyper-parameters; these are the values of this library's earlier ``imagenet`` recipe (vHeat's
-    released training configuration), not numbers checked against a paper."""
+class HcNetRecipe(SwinImageNetRecipe):
+    """HcNet (HcNet paper, ImageNet-1K implementation details): the paper states AdamW for 300 epochs, cosine decay
+    after 20 linear warm-up epochs, peak rate 1e-3 at batch 256 and weight decay 0.05, and says it keeps most of
+    Swin's augmentation and regularisation without naming which. So the other fields are Swin's, and no EMA."""
+
+    name: str = "hcnet"
+    lr: float = 1e-3
+    lr_batch: int = 256
+    weight_decay: float = 0.05
+
+
+@dataclass(frozen=True)
+class VHeatRecipe(SwinImageNetRecipe):
+    """vHeat on ImageNet-1K: Swin's set-up at 5e-4 per 512 images, weight decay 0.08, EMA 0.9999. The vHeat texts
+    in the papers folder (CVPR version, article) do not list the ImageNet hyper-parameters; these are the values
+    of this library's earlier ``imagenet`` recipe (vHeat's released training configuration), not numbers checked
+    against a paper."""
 
     name: str = "vheat"
-    epochs: int = 300
-    warmup_epochs: int = 20
     lr: float = 5e-4
     lr_batch: int = 512
-    opt: str = "adamw"
-    min_lr: float = 5e-6
     weight_decay: float = 0.08
-    clip_grad: float | None = 5.0
-    auto_augment: str | None = "rand-m9-mstd0.5-inc1"
-    mixup: float = 0.8
-    cutmix: float = 1.0
-    label_smoothing: float = 0.1
-    re_prob: float = 0.25
-    hflip: float = 0.5
-    color_jitter: float = 0.4
-    scale: tuple[float, float] = (0.08, 1.0)
     ema_decay: float | None = 0.9999
-    crop_pct: float = 0.875
 
 
 RECIPES: dict[str, Recipe] = {
