@@ -147,6 +147,17 @@ def test_cli_train_segment_and_predict(tmp_path: Path, capsys) -> None:
     label_map = np.asarray(Image.open(pred_dir / "photo_labels.png"))
     assert label_map.shape == (37, 53) and label_map.max() < 3
     assert Image.open(pred_dir / "photo_overlay.png").size == (53, 37)
+    # hostile inputs to predict on a dense checkpoint: a file that is not an image, a 16-bit image
+    capsys.readouterr()
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    assert _run(["predict", "--checkpoint", out, bad, "--output", pred_dir]) in (1, 2)
+    err = capsys.readouterr().err
+    assert "bad.png" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    deep = tmp_path / "deep.png"
+    Image.fromarray(np.full((37, 53), 65535, dtype=np.uint16)).save(deep)
+    assert _run(["predict", "--checkpoint", out, deep, "--output", pred_dir]) == 0
+    assert Image.open(pred_dir / "deep_overlay.png").size == (53, 37)
 
 
 def test_cli_train_detect_init_from_and_predict(tmp_path: Path) -> None:

@@ -360,11 +360,12 @@ def predict_dense(
     (``<stem>_labels.png`` holds the class index per pixel); for detection the COCO result format
     (``image_id`` the image's position in the list, ``category_id``, ``bbox`` ``[x, y, w, h]``,
     ``score``, and ``segmentation`` as RLE for Mask R-CNN), detections with score below
-    ``score_threshold`` left out. Returns ``{"kind", "results", "output"}``.
+    ``score_threshold`` left out. Images are read by the library's one loader (16-bit and float images scaled,
+    decompression bombs refused: :class:`~pdevision.data.ImageReadError`). Returns ``{"kind", "results", "output"}``.
     """
     from PIL import Image
-    from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
 
+    from pdevision.data import open_rgb
     from pdevision.engine.runtime import resolve_device
 
     dev = resolve_device(device)
@@ -372,70 +373,79 @@ def predict_dense(
     model.to(dev)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    classes = list(meta["classes"])
-    colours = _palette(len(classes))
+    colours = _palette(len(meta["classes"]))
     results: list[dict[str, Any]] = []
     for index, name in enumerate(images):
         path = Path(name)
-        if not path.is_file():
-            raise FileNotFoundError(f"no image file {path}")
-        try:
-            with Image.open(path) as img:
-                rgb = np.array(img.convert("RGB"))
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot read the image ({exc})") from None
-        uint8 = torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
-        x = uint8.float().div(255.0)
+        uint8 = torch.from_numpy(np.array(open_rgb(path))).permute(2, 0, 1).contiguous()
         with torch.no_grad():
             if meta["kind"] == "segment":
-                mean = torch.tensor(meta["mean"])[:, None, None]
-                std = torch.tensor(meta["std"])[:, None, None]
-                labels = model(((x - mean) / std)[None].to(dev))[0].argmax(0).cpu()
-                Image.fromarray(labels.numpy().astype(np.uint8)).save(out / f"{path.stem}_labels.png")
-                shown = [c for c in labels.unique().tolist() if classes[c] != "background"]
-                masks = (
-                    torch.stack([labels == c for c in shown]) if shown else torch.zeros(0, *labels.shape, dtype=bool)
-                )
-                overlay = draw_segmentation_masks(uint8, masks, alpha=0.5, colors=[colours[c] for c in shown])
-                counts = torch.bincount(labels.flatten(), minlength=len(classes)).tolist()
-                results.append(
-                    {
-                        "image": str(path),
-                        "size": [int(rgb.shape[0]), int(rgb.shape[1])],
-                        "label_png": f"{path.stem}_labels.png",
-                        "pixels": {classes[c]: n for c, n in enumerate(counts) if n},
-                    }
-                )
+                overlay, found = _segment_image(model, uint8, meta, colours, dev, out / f"{path.stem}_labels.png")
+                found["image"] = str(path)
+                results.append(found)
             else:
-                det = model([x.to(dev)])[0]
-                keep = det["scores"] >= score_threshold
-                boxes, scores, labels = det["boxes"][keep].cpu(), det["scores"][keep].cpu(), det["labels"][keep].cpu()
-                overlay = uint8
-                masks = det["masks"][keep][:, 0].cpu() > 0.5 if "masks" in det else None
-                if masks is not None and len(masks):
-                    overlay = draw_segmentation_masks(
-                        overlay, masks, alpha=0.5, colors=[colours[lab - 1] for lab in labels]
-                    )
-                text = [f"{classes[lab - 1]} {s:.2f}" for lab, s in zip(labels.tolist(), scores.tolist(), strict=True)]
-                if len(boxes):
-                    overlay = draw_bounding_boxes(overlay, boxes, text, colors=[colours[lab - 1] for lab in labels])
-                cat_ids = meta.get("category_ids") or list(range(1, len(classes) + 1))
-                for j in range(len(boxes)):
-                    x0, y0, x1, y1 = boxes[j].tolist()
-                    r = {
-                        "image_id": index,
-                        "file_name": str(path),
-                        "category_id": int(cat_ids[int(labels[j]) - 1]),
-                        "category": classes[int(labels[j]) - 1],
-                        "bbox": [x0, y0, x1 - x0, y1 - y0],
-                        "score": float(scores[j]),
-                    }
-                    if masks is not None:
-                        from pycocotools import mask as mask_utils
-
-                        rle = mask_utils.encode(np.asfortranarray(masks[j].numpy().astype(np.uint8)))
-                        r["segmentation"] = {"size": list(rle["size"]), "counts": rle["counts"].decode()}
-                    results.append(r)
+                overlay, found = _detect_image(model, uint8, meta, colours, dev, score_threshold)
+                results += [{"image_id": index, "file_name": str(path), **r} for r in found]
         Image.fromarray(overlay.permute(1, 2, 0).numpy()).save(out / f"{path.stem}_overlay.png")
     (out / "predictions.json").write_text(json.dumps(results, indent=1))
     return {"kind": meta["kind"], "results": results, "output": str(out)}
+
+
+def _segment_image(
+    model: nn.Module, uint8: torch.Tensor, meta: dict[str, Any], colours: list, dev: torch.device, label_png: Path
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Class map of one ``(3, H, W)`` uint8 image, written to ``label_png``; the overlay and the image's record."""
+    from PIL import Image
+    from torchvision.utils import draw_segmentation_masks
+
+    classes = list(meta["classes"])
+    mean = torch.tensor(meta["mean"])[:, None, None]
+    std = torch.tensor(meta["std"])[:, None, None]
+    labels = model(((uint8.float().div(255.0) - mean) / std)[None].to(dev))[0].argmax(0).cpu()
+    Image.fromarray(labels.numpy().astype(np.uint8)).save(label_png)
+    shown = [c for c in labels.unique().tolist() if classes[c] != "background"]
+    masks = torch.stack([labels == c for c in shown]) if shown else torch.zeros(0, *labels.shape, dtype=torch.bool)
+    overlay = draw_segmentation_masks(uint8, masks, alpha=0.5, colors=[colours[c] for c in shown])
+    counts = torch.bincount(labels.flatten(), minlength=len(classes)).tolist()
+    record = {
+        "size": [int(uint8.shape[1]), int(uint8.shape[2])],
+        "label_png": label_png.name,
+        "pixels": {classes[c]: n for c, n in enumerate(counts) if n},
+    }
+    return overlay, record
+
+
+def _detect_image(
+    model: nn.Module, uint8: torch.Tensor, meta: dict[str, Any], colours: list, dev: torch.device, threshold: float
+) -> tuple[torch.Tensor, list[dict[str, Any]]]:
+    """Detections of one ``(3, H, W)`` uint8 image above ``threshold``: the overlay and COCO-style results."""
+    from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
+
+    classes = list(meta["classes"])
+    det = model([uint8.float().div(255.0).to(dev)])[0]
+    keep = det["scores"] >= threshold
+    boxes, scores, labels = det["boxes"][keep].cpu(), det["scores"][keep].cpu(), det["labels"][keep].cpu()
+    overlay = uint8
+    masks = det["masks"][keep][:, 0].cpu() > 0.5 if "masks" in det else None
+    if masks is not None and len(masks):
+        overlay = draw_segmentation_masks(overlay, masks, alpha=0.5, colors=[colours[lab - 1] for lab in labels])
+    text = [f"{classes[lab - 1]} {s:.2f}" for lab, s in zip(labels.tolist(), scores.tolist(), strict=True)]
+    if len(boxes):
+        overlay = draw_bounding_boxes(overlay, boxes, text, colors=[colours[lab - 1] for lab in labels])
+    cat_ids = meta.get("category_ids") or list(range(1, len(classes) + 1))
+    results = []
+    for j in range(len(boxes)):
+        x0, y0, x1, y1 = boxes[j].tolist()
+        r: dict[str, Any] = {
+            "category_id": int(cat_ids[int(labels[j]) - 1]),
+            "category": classes[int(labels[j]) - 1],
+            "bbox": [x0, y0, x1 - x0, y1 - y0],
+            "score": float(scores[j]),
+        }
+        if masks is not None:
+            from pycocotools import mask as mask_utils
+
+            rle = mask_utils.encode(np.asfortranarray(masks[j].numpy().astype(np.uint8)))
+            r["segmentation"] = {"size": list(rle["size"]), "counts": rle["counts"].decode()}
+        results.append(r)
+    return overlay, results
