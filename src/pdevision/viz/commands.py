@@ -245,45 +245,37 @@ def _table(rows: list[dict[str, str]], columns: Sequence[str]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def report(
-    checkpoint: str | Path,
-    output: str | Path = "runs/viz/report",
-    data: str | None = None,
-    images: int = 8,
-    steps: int = 50,
-) -> dict[str, Any]:
-    """``index.html`` in ``output``: the run's curves and metrics, the confusion matrix, and the figures that
-    apply to the model's family, every image linked relatively and present in ``output``."""
-    from pdevision.engine.checkpoint import resolve_checkpoint
-    from pdevision.engine.evaluate import evaluate_checkpoint
+class _Figures:
+    """Figures linked from ``index.html``: relative paths under ``out``, files that were not written left out."""
 
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    folder = resolve_checkpoint(checkpoint)
-    model, meta, _ = load_checkpoint_model(folder)
-    kind = family(model)
-    data = data if data is not None else run_data(folder)
-    run = run_folder_of(folder)
-    sections: list[str] = []
-    figures: list[dict[str, str]] = []
-    numbers: dict[str, Any] = {
-        "model": meta["model"],
-        "family": kind,
-        "checkpoint": f"{folder.parent.name}/{folder.name}",
-    }
+    def __init__(self, out: Path) -> None:
+        self.out, self.listed = out, []
 
-    def figure(path: Path, caption: str) -> str:
+    def __call__(self, path: Path, caption: str) -> str:
         if not path.is_file():
             log.info("report: %s was not written, left out", path)
             return ""
-        rel = path.relative_to(out).as_posix()
-        figures.append({"src": rel, "caption": caption})
+        rel = path.relative_to(self.out).as_posix()
+        self.listed.append({"src": rel, "caption": caption})
         return (
             f'<figure><a href="{html.escape(rel)}"><img src="{html.escape(rel)}" alt="{html.escape(caption)}"></a>'
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         )
 
-    # the run
+
+_HEAT_CAPTIONS = {
+    "vheat_diffusivity.png": "diffusivity k(w) per block, mean over channels (DC at the top left)",
+    "vheat_radial.png": "k against the radial frequency |w|: channel median and 10-90% band",
+    "vheat_decay.png": "decay factors exp(-k|w|^2) of each stage's first block",
+    "vheat_point_source.png": "a point source spread by each stage's first operator over time",
+    "hcnet_k.png": "distribution of the step size k per Heat Conduction Layer over validation images",
+    "hcnet_stencils.png": "learned stencils N(z) - W z, mean over channels",
+    "pderesnet_point_response.png": "each block's response to a point perturbation of its input",
+}
+
+
+def _run_section(run: Path | None, meta: dict[str, Any], data: str | None, fig: _Figures, numbers: dict) -> str:
+    """The run: model, checkpoint, summary, curves and the metrics table of the run folder."""
     part = [
         f"<h2>Run</h2><p>model <b>{html.escape(str(meta['model']))}</b>, checkpoint "
         f"<code>{html.escape(numbers['checkpoint'])}</code> (epoch {meta.get('epoch', '?')}, "
@@ -299,89 +291,103 @@ def report(
             f"{summary.get('train_images')} train / {summary.get('val_images')} val images.</p>"
         )
     if run is not None and (run / "curves.png").exists():
-        shutil.copy(run / "curves.png", out / "curves.png")
-        part.append(figure(out / "curves.png", "training curves: loss and top-1 per epoch (from the run folder)"))
+        shutil.copy(run / "curves.png", fig.out / "curves.png")
+        part.append(fig(fig.out / "curves.png", "training curves: loss and top-1 per epoch (from the run folder)"))
     if run is not None and (run / "metrics.csv").exists():
         with open(run / "metrics.csv", newline="") as f:
             rows = list(csv.DictReader(f))
-        cols = [
-            c
-            for c in ("epoch", "lr", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "epoch_seconds")
-            if rows and c in rows[0]
-        ]
+        wanted = ("epoch", "lr", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "epoch_seconds")
+        cols = [c for c in wanted if rows and c in rows[0]]
         part.append("<h3>metrics.csv</h3>" + _table(rows, cols))
         numbers["metrics_rows"] = len(rows)
-    sections.append("".join(part))
+    return "".join(part)
 
-    # evaluation
+
+def _maps_sections(folder: Path, data: str | None, images: int, fig: _Figures, numbers: dict) -> list[str]:
+    """Evaluation with the confusion matrix, ERF and Grad-CAM."""
+    from pdevision.engine.evaluate import evaluate_checkpoint
+
+    out = fig.out
     ev = evaluate_checkpoint(folder, data=data, output=out / "eval")
     numbers["eval"] = {k: ev[k] for k in ("top1", "top5", "loss", "images")}
-    sections.append(
+    sections = [
         f"<h2>Evaluation</h2><p>{ev['images']} validation images: top-1 {ev['top1']:.2f}%, top-5 {ev['top5']:.2f}%, "
         f"loss {ev['loss']:.4f}.</p>"
-        + figure(out / "eval" / "confusion_matrix.png", "confusion matrix (rows: true class)")
-    )
-
-    # ERF and Grad-CAM
+        + fig(out / "eval" / "confusion_matrix.png", "confusion matrix (rows: true class)")
+    ]
     e = erf(checkpoints=[folder], output=out / "erf", data=data, images=images)
     shares = "; ".join(
         f"{s['stage']}: {100 * s['area_50']:.1f}% / {100 * s['area_95']:.1f}%" for s in e["models"][0]["stages"]
     )
-    sections.append(
-        "<h2>Effective receptive field</h2>"
-        + figure(
-            out / "erf" / "erf.png",
-            f"ERF of each stage's centre output over {e['images'][next(iter(e['images']))]}; "
-            f"share of the input area holding 50% / 95% of the gradient: {shares}",
-        )
+    caption = (
+        f"ERF of each stage's centre output over {e['images'][next(iter(e['images']))]}; "
+        f"share of the input area holding 50% / 95% of the gradient: {shares}"
     )
+    sections.append("<h2>Effective receptive field</h2>" + fig(out / "erf" / "erf.png", caption))
     numbers["erf"] = e["models"][0]
     g = gradcam(folder, output=out / "gradcam", data=data, images=min(images, 4))
-    sections.append(
-        "<h2>Grad-CAM</h2>"
-        + figure(
-            out / "gradcam" / "gradcam.png",
-            f"Grad-CAM per stage for the predicted class (grad-cam package, reshape: {g['reshape']})",
-        )
-    )
+    caption = f"Grad-CAM per stage for the predicted class (grad-cam package, reshape: {g['reshape']})"
+    sections.append("<h2>Grad-CAM</h2>" + fig(out / "gradcam" / "gradcam.png", caption))
+    return sections
 
-    # the family's physics
+
+def _physics_sections(
+    folder: Path, kind: str, data: str | None, images: int, steps: int, fig: _Figures, numbers: dict
+) -> list[str]:
+    """The family's heat figures, and the symmetry figures for PDE-ResNet."""
+    out, sections = fig.out, []
     if kind in ("vheat", "hcnet", "pderesnet"):
         h = heat(checkpoint=folder, output=out / "heat", data=data, images=max(images, 8))
-        captions = {
-            "vheat_diffusivity.png": "diffusivity k(w) per block, mean over channels (DC at the top left)",
-            "vheat_radial.png": "k against the radial frequency |w|: channel median and 10-90% band",
-            "vheat_decay.png": "decay factors exp(-k|w|^2) of each stage's first block",
-            "vheat_point_source.png": "a point source spread by each stage's first operator over time",
-            "hcnet_k.png": "distribution of the step size k per Heat Conduction Layer over validation images",
-            "hcnet_stencils.png": "learned stencils N(z) - W z, mean over channels",
-            "pderesnet_point_response.png": "each block's response to a point perturbation of its input",
-        }
-        sections.append(
-            "<h2>Heat</h2>" + "".join(figure(out / "heat" / n, c) for n, c in captions.items() if n.startswith(kind))
-        )
+        shown = "".join(fig(out / "heat" / n, c) for n, c in _HEAT_CAPTIONS.items() if n.startswith(kind))
+        sections.append("<h2>Heat</h2>" + shown)
         numbers["heat_files"] = [Path(f).name for f in h["files"]]
     if kind == "pderesnet":
         s = symmetry(folder, output=out / "symmetry", data=data, images=max(images, 8), steps=steps)
         diff = s["logits_rel_diff"]["group element"]
         sections.append(
             "<h2>Symmetry</h2>"
-            + figure(
+            + fig(
                 out / "symmetry" / "symmetry_weights.png",
                 f"1x1 weights folded / after a group element / after sparsify; relative logits difference {diff:.1e}",
             )
-            + figure(
+            + fig(
                 out / "symmetry" / "symmetry_histograms.png",
                 "histograms of all 1x1 weights relative to their matrix's RMS",
             )
         )
         numbers["symmetry_logits_rel_diff"] = s["logits_rel_diff"]
+    return sections
+
+
+def report(
+    checkpoint: str | Path,
+    output: str | Path = "runs/viz/report",
+    data: str | None = None,
+    images: int = 8,
+    steps: int = 50,
+) -> dict[str, Any]:
+    """``index.html`` in ``output``: the run's curves and metrics, the confusion matrix, and the figures that
+    apply to the model's family, every image linked relatively and present in ``output``."""
+    from pdevision.engine.checkpoint import resolve_checkpoint
+
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    folder = resolve_checkpoint(checkpoint)
+    model, meta, _ = load_checkpoint_model(folder)
+    kind = family(model)
+    data = data if data is not None else run_data(folder)
+    fig = _Figures(out)
+    numbers: dict[str, Any] = {
+        "model": meta["model"],
+        "family": kind,
+        "checkpoint": f"{folder.parent.name}/{folder.name}",
+    }
+    sections = [_run_section(run_folder_of(folder), meta, data, fig, numbers)]
+    sections += _maps_sections(folder, data, images, fig, numbers)
+    sections += _physics_sections(folder, kind, data, images, steps, fig, numbers)
     jsons = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
-    sections.append(
-        "<h2>Numbers</h2><ul>"
-        + "".join(f'<li><a href="{html.escape(j)}">{html.escape(j)}</a></li>' for j in jsons)
-        + "</ul>"
-    )
+    links = "".join(f'<li><a href="{html.escape(j)}">{html.escape(j)}</a></li>' for j in jsons)
+    sections.append(f"<h2>Numbers</h2><ul>{links}</ul>")
     title = f"pdevision report: {meta['model']}"
     doc = (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -389,6 +395,6 @@ def report(
     )
     index = out / "index.html"
     index.write_text(doc)
-    numbers["figures"] = figures
+    numbers["figures"] = fig.listed
     numbers["files"] = [str(index), str(write_json(out / "report.json", numbers))]
     return numbers
