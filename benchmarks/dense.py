@@ -56,45 +56,13 @@ def _inputs(head: str, device: torch.device) -> Any:
     return x if head == "upernet" else [x[0]]
 
 
-def _rss() -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                key, value = line.split(":", 1)
-                out[key] = int(value.split()[0]) * 1024
-    return out
-
-
 def probe(name: str, head: str, device: torch.device) -> dict[str, float]:
     """Parameters, MACs and peak memory of one forward (run in a fresh process)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from pdevision.ops.dct import tally_fft_flops
+    from pdevision.bench.measure import macs_and_peak_memory
 
     model = build(name, head, device)
     x = _inputs(head, device)
-    with torch.no_grad(), tally_fft_flops() as fft, FlopCounterMode(display=False) as counter:
-        model(x)
-    macs = (counter.get_total_flops() + fft[0]) / 2
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        with torch.inference_mode():
-            model(x)
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - base
-    else:
-        import gc
-
-        gc.collect()
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        base = _rss()["VmRSS"]
-        with torch.inference_mode():
-            model(x)
-        peak = _rss()["VmHWM"] - base
+    macs, peak = macs_and_peak_memory(model, x, x, device)
     params = sum(p.numel() for p in model.parameters())
     return {"params_m": params / 1e6, "gmacs": macs / 1e9, "peak_mib": peak / 2**20}
 

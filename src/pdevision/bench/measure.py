@@ -159,33 +159,41 @@ def probe_model(
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _probe(args: dict[str, Any]) -> list[dict[str, float]]:
+def macs_and_peak_memory(model: Any, first: Any, inputs: Any, device: torch.device) -> tuple[float, int]:
+    """MACs of ``model(first)`` (PyTorch's flop counter plus the FFT tally of the DCTs; this call also warms the
+    caches) and the peak memory growth in bytes of ``model(inputs)`` (CUDA allocator peak, or the resident-set
+    high-water mark on the CPU). Run in a fresh process for a clean RSS reading."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from pdevision.bench.models import build_for_bench
     from pdevision.ops.dct import tally_fft_flops
+
+    with torch.inference_mode(), tally_fft_flops() as fft, FlopCounterMode(display=False) as counter:
+        model(first)
+    macs = (counter.get_total_flops() + fft[0]) / 2
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        with torch.inference_mode():
+            model(inputs)
+        torch.cuda.synchronize(device)
+        return macs, torch.cuda.max_memory_allocated(device) - base
+    base = _release_and_reset_peak()
+    with torch.inference_mode():
+        model(inputs)
+    return macs, _rss_status()["VmHWM"] - base
+
+
+def _probe(args: dict[str, Any]) -> list[dict[str, float]]:
+
+    from pdevision.bench.models import build_for_bench
 
     device = torch.device(args["device"])
     results = []
     for img_size, batch in args["sizes"]:
         model = build_for_bench(args["model"], img_size, device)
         x = torch.randn(batch, 3, img_size, img_size, device=device)
-        with torch.inference_mode(), tally_fft_flops() as fft, FlopCounterMode(display=False) as counter:
-            model(x[:1])  # MACs of one image (also warms caches before the memory measurement)
-        macs = (counter.get_total_flops() + fft[0]) / 2
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            base = torch.cuda.memory_allocated(device)
-            with torch.inference_mode():
-                model(x)
-            torch.cuda.synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device) - base
-        else:
-            base = _release_and_reset_peak()
-            with torch.inference_mode():
-                model(x)
-            peak = _rss_status()["VmHWM"] - base
+        macs, peak = macs_and_peak_memory(model, x[:1], x, device)  # MACs of one image, memory of the batch
         results.append({"img_size": img_size, "batch": batch, "peak_mib": peak / 2**20, "macs": macs})
         del model, x
     return results
