@@ -96,3 +96,24 @@ def test_timm_registry_builds_the_models() -> None:
         assert model(torch.rand(1, 1, 24, 24)).shape == (1, 1, 24, 24)
     with pytest.raises(TypeError):
         VHeatIR(bogus=1)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_images_smaller_than_the_window_or_padding_run(arch: str) -> None:
+    """SwinIR-style pads to its window by reflection, which cannot pad a side shorter than the pad: such
+    sides are replicated instead. Every net restores images down to 1x1."""
+    small = {"dncnn": dict(width=8, depth=3), "swinir": dict(embed_dim=8, depths=(1,), num_heads=2)}
+    model = create_restoration_model(arch, "micro", 1, **small.get(arch, dict(embed_dim=8, depths=(1,)))).eval()
+    with torch.no_grad():
+        for h, w in [(1, 1), (1, 5), (3, 9), (9, 2)]:
+            x = torch.rand(1, 1, h, w)
+            y = model(x)
+            assert y.shape == x.shape and torch.isfinite(y).all()
+    if arch == "swinir":  # reflection where it fits: a 7-wide side padded by 1 to the window of 8
+        from pdevision.models.restoration import _pad_to_multiple
+
+        x = torch.arange(7.0).view(1, 1, 1, 7).expand(1, 1, 3, 7)
+        padded = _pad_to_multiple(x, 8)
+        assert padded.shape == (1, 1, 8, 8)
+        assert padded[0, 0, 0, 7] == 5.0  # reflected (index 5 mirrors across 6)
+        assert torch.equal(padded[0, 0, 3:, :], padded[0, 0, 2:3, :].expand(5, 8))  # 3 rows: replicated

@@ -122,3 +122,114 @@ def test_train_task_flags_reject_bad_values(capsys) -> None:
             main(["train", *bad])
         assert exc.value.code == 2
         assert "error" in capsys.readouterr().err
+
+
+# -- resume: a stopped run continues with the same state ------------------------------------------------
+
+
+def _fit_denoise(photos: str, out, **loop):
+    from pdevision.engine.loop import LoopConfig, fit
+    from pdevision.tasks.restore import RestoreConfig, RestoreTask
+
+    cfg = RestoreConfig(
+        task="denoise", sigma=25.0, data=photos, patch_size=16, model_args=TINY, patches_per_epoch=16,
+        baselines=("noisy",),
+    )  # fmt: skip
+    loop_cfg = LoopConfig(
+        output=str(out), epochs=3, batch_size=8, lr=2e-3, weight_decay=0.0, deterministic=True, progress=False,
+        rank_seed=True, device="cpu", **loop,
+    )  # fmt: skip
+    return fit(RestoreTask(cfg), loop_cfg)
+
+
+def test_stopped_run_resumes_with_the_same_state_and_restores_identically(photos, tmp_path, capsys) -> None:
+    import csv
+
+    import safetensors.torch
+
+    from pdevision.engine.checkpoint import load_trainer_state, read_meta
+
+    full = _fit_denoise(photos, tmp_path / "full")
+    part = _fit_denoise(photos, tmp_path / "part", stop_after_epochs=1)
+    assert part["status"] == "stopped after epoch 1 of 3" and part["steps"] == 2
+    assert read_meta(tmp_path / "part" / "last")["epoch"] == 1
+    assert load_trainer_state(tmp_path / "part" / "last")["num_updates"] == 2
+    resumed = _fit_denoise(photos, tmp_path / "part", resume=str(tmp_path / "part"))
+    # the step count, the schedule and the summary continue as if the run had never stopped
+    assert resumed["status"] == full["status"] == "completed"
+    assert resumed["epochs_run"] == 3 and resumed["steps"] == full["steps"] == 6
+    for key in ("best_val_psnr", "best_val_ssim", "best", "baselines"):
+        assert resumed[key] == full[key], key
+    assert resumed["final"]["lr"] == full["final"]["lr"]
+    rows = {name: list(csv.DictReader(open(tmp_path / name / "metrics.csv"))) for name in ("full", "part")}
+    assert [r["epoch"] for r in rows["part"]] == ["1", "2", "3"]
+    assert [r["val_psnr"] for r in rows["part"]] == [r["val_psnr"] for r in rows["full"]]
+    # weights and optimizer state bitwise equal to the uninterrupted run's
+    for name in ("last", "best"):
+        a = safetensors.torch.load_file(str(tmp_path / "full" / name / "model.safetensors"))
+        b = safetensors.torch.load_file(str(tmp_path / "part" / name / "model.safetensors"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    sa, sb = load_trainer_state(tmp_path / "full" / "last"), load_trainer_state(tmp_path / "part" / "last")
+    assert sa["num_updates"] == sb["num_updates"] == 6
+    opt_a, opt_b = sa["optimizer"]["state"], sb["optimizer"]["state"]
+    assert opt_a.keys() == opt_b.keys() and opt_a
+    for k in opt_a:
+        for field in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(torch.as_tensor(opt_a[k][field]), torch.as_tensor(opt_b[k][field])), (k, field)
+    assert sa["scheduler"] == sb["scheduler"]
+    # the resumed checkpoint round-trips through `pdevision restore`: the same file as the full run's best/,
+    # and the same pixels as the model applied in memory
+    images = restoration_images(photos, mode="L")
+    degraded, _ = HeldOutImages(images, Degradation("noise", 25.0)).pair(0)
+    from pdevision.data.restoration import quantize
+
+    src = tmp_path / "noisy.png"
+    Image.fromarray(quantize(degraded)[..., 0]).save(src)
+    outs = {}
+    for name in ("full", "part"):
+        dst = tmp_path / f"{name}.png"
+        assert main(["restore", "--checkpoint", str(tmp_path / name / "best"), str(src), str(dst)]) == 0
+        outs[name] = np.asarray(Image.open(dst))
+    capsys.readouterr()
+    assert np.array_equal(outs["full"], outs["part"])
+    model, _ = load_restoration_model(tmp_path / "part" / "best")
+    expected = quantize(restore_image(model, np.asarray(Image.open(src), dtype=np.float32)[..., None] / 255.0))
+    assert np.array_equal(outs["part"], expected[..., 0])
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_its_last_checkpoint(photos, tmp_path) -> None:
+    """A training process killed (SIGKILL) mid-run resumes from its last checkpoint and completes the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from pdevision.engine.checkpoint import CheckpointError, read_meta
+
+    out = tmp_path / "run"
+    args = ["train", "--task", "denoise", "--data", photos, "--patch-size", "16", "--model-args", json.dumps(TINY),
+            "--patches-per-epoch", "16", "--batch-size", "8", "--epochs", "12", "--baselines", "noisy",
+            "--output", str(out), "--no-progress"]  # fmt: skip
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "pdevision.cli", *args], env=env, stderr=subprocess.DEVNULL)
+    epoch, deadline = 0, time.monotonic() + 300
+    while epoch < 2 and proc.poll() is None and time.monotonic() < deadline:
+        try:
+            epoch = read_meta(out / "last")["epoch"]
+        except CheckpointError:
+            pass
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    stopped = read_meta(out / "last")["epoch"]
+    assert 2 <= stopped < 12, "the run was not killed mid-run"
+    assert main([*args, "--resume", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs_run"] == 12 and summary["steps"] == 24
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows] == list(range(1, 13))
+    assert read_meta(out / "last")["epoch"] == 12

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from pdevision.data.datasets import IMAGE_EXTENSIONS, DataError
+from pdevision.data.imageio import ImageReadError, to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +111,33 @@ def _embedded(name: str, mode: str) -> np.ndarray:
 
 
 def load_image(path: str | Path, mode: str) -> np.ndarray:
-    """An image file as ``(H, W, C)`` float32 in [0, 1], converted to ``mode`` (``"L"`` or ``"RGB"``)."""
+    """An image file as ``(H, W, C)`` float32 in [0, 1], converted to ``mode`` (``"L"`` or ``"RGB"``).
+
+    16-bit and 32-bit integer grey images (values up to 65535) and float images in [0, 1] are scaled to
+    8 bits by :func:`pdevision.data.imageio.to_rgb` (Pillow's own conversion would clip them at 255).
+    A file that does not decode, or is empty, raises :class:`~pdevision.data.imageio.ImageReadError`
+    naming it (a ``ValueError``: one line on the command line)."""
     if mode not in MODES:
         raise ValueError(f"mode must be 'L' or 'RGB', got {mode!r}")
-    with Image.open(path) as img:
-        img.load()
-        return _to_array(_convert(img, mode))
+    path = Path(path)
+    try:
+        with Image.open(path) as img:
+            img.load()
+            if img.mode.startswith("I;16") or img.mode in ("I", "F"):
+                img = to_rgb(img, str(path))
+            arr = _to_array(_convert(img, mode))
+    except ImageReadError:
+        raise
+    except FileNotFoundError as exc:
+        raise ImageReadError(f"image {path} does not exist") from exc
+    except Image.DecompressionBombError as exc:
+        raise ImageReadError(f"image {path} is too large to decode safely ({exc})") from exc
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise ImageReadError(f"cannot read image {path}: {text}") from exc
+    if 0 in arr.shape[:2]:
+        raise ImageReadError(f"image {path} has no pixels ({arr.shape[1]}x{arr.shape[0]})")
+    return arr
 
 
 @dataclass
@@ -204,10 +227,10 @@ class Degradation:
             raise ValueError(f"degradation kind must be 'noise' or 'jpeg', got {self.kind!r}")
         if self.kind == "noise":
             low, high = self.sigma if isinstance(self.sigma, tuple) else (self.sigma, self.sigma)
-            if not 0 <= low <= high:
-                raise ValueError(f"noise sigma must be >= 0 (a range low <= high), got {self.sigma}")
-        if self.kind == "jpeg" and not 1 <= self.quality <= 100:
-            raise ValueError(f"JPEG quality must be in 1..100, got {self.quality}")
+            if not (math.isfinite(low) and math.isfinite(high) and 0 <= low <= high):
+                raise ValueError(f"noise sigma must be finite and >= 0 (a range low <= high), got {self.sigma}")
+        if self.kind == "jpeg" and (isinstance(self.quality, bool) or not 1 <= self.quality <= 100):
+            raise ValueError(f"JPEG quality must be an integer in 1..100, got {self.quality}")
 
     @property
     def blind(self) -> bool:

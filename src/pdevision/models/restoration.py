@@ -22,7 +22,8 @@ residual (the noise), subtracted from the input.
 **SwinIR-style** (Liang et al. 2021): the same layout as vHeatIR with timm's
 :class:`~timm.models.swin_transformer.SwinTransformerBlock` (window attention, shifted every other
 block) as the group's blocks; the input is reflect-padded to a multiple of the window and cropped
-back, as SwinIR does. These are this library's re-implementations, not the authors' weights.
+back, as SwinIR does (replicated instead along a side shorter than its padding, which reflection
+cannot pad). These are this library's re-implementations, not the authors' weights.
 
 All three: NCHW images in ``[0, 1]`` in and out, grey (``in_chans=1``) or colour (3), any size.
 ``*_micro`` are CPU-sized; ``*_base`` are the paper-sized configurations (SwinIR's denoising
@@ -108,7 +109,8 @@ class RestorationNet(nn.Module):
         embed_dim: feature channels.
         depths: blocks per residual group.
         make_body: ``(dim, depth) -> nn.Module`` mapping NHWC to NHWC features.
-        pad_multiple: the input is reflect-padded to a multiple of this and cropped back.
+        pad_multiple: the input is padded to a multiple of this (reflected; replicated along a side too
+            short to reflect) and cropped back.
     """
 
     def __init__(
@@ -150,12 +152,22 @@ class RestorationNet(nn.Module):
             raise ValueError(f"expected images (B, {self.in_chans}, H, W), got {tuple(x.shape)}")
         h, w = x.shape[-2:]
         m = self.pad_multiple
-        pad_h, pad_w = (-h) % m, (-w) % m
-        inp = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect") if pad_h or pad_w else x
+        inp = _pad_to_multiple(x, m)
         shallow = self.conv_first(inp)
         deep = self.conv_after_body(self.forward_features(shallow)) + shallow
         out = inp + self.conv_last(deep)
         return out[..., :h, :w]
+
+
+def _pad_to_multiple(x: torch.Tensor, m: int) -> torch.Tensor:
+    """Pad ``x`` (NCHW) at the bottom and right to multiples of ``m``: reflected as SwinIR does, or
+    replicated along a side too short to reflect (an image smaller than the padding)."""
+    for dim in (-1, -2):
+        pad = (-x.shape[dim]) % m
+        if pad:
+            widths = (0, pad, 0, 0) if dim == -1 else (0, 0, 0, pad)
+            x = F.pad(x, widths, mode="reflect" if pad < x.shape[dim] else "replicate")
+    return x
 
 
 class VHeatIR(RestorationNet):

@@ -12,6 +12,7 @@ baselines run once on the same degraded images. ``best/`` is picked by PSNR.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -60,10 +61,14 @@ RESTORATION_PREFIXES = tuple(f"{arch}_" for arch in restoration_models.ARCHITECT
 DEFAULT_BASELINES = ("noisy", "nlm", "wavelet", "tv", "bm3d")
 
 
+MAX_SIGMA = 255.0  # the noise level is on the 0-255 scale of 8-bit images
+
+
 def parse_sigma(text: str | float) -> float | tuple[float, float]:
-    """``"25"`` -> 25.0; ``"0-55"`` or ``"0:55"`` -> a blind range ``(0.0, 55.0)``."""
+    """``"25"`` -> 25.0; ``"0-55"`` or ``"0:55"`` -> a blind range ``(0.0, 55.0)``. Levels must be finite,
+    in [0, 255]."""
     if isinstance(text, (int, float)):
-        return float(text)
+        text = str(text)
     for sep in ("-", ":"):
         if sep in text.strip().lstrip("-"):
             low, high = text.split(sep, 1)
@@ -71,15 +76,15 @@ def parse_sigma(text: str | float) -> float | tuple[float, float]:
                 out = (float(low), float(high))
             except ValueError:
                 break
-            if not 0 <= out[0] <= out[1]:
-                raise ValueError(f"a blind sigma range needs 0 <= low <= high, got {text!r}")
+            if not (all(math.isfinite(v) for v in out) and 0 <= out[0] <= out[1] <= MAX_SIGMA):
+                raise ValueError(f"a blind sigma range needs 0 <= low <= high <= 255, got {text!r}")
             return out
     try:
         value = float(text)
     except ValueError as exc:
         raise ValueError(f"sigma must be a number (e.g. 25) or a range (e.g. 0-55), got {text!r}") from exc
-    if value < 0:
-        raise ValueError(f"sigma must be >= 0, got {value}")
+    if not (math.isfinite(value) and 0 <= value <= MAX_SIGMA):
+        raise ValueError(f"sigma must be in [0, 255] (the 0-255 scale), got {text!r}")
     return value
 
 
@@ -160,7 +165,10 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
     args = dict(model_args)
     if name.startswith("vheatir_"):
         args.setdefault("img_size", patch_size)
-    return factory(in_chans=in_chans, **args)
+    try:
+        return factory(in_chans=in_chans, **args)
+    except TypeError as exc:  # an unknown or ill-typed model argument
+        raise ValueError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
 
 
 class RestoreTask(Task):
@@ -172,6 +180,16 @@ class RestoreTask(Task):
     def __init__(self, config: RestoreConfig) -> None:
         if config.loss not in ("l1", "charbonnier"):
             raise ValueError(f"loss must be 'l1' or 'charbonnier', got {config.loss!r}")
+        unknown = sorted(set(config.baselines) - set(DEFAULT_BASELINES))
+        if unknown:
+            raise ValueError(f"unknown baseline(s) {', '.join(unknown)}; choose from {', '.join(DEFAULT_BASELINES)}")
+        if config.patch_size < 1 or config.patches_per_epoch < 1:
+            raise ValueError(
+                f"patch size and patches per epoch must be positive, got {config.patch_size}, "
+                f"{config.patches_per_epoch}"
+            )
+        if config.eval_crop is not None and config.eval_crop < 1:
+            raise ValueError(f"eval crop must be positive, got {config.eval_crop}")
         self.config = config
         self.name = config.task
         self.deg = config.degradation()
@@ -246,6 +264,23 @@ class RestoreTask(Task):
 
     def extra_state(self) -> dict[str, Any]:
         return {"restore_history": [dict(m) for m in self.history]}
+
+    def check_resume(self, meta: dict[str, Any]) -> None:
+        """A resumed run continues the same training: the checkpoint must be this task's, with the same
+        model, image mode, patch size and degradation."""
+        if meta.get("kind") != "restoration":
+            kind = meta.get("kind") or ("classification" if "classes" in meta else "unknown")
+            raise CheckpointError(
+                f"that is not a restoration checkpoint (kind {kind!r}); "
+                f"resume RUN/last of a --task {self.config.task} run"
+            )
+        mine = json.loads(json.dumps(self.checkpoint_meta()))  # as stored: tuples become lists
+        keys = ("task", "model", "model_args", "mode", "patch_size", "degradation")
+        diff = [f"{k} {meta.get(k)!r} (now {mine[k]!r})" for k in keys if meta.get(k) != mine[k]]
+        if diff:
+            raise CheckpointError(
+                "the checkpoint was trained with other settings; resume continues the same run: " + ", ".join(diff)
+            )
 
     def load_extra_state(self, state: dict[str, Any], model: nn.Module, ema: nn.Module | None) -> None:
         self.history = [dict(m) for m in state.get("restore_history", [])]  # best_val_* across a resume
@@ -350,6 +385,9 @@ def load_restoration_model(checkpoint: str | Path, device: torch.device | str = 
     meta = read_meta(checkpoint)
     if meta.get("kind") != "restoration":
         raise CheckpointError(f"{checkpoint} is not a restoration checkpoint (train one with --task denoise|dejpeg)")
+    missing = [k for k in ("model", "in_chans", "patch_size", "model_args") if k not in meta]
+    if missing:
+        raise CheckpointError(f"{checkpoint}: restoration checkpoint without {', '.join(missing)} in its metadata")
     model = build_restoration_model(meta["model"], int(meta["in_chans"]), int(meta["patch_size"]), meta["model_args"])
     try:
         model.load_state_dict(load_weights(checkpoint))
@@ -370,21 +408,42 @@ def restore_file(
 
     Grey (L) and colour (RGB) images work with either kind of checkpoint: a grey model restores each
     colour channel on its own, a colour model restores a grey image as three equal channels (then
-    their mean). An alpha channel (LA, RGBA) is kept as it is. Other modes (palette, 16-bit, float,
-    CMYK) get an error. The output format follows ``dst``'s extension.
+    their mean). An alpha channel (LA, RGBA) is kept as it is. 16-bit grey images (Pillow's ``I;16``
+    modes, as it opens 16-bit PNG and TIFF; and 32-bit integer ``I`` images holding 16-bit values) are
+    restored on the 0-65535 scale and written as 16-bit (``I;16``). Other modes (palette, float, CMYK,
+    32-bit values above 65535) get an error. The output format follows ``dst``'s extension.
     """
+    src, dst = Path(src), Path(dst)
+    if src.is_dir():
+        raise DataError(f"{src} is a folder; restore takes one image file")
+    if dst.is_dir():
+        raise DataError(f"{dst} is a folder; give the output image's file name (e.g. {dst / src.name})")
     model, meta = load_restoration_model(checkpoint, device)
     try:
         img = Image.open(src)
         img.load()
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"no such image: {src}") from exc
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise DataError(f"cannot read {src} as an image ({type(exc).__name__}: {exc})") from exc
+    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataError(f"cannot read {src} as an image ({type(exc).__name__}: {text})") from exc
     mode = img.mode
-    if mode not in ("L", "LA", "RGB", "RGBA"):
-        raise DataError(f"{src} is a {mode} image; restore supports L, LA, RGB and RGBA (convert it first)")
-    arr = np.asarray(img, dtype=np.float32) / 255.0
+    if mode not in ("L", "LA", "RGB", "RGBA", "I") and not mode.startswith("I;16"):
+        raise DataError(
+            f"{src} is a {mode} image; restore supports L, LA, RGB, RGBA and 16-bit grey (convert it first)"
+        )
+    if 0 in img.size:
+        raise DataError(f"{src} has no pixels ({img.size[0]}x{img.size[1]})")
+    scale = 255.0
+    if mode == "I" or mode.startswith("I;16"):
+        values = np.asarray(img)
+        if values.min() < 0 or values.max() > 65535:
+            raise DataError(
+                f"{src}: 32-bit integer image with values in [{values.min()}, {values.max()}], outside the 16-bit "
+                "range (convert it to 8 or 16 bits first)"
+            )
+        mode, scale = "I;16", 65535.0
+    arr = np.asarray(img, dtype=np.float32) / scale
     arr = arr[..., None] if arr.ndim == 2 else arr
     alpha = arr[..., -1:] if mode in ("LA", "RGBA") else None
     colour = arr[..., :3] if mode.startswith("RGB") else arr[..., :1]
@@ -401,15 +460,14 @@ def restore_file(
     seconds = time.perf_counter() - start
     if alpha is not None:
         out = np.concatenate([out, alpha], -1)
-    q = np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
-    result = Image.fromarray(q[..., 0] if q.shape[-1] == 1 else q, mode=mode)
-    dst = Path(dst)
-    if dst.parent and not dst.parent.exists():
-        dst.parent.mkdir(parents=True, exist_ok=True)
+    q = np.clip(np.rint(out * scale), 0, scale).astype(np.uint16 if scale > 255 else np.uint8)
+    result = Image.fromarray(q[..., 0] if q.shape[-1] == 1 else q)
     try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
         result.save(dst)
     except (KeyError, ValueError, OSError) as exc:
-        raise DataError(f"cannot write a {mode} image to {dst} ({type(exc).__name__}: {exc})") from exc
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataError(f"cannot write a {mode} image to {dst} ({type(exc).__name__}: {text})") from exc
     return {
         "input": str(src),
         "output": str(dst),
