@@ -148,3 +148,28 @@ def test_classical_baselines_improve_on_the_noisy_input() -> None:
     for name in ("nlm", "wavelet", "tv", "bm3d"):
         assert scores[name] > scores["noisy"] + 3, scores
     assert list(classical_baselines(clean, noisy, Degradation("jpeg", quality=10))) == ["jpeg"]
+
+
+def test_load_image_scales_16_bit_and_names_unreadable_files(tmp_path) -> None:
+    from pdevision.data.imageio import ImageReadError
+    from pdevision.data.restoration import load_image
+
+    arr16 = np.array([[0, 16384, 32768, 65535]], dtype=np.uint16).repeat(3, 0)
+    Image.fromarray(arr16).save(tmp_path / "grey16.png")
+    grey = load_image(tmp_path / "grey16.png", "L")  # Pillow's own conversion would clip at 255: all white
+    np.testing.assert_allclose(grey[0, :, 0], np.rint(arr16[0].astype(np.float64) * 255 / 65535) / 255, atol=1e-6)
+    assert load_image(tmp_path / "grey16.png", "RGB").shape == (3, 4, 3)
+    (tmp_path / "empty.png").write_bytes(b"")
+    (tmp_path / "text.jpg").write_text("not an image")
+    for name in ("empty.png", "text.jpg", "missing.png"):
+        with pytest.raises(ImageReadError, match=name):
+            load_image(tmp_path / name, "L")
+
+
+def test_degradation_refuses_non_finite_noise_and_bad_quality() -> None:
+    for sigma in (float("nan"), float("inf"), -1.0, (5.0, float("inf")), (30.0, 10.0)):
+        with pytest.raises(ValueError, match="sigma"):
+            Degradation("noise", sigma=sigma)
+    for quality in (0, 101, True):
+        with pytest.raises(ValueError, match="quality"):
+            Degradation("jpeg", quality=quality)

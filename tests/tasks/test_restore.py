@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -233,3 +235,100 @@ def test_killed_run_resumes_from_its_last_checkpoint(photos, tmp_path) -> None:
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows] == list(range(1, 13))
     assert read_meta(out / "last")["epoch"] == 12
+
+
+# -- hostile inputs: one-line errors ----------------------------------------------------------------------
+
+
+def _one_line_error(capsys, command: str = "restore") -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"pdevision {command}: error:") and "\n" not in err, err
+    return err
+
+
+def test_restore_rejects_bad_files_and_checkpoints_in_one_line(run, tmp_path, capsys) -> None:
+    from pdevision.engine.checkpoint import save_checkpoint
+
+    ok = tmp_path / "ok.png"
+    Image.new("RGBA", (9, 9)).save(ok)
+    (tmp_path / "empty.png").write_bytes(b"")
+    data = (tmp_path / "ok.png").read_bytes()
+    png = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64), dtype=np.uint8)).save(png, format="PNG")
+    (tmp_path / "truncated.png").write_bytes(png.getvalue()[: len(png.getvalue()) // 2])
+    Image.fromarray(np.full((9, 9), 0.5, dtype=np.float32)).save(tmp_path / "float.tif")
+    Image.fromarray(np.full((9, 9), 70000, dtype=np.int32)).save(tmp_path / "int32.tif")
+    (tmp_path / "a_file").write_bytes(data)
+    (tmp_path / "folder").mkdir()
+    cases = [
+        ("cannot read", "empty.png", "o.png"),
+        ("cannot read", "truncated.png", "o.png"),
+        ("is a F image", "float.tif", "o.tif"),
+        ("outside the 16-bit range", "int32.tif", "o.tif"),
+        ("is a folder; restore takes one image", "folder", "o.png"),
+        ("is a folder; give the output", "ok.png", "folder"),
+        ("cannot write a RGBA image", "ok.png", "o.jpg"),  # JPEG has no alpha
+        ("cannot write", "ok.png", "a_file/o.png"),  # the parent is a file
+    ]
+    for expected, src, dst in cases:
+        assert main(["restore", "--checkpoint", f"{run}/best", str(tmp_path / src), str(tmp_path / dst)]) == 2
+        err = _one_line_error(capsys)
+        assert expected in err, (expected, err)
+    # a checkpoint of another task, and a corrupt one
+    save_checkpoint(tmp_path / "cls", "last", torch.nn.Linear(2, 2), {"model": "vheat_micro", "classes": ["a"]})
+    bad = tmp_path / "bad"
+    shutil.copytree(f"{run}/best", bad)
+    (bad / "model.safetensors").write_bytes((bad / "model.safetensors").read_bytes()[:100])
+    for ckpt, expected in ((tmp_path / "cls" / "last", "not a restoration checkpoint"), (bad, "corrupt")):
+        assert main(["restore", "--checkpoint", str(ckpt), str(ok), str(tmp_path / "o.png")]) == 2
+        assert expected in _one_line_error(capsys)
+    assert not (tmp_path / "o.png").exists()
+
+
+def test_restore_keeps_16_bit_grey_at_16_bits(run, tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    arr16 = (np.clip(rng.normal(0.5, 0.15, (29, 37)), 0, 1) * 65535).astype(np.uint16)
+    Image.fromarray(arr16).save(tmp_path / "in16.png")
+    Image.fromarray((arr16 / 257).round().astype(np.uint8)).save(tmp_path / "in8.png")
+    r = restore_file(run, tmp_path / "in16.png", tmp_path / "out16.png")
+    out16 = Image.open(tmp_path / "out16.png")
+    assert out16.mode == "I;16" and out16.size == (37, 29) and r["mode"] == "I;16"
+    restore_file(run, tmp_path / "in8.png", tmp_path / "out8.png")
+    a = np.asarray(out16, dtype=np.float64) / 65535  # the 0-65535 scale kept (not clipped at 255)
+    b = np.asarray(Image.open(tmp_path / "out8.png"), dtype=np.float64) / 255
+    assert np.abs(a - b).max() < 0.02 and abs(a.mean() - arr16.mean() / 65535) < 0.05
+
+
+def test_train_rejects_bad_values_and_checkpoints_in_one_line(run, photos, tmp_path, capsys) -> None:
+    from pdevision.engine.checkpoint import save_checkpoint
+
+    small = ["--data", photos, "--patch-size", "16", "--model-args", json.dumps(TINY), "--patches-per-epoch", "16",
+             "--batch-size", "8", "--epochs", "1", "--baselines", "noisy", "--no-progress"]  # fmt: skip
+    for sigma in ("nan", "inf", "-5", "300", "0-inf", "30-10"):
+        assert main(["train", "--task", "denoise", "--sigma", sigma, *small]) == 2, sigma
+        assert "sigma" in _one_line_error(capsys, "train")
+    for quality in ("0", "101"):
+        assert main(["train", "--task", "dejpeg", "--quality", quality, *small]) == 2
+        assert "quality must be" in _one_line_error(capsys, "train")
+    bad = {
+        "unknown baseline": ["--baselines", "median"],
+        "does not take the model arguments": ["--model-args", '{"no_such_arg": 1}'],
+        "not a restoration model": ["--model", "vheat_micro"],
+    }
+    for expected, extra in bad.items():
+        assert main(["train", "--task", "denoise", *small, *extra, "--output", str(tmp_path / "x")]) == 2
+        assert expected in _one_line_error(capsys, "train")
+    # resuming a checkpoint of another task, or of another degradation
+    save_checkpoint(tmp_path / "cls", "last", torch.nn.Linear(2, 2), {"model": "vheat_micro", "classes": ["a"]})
+    args = ["train", "--task", "denoise", *small, "--output", str(tmp_path / "r")]
+    assert main([*args, "--resume", str(tmp_path / "cls" / "last")]) == 2
+    assert "not a restoration checkpoint" in _one_line_error(capsys, "train")
+    assert main([*args, "--sigma", "50", "--resume", f"{run}/last"]) == 2
+    err = _one_line_error(capsys, "train")
+    assert "other settings" in err and "sigma 25" in err and "sigma 50" in err
+    # a corrupt image in the data folder is named
+    broken = tmp_path / "broken"
+    shutil.copytree(photos, broken)
+    (broken / "train" / "zero.png").write_bytes(b"")
+    assert main(["train", "--task", "denoise", *small[2:], "--data", str(broken), "--output", str(tmp_path / "b")]) == 2
+    assert "zero.png" in _one_line_error(capsys, "train")

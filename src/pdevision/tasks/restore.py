@@ -190,6 +190,8 @@ class RestoreTask(Task):
             )
         if config.eval_crop is not None and config.eval_crop < 1:
             raise ValueError(f"eval crop must be positive, got {config.eval_crop}")
+        with torch.device("meta"):  # the model name and arguments, checked before any data is read
+            build_restoration_model(config.model, 3 if config.color else 1, config.patch_size, config.model_args)
         self.config = config
         self.name = config.task
         self.deg = config.degradation()
