@@ -50,6 +50,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 NETS = ("vheatir", "dncnn", "swinir")
 BASELINES = ("noisy", "nlm", "wavelet", "tv", "bm3d")
 CROP = (slice(64, 192), slice(64, 192))  # a 128 px crop of the first held-out photo (camera)
+HAND_WRITTEN = "## What this shows"  # a section of restoration.md that the script keeps when it rewrites the file
 SWIN_HEADS = 2  # width steps of 2: the SwinIR-style net lands within 0.1% of vHeatIR-Micro's parameters
 
 
@@ -194,7 +195,7 @@ def quality(args: argparse.Namespace) -> dict:
     record["net_args"] = nargs
     vheatir = create_restoration_model("vheatir", "micro", 1, **nargs["vheatir"])
     record["fve_params"] = sum(p.numel() for n, p in vheatir.named_parameters() if "freq_embed" in n)
-    record["args"] = {k: v for k, v in vars(args).items() if k not in ("fresh",)}
+    record["args"] = {k: v for k, v in vars(args).items() if k not in ("fresh", "json", "out")}  # no machine paths
     if "timing" not in record:
         print("timing a training step of each net, interleaved ...", flush=True)
         record["timing"] = time_steps(args, nargs)
@@ -479,7 +480,11 @@ def main() -> None:
     for setting in record["results"]:
         _save_crops(setting, Path(args.work), out)
     text = markdown(record, None if args.report_only else time.perf_counter() - start)
-    (out / "restoration.md").write_text(text)
+    md = out / "restoration.md"
+    old = md.read_text() if md.exists() else ""
+    if HAND_WRITTEN in old:  # the section written by hand after a run is kept
+        text += "\n" + old[old.index(HAND_WRITTEN) :]
+    md.write_text(text)
     print(text)
 
 
