@@ -452,6 +452,7 @@ def cmd_train_restore(args: argparse.Namespace) -> int:
         patches_per_epoch=args.patches_per_epoch,
         loss=args.loss,
         baselines=tuple(args.baselines) if args.baselines is not None else DEFAULT_BASELINES,
+        init_from=str(args.init_from) if args.init_from is not None else None,
     )
     loop = LoopConfig(
         output=args.output,

@@ -332,3 +332,23 @@ def test_train_rejects_bad_values_and_checkpoints_in_one_line(run, photos, tmp_p
     (broken / "train" / "zero.png").write_bytes(b"")
     assert main(["train", "--task", "denoise", *small[2:], "--data", str(broken), "--output", str(tmp_path / "b")]) == 2
     assert "zero.png" in _one_line_error(capsys, "train")
+
+
+def test_init_from_starts_from_a_restoration_checkpoint_of_the_same_network(run, photos, tmp_path, capsys) -> None:
+    from pdevision.tasks.restore import RestoreConfig, RestoreTask
+
+    base = dict(task="dejpeg", quality=10, model_args=TINY, data=photos, patch_size=16, baselines=("noisy",))
+    model = RestoreTask(RestoreConfig(**base, init_from=f"{run}/best")).build_model()
+    stored, _ = load_restoration_model(f"{run}/best")
+    for (name, a), b in zip(model.state_dict().items(), stored.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    fresh = RestoreTask(RestoreConfig(**base)).build_model()
+    pairs = zip(fresh.state_dict().values(), stored.state_dict().values(), strict=True)
+    assert any(not torch.equal(a, b) for a, b in pairs)
+    # other network arguments, or colour instead of grey: one line, exit 2
+    wider = json.dumps({**TINY, "embed_dim": 12})
+    for extra in (["--model-args", wider], ["--model-args", json.dumps(TINY), "--color"]):
+        code = main(["train", "--task", "denoise", "--data", photos, "--init-from", f"{run}/best", "--output",
+                     str(tmp_path / "x"), "--no-progress", *extra])  # fmt: skip
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and "--init-from" in err and len(err.splitlines()) == 1, err

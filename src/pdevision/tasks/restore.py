@@ -108,6 +108,7 @@ class RestoreConfig:
     tile: int = 512
     overlap: int = 32
     eval_crop: int | None = None  # None: held-out images at full size; else their centre crop of this side
+    init_from: str | None = None  # a restoration checkpoint of the same model and mode to start from (fine-tuning)
 
     def degradation(self) -> Degradation:
         if self.task == "denoise":
@@ -145,6 +146,10 @@ class HeldOutImages(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         degraded, clean = self.pair(index)
         return to_tensor(degraded), to_tensor(clean)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _charbonnier(x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:
@@ -192,6 +197,8 @@ class RestoreTask(Task):
             raise ValueError(f"eval crop must be positive, got {config.eval_crop}")
         with torch.device("meta"):  # the model name and arguments, checked before any data is read
             build_restoration_model(config.model, 3 if config.color else 1, config.patch_size, config.model_args)
+        if config.init_from is not None:
+            self._check_init_from(config)
         self.config = config
         self.name = config.task
         self.deg = config.degradation()
@@ -234,9 +241,31 @@ class RestoreTask(Task):
         )
         return result
 
+    @staticmethod
+    def _check_init_from(config: RestoreConfig) -> None:
+        """``init_from`` must be a restoration checkpoint of the same network (name, arguments, channels);
+        its degradation may differ (e.g. fine-tune a sigma 25 denoiser at sigma 50, or a denoiser on JPEG)."""
+        meta = read_meta(config.init_from)
+        if meta.get("kind") != "restoration":
+            raise CheckpointError(
+                f"--init-from {config.init_from} is not a restoration checkpoint (train one with --task denoise|dejpeg)"
+            )
+        want = {"model": config.model, "in_chans": 3 if config.color else 1, "model_args": config.model_args}
+        have = {k: meta.get(k) for k in want}
+        diff = [f"{k} {have[k]!r} (now {want[k]!r})" for k in want if json.loads(json.dumps(want[k])) != have[k]]
+        if diff:
+            raise CheckpointError(f"--init-from {config.init_from} holds another network: {'; '.join(diff)}")
+
     def build_model(self) -> nn.Module:
         c = self.config
-        return build_restoration_model(c.model, MODES[self.mode], c.patch_size, c.model_args)
+        model = build_restoration_model(c.model, MODES[self.mode], c.patch_size, c.model_args)
+        if c.init_from is not None:
+            try:
+                model.load_state_dict(load_weights(c.init_from))
+            except RuntimeError as exc:
+                raise CheckpointError(f"--init-from {c.init_from} does not fit {c.model}: {_first_line(exc)}") from exc
+            log.info("initialised %s from %s", c.model, c.init_from)
+        return model
 
     def train_step(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         degraded, clean = batch
@@ -394,7 +423,7 @@ def load_restoration_model(checkpoint: str | Path, device: torch.device | str = 
     try:
         model.load_state_dict(load_weights(checkpoint))
     except RuntimeError as exc:
-        raise CheckpointError(f"{checkpoint} does not fit {meta['model']}: {str(exc).splitlines()[0]}") from exc
+        raise CheckpointError(f"{checkpoint} does not fit {meta['model']}: {_first_line(exc)}") from exc
     return model.to(device).eval(), meta
 
 
