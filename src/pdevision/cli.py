@@ -506,7 +506,7 @@ def _add_restore_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--checkpoint", type=_path, required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg"
     )
-    p.add_argument("input", type=_path, help="image file (L, LA, RGB or RGBA)")
+    p.add_argument("input", type=_path, help="image file (L, LA, RGB, RGBA or 16-bit grey)")
     p.add_argument("output", type=_path, help="output file (format from the extension); same size and mode")
     p.add_argument(
         "--tile", type=_non_negative_int, default=512, help="tile side for large images (0: whole image; default 512)"
