@@ -490,6 +490,21 @@ def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path)
                     f"| {labels[arm][0]} | {labels[arm][1]} | {len(runs)} | {mean_std([r['ft'] for r in runs])} | "
                     f"{cpu:.0f} |"
                 )
+    total = {
+        "pretraining": sum(r.get("cpu_s") or 0.0 for runs in state.get("pretrain", {}).values() for r in runs.values()),
+        "evaluation": sum(r["lp_cpu_s"] + r["ft_cpu_s"] for runs in evals.values() for r in runs.values()),
+        "longer fine-tunes": sum(
+            r["ft_cpu_s"] for runs in (long or {}).get("runs", {}).values() for r in runs.values()
+        ),
+    }
+    lines += [
+        "",
+        "CPU time of the recorded runs: "
+        + ", ".join(f"{k} {v / 60:.1f} min" for k, v in total.items())
+        + f" (total {sum(total.values()) / 60:.1f} min; the timing and the scene generation come on top).",
+    ]
+    if state.get("note"):
+        lines += ["", state["note"]]
     lines += [
         "",
         "One validation scene is 0.1 points. Only the ViT rows compare the two methods like for like (same encoder "
