@@ -608,7 +608,11 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--model-args", type=_json_dict, default={}, help="JSON model arguments, e.g. '{\"depth\": 4}'")
     g.add_argument(
-        "--data", type=_path, default=None, help="ImageFolder root (labels unused); default: scikit-image photos"
+        "--data",
+        type=_path,
+        default=None,
+        help="ImageFolder root or an embedded set (digits, scenes: its train split), labels unused; "
+        "default: scikit-image photos",
     )
     g.add_argument("--img-size", type=_side, default=64, help="crop side in pixels (default 64)")
     g.add_argument(

@@ -140,7 +140,7 @@ def test_transformer_encoder_conv_decoder_exact_predictor_and_whole_image_loss()
         loss_region="all",
         encoder_args=VIT_ARGS,
     )
-    assert model.encoder_args["dynamic_img_size"] is True  # the ViT runs on the 32 px block
+    assert model.encoder_kind == "tokens" and "dynamic_img_size" not in model.encoder_args  # built as MAE's
     out = model(torch.randn(2, 3, 64, 64))
     out["loss"].backward()
     assert out["prediction"].shape == (2, 64, 8 * 8 * 3) and torch.isfinite(out["loss"])

@@ -1,9 +1,12 @@
 """Unlabelled images for pretraining: random crops of scikit-image's sample photographs (embedded, no
-download), or of any ImageFolder tree.
+download), of the training split of an embedded classification set (``data="scenes"`` or ``"digits"``, labels
+unused), or of any ImageFolder tree.
 
-Each item is ``(tensor (3, S, S), 0)``: a random resized crop (scale 5-100% of the photo, aspect 3/4-4/3),
-a horizontal flip with probability 0.5 and a conversion to grey with probability 0.2, drawn from the global
-torch RNG (so a resumed run that restores the RNG state draws the same crops), normalised with ``mean``/``std``.
+Each item is ``(tensor (3, S, S), 0)``, drawn from the global torch RNG (so a resumed run that restores the RNG
+state draws the same crops) and normalised with ``mean``/``std``. Photos and folders: a random resized crop
+(scale 5-100% of the image, aspect 3/4-4/3), a horizontal flip with probability 0.5 and a conversion to grey with
+probability 0.2. Embedded sets (images already at the training size, digits not mirror-symmetric): a random
+resized crop of scale 20-100% (MAE's range), no flip, no grey.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms as T
@@ -74,8 +78,21 @@ def crop_transform(img_size: int, mean: Sequence[float], std: Sequence[float]) -
     )
 
 
+def embedded_crop_transform(img_size: int, mean: Sequence[float], std: Sequence[float]) -> Callable:
+    """For an embedded set's images: random resized crop of scale 0.2-1 to ``img_size``, tensor, normalise."""
+    return T.Compose(
+        [
+            T.RandomResizedCrop(img_size, scale=(0.2, 1.0), interpolation=T.InterpolationMode.BICUBIC),
+            T.ToTensor(),
+            T.Normalize(mean, std),
+        ]
+    )
+
+
 class RandomCrops(Dataset):
-    """``length`` random crops per epoch of a list of images (item ``i`` crops image ``i % len(images)``).
+    """``length`` random crops per epoch of a list of images: item ``i`` crops image ``i % len(images)`` when
+    there are at most ``length`` images (each image about equally often), otherwise an image drawn uniformly at
+    random (global torch RNG), so that every image can be seen whatever ``length`` is.
 
     ``images``: PIL images, or a dataset whose items are ``(PIL image, label)`` (an ImageFolder; labels unused).
     """
@@ -91,7 +108,9 @@ class RandomCrops(Dataset):
         return self.length
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
-        item = self.images[index % len(self.images)]  # type: ignore[arg-type]
+        n = len(self.images)  # type: ignore[arg-type]
+        pick = index % n if n <= self.length else int(torch.randint(0, n, ()).item())
+        item = self.images[pick]  # type: ignore[index]
         img = item[0] if isinstance(item, tuple) else item
         return self.transform(img), 0
 
@@ -104,11 +123,17 @@ def build_pretrain_dataset(
     std: Sequence[float],
     verify: bool = True,
 ) -> RandomCrops:
-    """Random crops of the sample photographs (``data=None``) or of an ImageFolder tree (its ``train/``
+    """Random crops of the sample photographs (``data=None``), of an embedded set's training split (its name,
+    e.g. ``"scenes"``; labels unused, validation images never seen) or of an ImageFolder tree (its ``train/``
     sub-folder when there is one; class sub-folders are required, their names are ignored)."""
+    from pdevision.data.embedded import build_embedded, is_embedded
+
     transform = crop_transform(img_size, mean, std)
     if data is None:
         return RandomCrops(load_sample_photos(), length, transform)
+    if is_embedded(data):
+        train, _ = build_embedded(str(data), img_size, None, None)
+        return RandomCrops(train, length, embedded_crop_transform(img_size, mean, std))
     root = Path(data)
     if not root.exists():
         raise DataError(f"data folder {root} does not exist")

@@ -28,9 +28,11 @@ matrices (``Re lambda < 0``) decay one way and blow up the other. Hence, with ``
   ``<= sqrt(1 + max_rate^2)``: after ``n`` steps ``||z_n|| <= (1 + max_rate^2)^(n/2) ||z_0||`` (1.07x after
   ``n = 4`` and 6.2x after 60 steps at the default ``max_rate = 0.25``).
 
-``constraint="none"`` uses ``A = W_A`` as published, still rate-capped (gains ``<= (1 + max_rate)^n`` discrete,
-``<= exp(n max_rate)`` exact): fine for the few cells of a quarter block, not for long distances.
-``max_rate=None`` removes the cap. ``W_A = W_B = 0`` at initialisation: the predictor starts as a copy of the
+``constraint="none"`` uses ``A = W_A`` as published. This class caps its rate only when ``max_rate`` is a number
+(gains ``<= (1 + max_rate)^n`` discrete, ``<= exp(n max_rate)`` exact: fine for the few cells of a quarter block,
+not for long distances); ``max_rate=None`` removes the cap. :class:`pdevision.ssl.QBHeat`, :class:`PretrainConfig`
+and ``pdevision pretrain`` resolve ``max_rate="auto"`` to no cap for ``"none"``, so there ``constraint="none"``
+alone is the published, uncapped predictor. ``W_A = W_B = 0`` at initialisation: the predictor starts as a copy of the
 nearest border feature (replicate padding).
 """
 

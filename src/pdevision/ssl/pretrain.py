@@ -40,9 +40,10 @@ class PretrainConfig:
     """All knobs of :func:`pretrain`."""
 
     method: str = "qbheat"  # qbheat | mae
-    model: str | None = None  # None: vheat_micro (qbheat), vit_tiny_patch16_224 with patch 8, depth 4 (mae)
+    model: str | None = None  # None: vheat_micro (qbheat), vit_tiny_patch16_224 with patch 8, depth 4 (mae);
+    # QB-Heat takes any timm ViT (patch size = stride) or any backbone with forward_intermediates (e.g. resnet18)
     model_args: dict[str, Any] = field(default_factory=dict)
-    data: str | None = None  # None: crops of scikit-image's sample photographs
+    data: str | None = None  # None: crops of scikit-image's sample photographs; an embedded set's name; a folder
     output: str = "runs/pretrain"
     img_size: int = 64
     crops_per_epoch: int = 2048
@@ -62,7 +63,7 @@ class PretrainConfig:
     predictor: str = "discrete"  # discrete | exact
     corner: str = "mean"  # mean | xy | yx
     constraint: str = "skew"  # skew | none
-    max_rate: float | None = 0.25
+    max_rate: float | str | None = "auto"  # "auto": 0.25 for skew, no cap for none (the published form)
     fuse_deeper: bool = True
     decoder: str = "transformer"  # transformer | conv (MAE: transformer only)
     # MAE

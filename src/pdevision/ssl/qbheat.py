@@ -10,11 +10,18 @@ Layouts: images ``(B, 3, H, W)`` NCHW; the encoder runs on the crop ``(B, 3, blo
 out before the encoder is called, so pixels outside the block cannot reach it); feature grids are NCHW with
 one cell per ``stride x stride`` pixel patch.
 
-Encoder features: ``forward_intermediates`` of any registered backbone (this library's or timm's) at the
-feature stride ``stride``. With ``fuse_deeper=True`` (default) the outputs of the deeper, coarser stages are
-projected (1x1 convolution) and bilinearly upsampled onto the ``stride`` grid and summed with it (a top-down,
-FPN-style sum), so every stage of the backbone, including the last one that a classifier pools, is trained;
-``fuse_deeper=False`` uses the one stage at ``stride`` (then the deeper stages get no gradient).
+Encoders (:mod:`pdevision.ssl.encoders`): the source (a blog post on the paper) says that because the visible
+part is one contiguous block, the encoder can be a Transformer or a plain CNN (unlike MAE's, which must be a
+Transformer to drop patches); it gives no architecture details. Here the encoder is any registered backbone:
+
+* a timm ViT (e.g. the one MAE pretrains, ``vit_tiny_patch16_224`` with ``patch_size=8``): the block's tokens with
+  the position embeddings of their place in the image, reshaped to a feature grid; the stride is the patch size;
+* any backbone with ``forward_intermediates`` (this library's families, timm's ConvNets such as ``resnet18``):
+  its stages at the feature stride ``stride``. With ``fuse_deeper=True`` (default) the outputs of the deeper,
+  coarser stages are projected (1x1 convolution) and bilinearly upsampled onto the ``stride`` grid and summed
+  with it (a top-down, FPN-style sum), so every stage of the backbone, including the last one that a classifier
+  pools, is trained; ``fuse_deeper=False`` uses the one stage at ``stride`` (then the deeper stages get no
+  gradient).
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from pdevision.engine.modeling import build_model, min_input_size
 from pdevision.ssl.decoder import build_decoder, reconstruction_loss, to_pixels
+from pdevision.ssl.encoders import block_features, encoder_kind
 from pdevision.ssl.predictor import HeatExtrapolator
 
 log = logging.getLogger(__name__)
@@ -63,14 +72,18 @@ def feature_strides(encoder: nn.Module) -> list[int]:
 
 def build_encoder(name: str, img_size: int, block_size: int, encoder_args: dict[str, Any]) -> tuple[nn.Module, dict]:
     """A registered backbone without classifier, built for ``img_size`` (the fine-tuning resolution) and able
-    to run on the ``block_size`` crop (timm ViTs get ``dynamic_img_size=True``). Returns it and its arguments."""
+    to run on the ``block_size`` crop. A timm ViT is built as is (its block tokens take the positions of their
+    place in the image, :func:`pdevision.ssl.encoders.vit_block_tokens`); other models with a
+    ``dynamic_img_size`` switch get ``dynamic_img_size=True``. Returns it and its arguments."""
     args = dict(encoder_args)
     encoder = build_model(name, num_classes=0, img_size=img_size, **args)
-    if block_size != img_size and getattr(encoder, "dynamic_img_size", None) is False:
+    if (
+        block_size != img_size
+        and not isinstance(encoder, VisionTransformer)
+        and getattr(encoder, "dynamic_img_size", None) is False
+    ):
         args["dynamic_img_size"] = True
         encoder = build_model(name, num_classes=0, img_size=img_size, **args)
-    if not hasattr(encoder, "forward_intermediates"):
-        raise ValueError(f"model {name!r} has no forward_intermediates; QB-Heat cannot take its features")
     return encoder, args
 
 
@@ -78,7 +91,9 @@ class QBHeat(nn.Module):
     """QB-Heat pretraining model (arXiv:2211.13228): encoder on the visible block, heat predictor, pixel decoder.
 
     Args:
-        encoder: a registered model name (built without classifier) or a module with ``forward_intermediates``.
+        encoder: a registered model name (built without classifier at ``img_size``) or a module: a timm ViT
+            (built at ``img_size``, patch size ``stride``) or a backbone with ``forward_intermediates``
+            (see :mod:`pdevision.ssl.encoders`); anything else is a one-line :class:`ValueError`.
         img_size: image side in pixels (a multiple of ``stride``).
         block_size: side of the visible square block in pixels (default ``img_size // 2``: a quarter of the
             area); a multiple of ``stride``, smaller than the image, at least the encoder's minimum input.
@@ -137,21 +152,25 @@ class QBHeat(nn.Module):
             encoder, self.encoder_args = build_encoder(encoder, img_size, block_size, encoder_args or {})
         else:
             self.encoder_args = dict(encoder_args or {})
+        self.encoder_kind = encoder_kind(encoder, self.encoder_name, img_size, stride)
         smallest = min_input_size(encoder)
         if block_size < smallest:
             raise ValueError(
                 f"the visible block ({block_size} px) is below {self.encoder_name}'s minimum input of {smallest} px; "
                 f"use a larger --block-size or --img-size"
             )
-        strides = feature_strides(encoder)
-        if stride not in strides:
-            raise ValueError(
-                f"{self.encoder_name} has feature strides {sorted(set(strides))}; --stride {stride} is not one"
-            )
-        # the last feature entry of each distinct stride >= ``stride`` (only ``stride`` without fusion)
-        last_of = {r: i for i, r in enumerate(strides)}
-        self.indices = sorted(i for r, i in last_of.items() if r >= stride) if fuse_deeper else [last_of[stride]]
-        channels = [int(encoder.feature_info[i]["num_chs"]) for i in self.indices]
+        if self.encoder_kind == "tokens":  # one token grid at the patch size (= stride), the final norm's output
+            self.indices, channels = [], [int(encoder.embed_dim)]
+        else:
+            strides = feature_strides(encoder)
+            if stride not in strides:
+                raise ValueError(
+                    f"{self.encoder_name} has feature strides {sorted(set(strides))}; --stride {stride} is not one"
+                )
+            # the last feature entry of each distinct stride >= ``stride`` (only ``stride`` without fusion)
+            last_of = {r: i for i, r in enumerate(strides)}
+            self.indices = sorted(i for r, i in last_of.items() if r >= stride) if fuse_deeper else [last_of[stride]]
+            channels = [int(encoder.feature_info[i]["num_chs"]) for i in self.indices]
         self.encoder = encoder
         self.img_size, self.block_size, self.block_position, self.stride = img_size, block_size, block_position, stride
         self.loss_region, self.norm_pix = loss_region, norm_pix
@@ -166,12 +185,19 @@ class QBHeat(nn.Module):
         inner = self.encoder.no_weight_decay() if hasattr(self.encoder, "no_weight_decay") else set()
         return {f"encoder.{k}" for k in inner}
 
-    def encode(self, crop: torch.Tensor) -> torch.Tensor:
-        """The visible block ``(B, 3, block, block)`` to features ``(B, pred_dim, block / stride, block / stride)``."""
+    def encode(
+        self, crop: torch.Tensor, offset: tuple[int, int] | None = None, grid: tuple[int, int] | None = None
+    ) -> torch.Tensor:
+        """The visible block ``(B, 3, block, block)`` to features ``(B, pred_dim, block / stride, block / stride)``.
+
+        ``offset`` (top, left) and ``grid`` in cells place the block in the image (a ViT encoder takes its
+        positions from them); default: the centre of an ``img_size`` image."""
         cells = self.block_size // self.stride
-        feats = self.encoder.forward_intermediates(
-            crop, indices=self.indices, norm=True, output_fmt="NCHW", intermediates_only=True
-        )
+        if grid is None:
+            grid = (self.img_size // self.stride, self.img_size // self.stride)
+        if offset is None:
+            offset = ((grid[0] - cells) // 2, (grid[1] - cells) // 2)
+        feats = block_features(self.encoder, self.encoder_kind, crop, self.indices, offset, grid)
         out = None
         for proj, f in zip(self.proj, feats, strict=True):
             f = proj(f)
@@ -208,9 +234,15 @@ class QBHeat(nn.Module):
                 f"larger than the {self.block_size} px block)"
             )
         grid = (height // s, width // s)
+        if self.encoder_kind == "tokens" and not getattr(self.encoder, "dynamic_img_size", False):
+            if grid != tuple(int(g) for g in self.encoder.patch_embed.grid_size):
+                raise ValueError(
+                    f"{self.encoder_name} was built for {self.img_size} px images (its position embeddings), "
+                    f"got {height}x{width} px"
+                )
         top, left = offset if offset is not None else self.sample_offset(grid)
         crop = images[:, :, top * s : top * s + self.block_size, left * s : left * s + self.block_size]
-        z = self.encode(crop)
+        z = self.encode(crop, (top, left), grid)
         full = self.predictor(z, grid, (top, left))
         prediction = self.decoder(full)
         hidden = self.hidden_mask(grid, (top, left), images.device)
