@@ -13,10 +13,11 @@ from pdevision.ops import fused
 from pdevision.ops.dct import DctMethod, dct2, idct2, resolve_method
 from pdevision.ops.heat import frequency_energy
 
-# Smallest map (H*W tokens) on which the oneDNN heat filter replaces the matrix DCT in inference: it loops over the
-# images of a batch, which does not pay on the small maps of the last stages (interleaved measurement,
-# benchmarks/bench_cpu_perf/ab.md).
-FUSED_FILTER_MIN_TOKENS = 28 * 28
+# Smallest map (H*W tokens) on which the oneDNN heat filter replaces the matrix DCT in inference. It loops over the
+# images of a batch and makes two copies per image, which does not pay on small maps: interleaved, one thread
+# (benchmarks/bench_cpu_perf/ab.md), 0.29x at 24x24 and 0.76x at 28x28 (batch 8), 1.0x at 56x56 (batch 8), 1.2x at
+# 48x48, 1.4x at 96x96 and 1.6x at 256x256 (batch 1).
+FUSED_FILTER_MIN_TOKENS = 48 * 48
 
 
 def heat_decay(k: torch.Tensor) -> torch.Tensor:
@@ -56,9 +57,9 @@ class HeatConductionOperator(nn.Module):
 
     Without autograd on the CPU (float32 or bfloat16 autocast) the forward takes the fused oneDNN kernels of
     :mod:`pdevision.ops.fused`: the two branch projections (SiLU fused into the gate's), the heat filter
-    (:func:`~pdevision.ops.fused.heat_filter_nhwc`, in place of the matrix DCT from ``FUSED_FILTER_MIN_TOKENS``
-    tokens on) and the output projection. Same function; :func:`pdevision.ops.fused.reference_kernels` selects the
-    reference path.
+    (:func:`~pdevision.ops.fused.heat_filter_nhwc`, in place of the matrix DCT in float32 from
+    ``FUSED_FILTER_MIN_TOKENS`` tokens on) and the output projection. Same function;
+    :func:`pdevision.ops.fused.reference_kernels` selects the reference path.
     """
 
     def __init__(self, dim: int, dct_method: DctMethod = "auto", k_mode: str = "fve", k_init: float = 1.0) -> None:
@@ -129,7 +130,10 @@ class HeatConductionOperator(nn.Module):
         d = self.dim
         u = fused.linear(x, self.linear.weight[:d], self.linear.bias[:d])
         gate = fused.linear(x, self.linear.weight[d:], self.linear.bias[d:], act="silu")
-        if h * w >= FUSED_FILTER_MIN_TOKENS and resolve_method(self.dct_method, h, w) == "matrix":
+        # fp32 only: under bf16 autocast the reference DCT products already run on oneDNN, and the filter's two
+        # copies per image made it 0.94-1.05x of them from 56x56 to 192x192 (interleaved, one thread)
+        fits = h * w >= FUSED_FILTER_MIN_TOKENS and u.dtype == torch.float32
+        if fits and resolve_method(self.dct_method, h, w) == "matrix":
             u = fused.heat_filter_nhwc(u, self._decay_wh(h, w, fve))
         else:
             spec = dct2(u, dims=(1, 2), method=self.dct_method)

@@ -247,6 +247,7 @@ class HcNet(StagedBackbone):
         """Inference folding: the linear layers on the fused kernels (:func:`~pdevision.models._common.fuse_linears`;
         same parameters, state dict and function). ``img_size`` is accepted for the common folding call and unused."""
         fuse_linears(self)
+        self.stem.to(memory_format=torch.channels_last)  # its LayerNorms then read NHWC memory without a copy
 
 
 # -- registry ------------------------------------------------------------------------------------

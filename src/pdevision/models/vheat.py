@@ -223,6 +223,7 @@ class VHeat(StagedBackbone):
         for i, stage in enumerate(self.stages):
             stage.reparameterize((conv_out_size(size[0], 2 + i), conv_out_size(size[1], 2 + i)))
         fuse_linears(self)
+        self.stem.to(memory_format=torch.channels_last)  # its LayerNorms then read NHWC memory without a copy
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
