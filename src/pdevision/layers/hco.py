@@ -81,6 +81,7 @@ class HeatConductionOperator(nn.Module):
         self.out_linear = nn.Linear(dim, dim)
         self.register_buffer("k_exp", None)
         self._k_exp_wh: tuple[tuple[int, int], torch.Tensor] | None = None  # k_exp transposed, for the fused filter
+        self._cast_cache: dict[object, object] = {}  # bfloat16 copies of the weights (fused.cast_cached)
 
     def diffusivity(self, fve: torch.Tensor) -> torch.Tensor:
         """Thermal diffusivity, non-negative: ``k = ReLU(Linear(FVE))`` ``(H, W, C)`` with ``k_mode="fve"``, else the
@@ -128,8 +129,11 @@ class HeatConductionOperator(nn.Module):
         _, h, w, _ = x.shape
         x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         d = self.dim
-        u = fused.linear(x, self.linear.weight[:d], self.linear.bias[:d])
-        gate = fused.linear(x, self.linear.weight[d:], self.linear.bias[d:], act="silu")
+        dtype = fused.compute_dtype(x) or x.dtype
+        weight = fused.cast_cached(self._cast_cache, self.linear.weight, dtype)
+        bias = fused.cast_cached(self._cast_cache, self.linear.bias, dtype)
+        u = fused.linear(x, weight[:d], bias[:d])
+        gate = fused.linear(x, weight[d:], bias[d:], act="silu")
         # fp32 only: under bf16 autocast the reference DCT products already run on oneDNN, and the filter's two
         # copies per image made it 0.94-1.05x of them from 56x56 to 192x192 (interleaved, one thread)
         fits = h * w >= FUSED_FILTER_MIN_TOKENS and u.dtype == torch.float32
@@ -139,7 +143,7 @@ class HeatConductionOperator(nn.Module):
             spec = dct2(u, dims=(1, 2), method=self.dct_method)
             u = idct2(spec * self.decay(h, w, fve).to(spec.dtype), dims=(1, 2), method=self.dct_method)
         u = self.out_norm(u) * gate
-        return fused.linear(u, self.out_linear.weight, self.out_linear.bias)
+        return fused.linear(u, self.out_linear.weight, self.out_linear.bias, cache=self._cast_cache)
 
     def forward(self, x: torch.Tensor, fve: torch.Tensor | None = None) -> torch.Tensor:
         if fused.compute_dtype(x) is not None:

@@ -322,7 +322,9 @@ class InferenceLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from pdevision.ops.fused import linear
 
-        return linear(x, self.weight, self.bias, self.act)
+        if "_cast_cache" not in self.__dict__:
+            self._cast_cache: dict[Any, Any] = {}
+        return linear(x, self.weight, self.bias, self.act, cache=self._cast_cache)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (f", act={self.act}" if self.act != "none" else "")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -87,18 +88,42 @@ def _act(y: torch.Tensor, act: str) -> torch.Tensor:
 _ONEDNN_ACT = {"none": ("none", ""), "gelu": ("gelu", "none"), "silu": ("swish", "")}
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str = "none") -> torch.Tensor:
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: str = "none",
+    cache: dict[Any, Any] | None = None,
+) -> torch.Tensor:
     """``act(F.linear(x, weight, bias))`` over the last dimension, ``act`` in ``"none"``, ``"gelu"`` (exact, erf),
     ``"silu"``; one oneDNN product with the bias and activation fused where :func:`compute_dtype` allows, under
-    autocast in its dtype (as ``F.linear`` would be)."""
+    autocast in its dtype (as ``F.linear`` would be). ``cache``: a dict of the caller's for the cast weights
+    (:func:`cast_cached`)."""
     if act not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {act!r}")
     dtype = compute_dtype(x)
     if dtype is None:
         return _act(F.linear(x, weight, bias), act)
     name, algorithm = _ONEDNN_ACT[act]
+    if cache is not None:
+        weight = cast_cached(cache, weight, dtype)
+        bias = cast_cached(cache, bias, dtype) if bias is not None else None
     b = bias.to(dtype) if bias is not None else None
     return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight.to(dtype), b, name, [], algorithm)
+
+
+def cast_cached(cache: dict[Any, Any], t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)``, kept in ``cache`` (a dict owned by the calling module) while ``t`` is the same tensor at
+    the same version: bfloat16 copies of the weights are made once, not every forward; an in-place update (an
+    optimizer step, ``load_state_dict``) bumps the version and renews the copy."""
+    if t.dtype == dtype:
+        return t
+    entry = cache.get((id(t), dtype))
+    if entry is not None and entry[0] is t and entry[1] == t._version:
+        return entry[2]
+    cast = t.detach().to(dtype)
+    cache[(id(t), dtype)] = (t, t._version, cast)
+    return cast
 
 
 @functools.lru_cache(maxsize=64)
