@@ -23,6 +23,7 @@ import torch
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import matmul_gflops, onednn_matmul_gflops
 from pdevision.bench.models import build_for_bench
+from pdevision.models._common import fuse_linears
 from pdevision.ops.dct import dct2, idct2
 from pdevision.ops.fused import heat_filter_nhwc, reference_kernels
 
@@ -107,6 +108,44 @@ def models(rounds: int, quick: bool) -> list[str]:
     return [*lines, ""]
 
 
+def same_kernels_for_peers(rounds: int, quick: bool) -> list[str]:
+    """vHeat against the peers as timm ships them and against the peers with the same fused linear kernels
+    (``fuse_linears`` works on any model with ``nn.Linear`` and timm's ``Mlp``): what the architecture gains
+    when the backend is equal."""
+    peers = ["convnext_tiny", "swin_tiny_patch4_window7_224"]
+    cases = [(224, 8), (768, 1)] if not quick else [(224, 8)]
+    lines = [
+        "## vHeat-T against the peers, stock and on the same fused kernels (inference img/s ratio, vHeat / peer)",
+        "",
+        "| px | batch | dtype | " + " | ".join(f"vs {p} stock | vs {p} fused" for p in peers) + " |",
+        "|---:|---:|---|" + "---:|---:|" * len(peers),
+    ]
+    for res, batch in cases:
+        built = {"vheat_tiny": build_for_bench("vheat_tiny", res, torch.device("cpu"))}
+        for p in peers:
+            built[p] = build_for_bench(p, res, torch.device("cpu"))
+            fused_peer = copy.deepcopy(built[p])
+            fuse_linears(fused_peer)
+            built[p + " fused"] = fused_peer
+        x = torch.randn(batch, 3, res, res)
+        for dtype in ("fp32", "bf16"):
+            fns = {}
+            for name, model in built.items():
+
+                def run(
+                    model: torch.nn.Module = model, x: torch.Tensor = x, ac: bool = dtype == "bf16"
+                ) -> torch.Tensor:
+                    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=ac):
+                        return model(x)
+
+                fns[name] = run
+            t = interleaved(fns, rounds)
+            cells = [f"{t[p] / t['vheat_tiny']:.2f}x | {t[p + ' fused'] / t['vheat_tiny']:.2f}x" for p in peers]
+            lines.append(f"| {res} | {batch} | {dtype} | " + " | ".join(cells) + " |")
+        del built
+    return [*lines, ""]
+
+
 def pderesnet_fold(rounds: int) -> list[str]:
     model = timm.create_model("pderesnet50").eval()
     folded = copy.deepcopy(model)
@@ -154,6 +193,7 @@ def main() -> None:
     ]
     lines += heat_filters(args.rounds, args.quick)
     lines += models(args.rounds, args.quick)
+    lines += same_kernels_for_peers(args.rounds, args.quick)
     lines += pderesnet_fold(args.rounds)
     lines.append(f"Total time {time.perf_counter() - start:.0f} s.")
     OUT.write_text("\n".join(lines) + "\n")

@@ -37,8 +37,9 @@ def build_for_bench(
 ) -> nn.Module:
     """The model at ``img_size`` (its native grid for Swin/DeiT/vHeat), folded for inference with
     timm's ``reparameterize_model`` and the model's own ``reparameterize`` (vHeat: decay factors precomputed for
-    ``img_size``; vHeat, HcNet: linear layers on the fused kernels; PDE-ResNet: BatchNorms folded); a peer's
-    BatchNorms are folded into its convolutions (:func:`fuse_conv_batchnorm`), so both sides run without them."""
+    ``img_size``; vHeat, HcNet: linear layers on the fused kernels), then PDE-ResNet's BatchNorms folded
+    (``fold_batchnorm``); a peer's BatchNorms are folded into its convolutions (:func:`fuse_conv_batchnorm`), so
+    both sides run without them."""
     model = build_model(name, img_size=img_size).to(device)
     if train:
         return model.train()
@@ -46,4 +47,7 @@ def build_for_bench(
     if not fold:
         return model
     model = fold_for_inference(model, img_size, inplace=True)
+    if hasattr(model, "fold_batchnorm"):  # PDE-ResNet's own folding
+        model.fold_batchnorm()
+        return model
     return model if hasattr(model, "reparameterize") else fuse_conv_batchnorm(model)

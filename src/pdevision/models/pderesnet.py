@@ -256,14 +256,6 @@ class PDEResNet(StagedBackbone):
             for block in stage.blocks:
                 block.fold_batchnorm()
 
-    @torch.no_grad()
-    def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
-        """Inference folding (timm's ``reparameterize`` hook, called by ``fold_for_inference``): every BatchNorm
-        folded with its running statistics (:meth:`fold_batchnorm`; the same eval-mode function), idempotent.
-        ``img_size`` is accepted for the common folding call and unused."""
-        if not self.folded:
-            self.fold_batchnorm()
-
     # -- timm model API -------------------------------------------------------------------------
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
