@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdevision.bench.operators import fit_exponent
+from pdevision.bench.run import _ratio_table, ratio_rows
 from pdevision.cli import main
 
 
@@ -20,10 +21,14 @@ def test_bench_cli_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = tmp_path / "bench"
     argv = ["bench", "--models", "vheat_micro", "resnet18", "--resolutions", "64", "--batch", "2"]
     argv += ["--repeats", "2", "--train-resolutions", "64", "--operator-sides", "8", "16", "--out", str(out)]
+    argv += ["--dtype", "fp32", "bf16"]
     assert main(argv) == 0
     result = json.loads((out / "results.json").read_text())
-    rows = {r["model"]: r for r in result["rows"]}
-    assert set(rows) == {"vheat_micro", "resnet18"}
+    assert {(r["model"], r["dtype"]) for r in result["rows"]} == {
+        (m, d) for m in ("vheat_micro", "resnet18") for d in ("fp32", "bf16")
+    }
+    assert set(result["machine"]["matmul_gflops_by_dtype"]) == {"fp32", "bf16"}
+    rows = {r["model"]: r for r in result["rows"] if r["dtype"] == "fp32"}
     for row in rows.values():
         assert row["infer_img_s"] > 0 and row["train_img_s"] > 0 and row["peak_mem_mib"] >= 0
         assert 0 < row["fraction_of_matmul"] < 5
@@ -33,7 +38,35 @@ def test_bench_cli_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert {"hco_matrix", "hco_fft", "global_attention", "window_attention_7x7"} == set(ops["exponents"])
     for name in ("results.csv", "results.md", "cost_vs_resolution.png", "operators.png"):
         assert (out / name).stat().st_size > 100
-    assert "| vheat_micro | 64 | 2 |" in capsys.readouterr().out
+    assert "| vheat_micro | 64 | 2 | fp32 |" in capsys.readouterr().out
+
+
+def test_ratio_rows_pair_each_model_with_its_measured_peers() -> None:
+    def row(model: str, img_s: float, dtype: str = "fp32") -> dict[str, object]:
+        return {"model": model, "img_size": 224, "dtype": dtype, "infer_img_s": img_s}
+
+    rows = [
+        row("vheat_tiny", 30.0),
+        row("convnext_tiny", 20.0),
+        row("pderesnet50", 10.0),
+        row("vheat_tiny", 8.0, "bf16"),
+    ]
+    ratios = ratio_rows(rows)
+    # swin was not measured and resnet50 neither: only the one measured pair, in its dtype
+    assert ratios == [{"model": "vheat_tiny", "peer": "convnext_tiny", "img_size": 224, "dtype": "fp32", "ratio": 1.5}]
+    table = "\n".join(_ratio_table(ratios))
+    assert "| vheat_tiny | convnext_tiny | fp32 | 1.50x |" in table
+
+
+def test_bench_folds_pderesnet_and_the_peers_batchnorms() -> None:
+    import torch
+
+    from pdevision.bench.models import build_for_bench
+
+    ours = build_for_bench("pderesnet_micro", 64, torch.device("cpu"))
+    assert ours.folded
+    peer = build_for_bench("resnet18", 64, torch.device("cpu"))
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in peer.modules())
 
 
 def test_bench_unknown_model_is_clear(capsys: pytest.CaptureFixture[str]) -> None:

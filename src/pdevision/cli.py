@@ -783,7 +783,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats, median reported (default 5)")
     p.add_argument("--train-resolutions", nargs="*", type=_side, default=[224], help="training-step sizes")
     p.add_argument("--device", type=_device, default="cpu")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    p.add_argument("--dtype", nargs="+", choices=["fp32", "bf16", "fp16"], default=["fp32"], help="autocast dtypes")
     p.add_argument("--out", type=_output_folder, default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)")
     p.add_argument("--threads", type=_count, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--no-operators", action="store_true", help="skip the token-mixer microbenchmark")

@@ -128,3 +128,30 @@ def test_vheat_k_mode_builds_and_trains() -> None:
         model = timm.create_model("vheat_micro", num_classes=3, img_size=32, k_mode=mode)
         model(torch.randn(2, 3, 40, 36)).sum().backward()
         assert all(s.freq_embed.grad is None for s in model.stages)
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_fused_inference_path_matches_scipy_reference(folded: bool) -> None:
+    """No-grad CPU forward (fused linears, SiLU in the gate's product, the oneDNN heat filter on a map above
+    FUSED_FILTER_MIN_TOKENS) against the float64 scipy reference, folded and not."""
+    from pdevision.layers.hco import FUSED_FILTER_MIN_TOKENS
+    from pdevision.ops.fused import _onednn_ok
+
+    if not _onednn_ok():
+        pytest.skip("PyTorch built without oneDNN")
+    op = HeatConductionOperator(6, dct_method="matrix")
+    _randomise(op)
+    x, fve = torch.randn(2, 49, 50, 6), torch.randn(49, 50, 6)
+    assert 49 * 50 >= FUSED_FILTER_MIN_TOKENS
+    want = _reference_hco(op, x, fve)
+    if folded:
+        op.fold(fve)
+    with torch.inference_mode():
+        got = op(x, None if folded else fve)
+    np.testing.assert_allclose(got.numpy(), want, atol=2e-5)
+    if folded:  # new values loaded into k_exp are seen by the cached transposed copy
+        with torch.no_grad():
+            op.k_exp.mul_(0.5)
+        with torch.inference_mode():
+            again = op(x)
+        assert not torch.allclose(again, got)

@@ -67,6 +67,26 @@ def matmul_gflops(device: torch.device, n: int = 1024, repeats: int = 7, dtype: 
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
+def onednn_matmul_gflops(n: int = 1024, repeats: int = 7, dtype: torch.dtype = torch.float32) -> float | None:
+    """The CPU's matrix-multiply rate through oneDNN (the library of PyTorch's CPU convolutions and of the fused
+    inference kernels), GFLOP/s for ``n x n`` operands; ``None`` where oneDNN is not available."""
+    from pdevision.ops.fused import _onednn_ok
+
+    if not _onednn_ok():
+        return None
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    op = torch.ops.mkldnn._linear_pointwise
+    for _ in range(2):
+        op(a, b, None, "none", [], "")
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        op(a, b, None, "none", [], "")
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
 def interleaved_medians(
     fns: dict[str, Callable[[], Any]], device: torch.device, repeats: int = 5, warmup: int = 1
 ) -> dict[str, dict[str, float]]:

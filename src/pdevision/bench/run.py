@@ -3,7 +3,9 @@
 For each resolution, all models are built, then timed interleaved (warm-up, median of ``repeats``):
 inference throughput (folded models), training-step throughput (forward, backward, AdamW), peak
 memory of one forward in a fresh process, parameters, FLOPs, and achieved GFLOP/s as a fraction of
-the machine's measured fp32 matrix-multiply rate. Results go to CSV, JSON, Markdown and PNG plots.
+the machine's measured matrix-multiply rate in the same dtype (the faster of ``torch.mm`` and oneDNN), and
+each model's throughput as a multiple of its peers' (:data:`RATIO_PAIRS`). Several dtypes (fp32, bf16 autocast)
+are measured in one run, interleaved per resolution. Results go to CSV, JSON, Markdown and PNG plots.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import csv
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from pdevision.bench.measure import (
     interleaved_medians,
     machine_description,
     matmul_gflops,
+    onednn_matmul_gflops,
     probe_model,
     train_step_fn,
 )
@@ -32,11 +36,47 @@ from pdevision.bench.operators import operator_benchmark, tokens_label
 log = logging.getLogger(__name__)
 
 DEFAULT_OURS: tuple[str, ...] = ("vheat_tiny", "hcnet_tiny", "pderesnet50")
+_TINY_PEERS = ("convnext_tiny", "swin_tiny_patch4_window7_224")
+# Each model's throughput is reported as a multiple of these peers' (where both were measured).
+RATIO_PAIRS: dict[str, tuple[str, ...]] = {
+    "vheat_tiny": _TINY_PEERS,
+    "hcnet_tiny": _TINY_PEERS,
+    "pderesnet50": ("resnet50",),
+    "vheat_small": ("convnext_small", "swin_small_patch4_window7_224"),
+    "vheat_base": ("convnext_base", "swin_base_patch4_window7_224"),
+}
+AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def default_batch(img_size: int) -> int:
-    """Batch 8 at 224 and below, 2 up to 512, 1 above (the sizes of the issue's targets)."""
-    return 8 if img_size <= 224 else 2 if img_size <= 512 else 1
+    """Batch 8 at 224 and below, 1 above (the sizes of the issue's targets)."""
+    return 8 if img_size <= 224 else 1
+
+
+def matmul_rates(dev: torch.device, dtype: str) -> dict[str, float]:
+    """Measured matrix-multiply GFLOP/s in ``dtype``: ``torch_mm`` (PyTorch's BLAS), ``onednn`` (CPU), and
+    ``limit``, the faster of the two (the reference of the GFLOP/s share)."""
+    torch_dtype = AUTOCAST[dtype] or torch.float32
+    rates = {"torch_mm": matmul_gflops(dev, dtype=torch_dtype)}
+    if dev.type == "cpu":
+        onednn = onednn_matmul_gflops(dtype=torch_dtype)
+        if onednn is not None:
+            rates["onednn"] = onednn
+    rates["limit"] = max(rates.values())
+    return rates
+
+
+def ratio_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Inference throughput of each model of :data:`RATIO_PAIRS` as a multiple of each measured peer's, per
+    resolution and dtype (one interleaved run, so the multiples are what the machine's drift does not change)."""
+    speed = {(r["model"], r["img_size"], r["dtype"]): r["infer_img_s"] for r in rows}
+    out = []
+    for (model, res, dtype), img_s in speed.items():
+        for peer in RATIO_PAIRS.get(model, ()):
+            if (peer, res, dtype) in speed:
+                ratio = img_s / speed[(peer, res, dtype)]
+                out.append({"model": model, "peer": peer, "img_size": res, "dtype": dtype, "ratio": ratio})
+    return out
 
 
 def run_bench(
@@ -46,20 +86,22 @@ def run_bench(
     batch: int | None = None,
     repeats: int = 5,
     device: str = "cpu",
-    dtype: str = "fp32",
+    dtype: str | Sequence[str] = "fp32",
     train_resolutions: tuple[int, ...] = (224,),
     operators: bool = True,
     operator_sides: tuple[int, ...] = (14, 28, 56, 112, 160, 256),
 ) -> dict[str, Any]:
-    """Measure ``models`` at ``resolutions``; write ``results.{csv,json,md}`` and plots to ``out_dir``."""
+    """Measure ``models`` at ``resolutions`` in each of ``dtype`` (``"fp32"``, ``"bf16"``, ``"fp16"``: autocast);
+    write ``results.{csv,json,md}`` and plots to ``out_dir``."""
     dev = torch.device(device)
-    autocast = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    dtypes = [dtype] if isinstance(dtype, str) else list(dict.fromkeys(dtype))
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     machine = machine_description(dev)
-    peak = matmul_gflops(dev, dtype=torch.float32 if autocast is None else autocast)
-    machine["matmul_gflops"] = peak
-    log.info("machine: %s; measured %s matmul rate %.1f GFLOP/s", machine, dtype, peak)
+    rates = {dt: matmul_rates(dev, dt) for dt in dtypes}
+    machine["matmul_gflops"] = rates[dtypes[0]]["limit"]
+    machine["matmul_gflops_by_dtype"] = rates
+    log.info("machine: %s", machine)
     rows: list[dict[str, Any]] = []
     sizes = [(res, batch or default_batch(res)) for res in resolutions]
     probes = {name: {p["img_size"]: p for p in probe_model(name, sizes, dev)} for name in models}
@@ -67,36 +109,40 @@ def run_bench(
         b = batch or default_batch(res)
         built = {name: build_for_bench(name, res, dev) for name in models}
         x = torch.randn(b, 3, res, res, device=dev)
-        times = interleaved_medians({n: inference_fn(m, x, autocast) for n, m in built.items()}, dev, repeats=repeats)
-        train_times: dict[str, dict[str, float]] = {}
-        if res in train_resolutions:
-            trained = {name: build_for_bench(name, res, dev, train=True) for name in models}
-            train_times = interleaved_medians(
-                {n: train_step_fn(m, x, autocast) for n, m in trained.items()}, dev, repeats=repeats
+        for dt in dtypes:
+            autocast = AUTOCAST[dt]
+            times = interleaved_medians(
+                {n: inference_fn(m, x, autocast) for n, m in built.items()}, dev, repeats=repeats
             )
-            del trained
-        for name, model in built.items():
-            macs = probes[name][res]["macs"]
-            seconds = times[name]["median"]
-            flops_per_s = 2 * macs * b / seconds
-            row = {
-                "model": name,
-                "img_size": res,
-                "batch": b,
-                "dtype": dtype,
-                "params_m": count_params(model) / 1e6,
-                "gmacs": macs / 1e9,
-                "infer_img_s": b / seconds,
-                "infer_ms_per_batch": 1000 * seconds,
-                "train_img_s": b / train_times[name]["median"] if name in train_times else None,
-                "achieved_gflops": flops_per_s / 1e9,
-                "fraction_of_matmul": flops_per_s / 1e9 / peak,
-                "peak_mem_mib": probes[name][res]["peak_mib"],
-            }
-            rows.append(row)
-            log.info("%s", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
+            train_times: dict[str, dict[str, float]] = {}
+            if res in train_resolutions:
+                trained = {name: build_for_bench(name, res, dev, train=True) for name in models}
+                train_times = interleaved_medians(
+                    {n: train_step_fn(m, x, autocast) for n, m in trained.items()}, dev, repeats=repeats
+                )
+                del trained
+            for name, model in built.items():
+                macs = probes[name][res]["macs"]
+                seconds = times[name]["median"]
+                flops_per_s = 2 * macs * b / seconds
+                row = {
+                    "model": name,
+                    "img_size": res,
+                    "batch": b,
+                    "dtype": dt,
+                    "params_m": count_params(model) / 1e6,
+                    "gmacs": macs / 1e9,
+                    "infer_img_s": b / seconds,
+                    "infer_ms_per_batch": 1000 * seconds,
+                    "train_img_s": b / train_times[name]["median"] if name in train_times else None,
+                    "achieved_gflops": flops_per_s / 1e9,
+                    "fraction_of_matmul": flops_per_s / 1e9 / rates[dt]["limit"],
+                    "peak_mem_mib": probes[name][res]["peak_mib"],
+                }
+                rows.append(row)
+                log.info("%s", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
         del built
-    result: dict[str, Any] = {"machine": machine, "repeats": repeats, "rows": rows}
+    result: dict[str, Any] = {"machine": machine, "repeats": repeats, "rows": rows, "ratios": ratio_rows(rows)}
     if operators:
         result["operators"] = operator_benchmark(sides=operator_sides, repeats=repeats, device=dev)
     result["seconds"] = time.perf_counter() - start
@@ -112,23 +158,58 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _rates_text(machine: dict[str, Any]) -> str:
+    by = machine.get("matmul_gflops_by_dtype")
+    if not by:
+        return f"measured matmul rate {machine['matmul_gflops']:.0f} GFLOP/s"
+    parts = []
+    for dt, r in by.items():
+        lib = ", ".join(f"{k.replace('_', '.')} {v:.0f}" for k, v in r.items() if k != "limit")
+        parts.append(f"{dt} {lib}")
+    return "measured matmul GFLOP/s: " + "; ".join(parts)
+
+
+def _ratio_table(ratios: list[dict[str, Any]]) -> list[str]:
+    """Rows ``model vs peer, dtype`` by columns of resolution: inference img/s as a multiple of the peer's."""
+    if not ratios:
+        return []
+    sizes = sorted({r["img_size"] for r in ratios})
+    keys = list(dict.fromkeys((r["model"], r["peer"], r["dtype"]) for r in ratios))
+    at = {(r["model"], r["peer"], r["dtype"], r["img_size"]): r["ratio"] for r in ratios}
+    lines = [
+        "Inference throughput as a multiple of the peer's (same run, interleaved):",
+        "",
+        "| model | vs | dtype | " + " | ".join(f"{s} px" for s in sizes) + " |",
+        "|---|---|---|" + "---:|" * len(sizes),
+    ]
+    for model, peer, dt in keys:
+        cells = [f"{at[(model, peer, dt, s)]:.2f}x" if (model, peer, dt, s) in at else "-" for s in sizes]
+        lines.append(f"| {model} | {peer} | {dt} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def markdown_table(result: dict[str, Any]) -> str:
     """The Markdown summary that the README includes."""
     m = result["machine"]
     lines = [
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads, torch {m['torch']}, device {m['device']}"
         + (f" ({m['gpu']})" if "gpu" in m else "")
-        + f"; measured matmul rate {m['matmul_gflops']:.0f} GFLOP/s. Median of {result['repeats']} interleaved"
-        " repeats after warm-up; inference on folded models; memory = peak growth of a fresh process during one"
-        " forward.",
+        + f"; {_rates_text(m)}. Median of {result['repeats']} interleaved"
+        " repeats after warm-up; inference on folded models (peers' BatchNorms folded into their convolutions);"
+        " memory = peak growth of a fresh process during one fp32 forward; GFLOP/s share = achieved GFLOP/s over"
+        " the faster measured matrix-multiply rate of the same dtype.",
         "",
-        "| model | px | batch | params (M) | GMACs | infer img/s | train img/s | GFLOP/s (% of matmul) | peak MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += _ratio_table(result.get("ratios", []))
+    lines += [
+        "| model | px | batch | dtype | params (M) | GMACs | infer img/s | train img/s | GFLOP/s (% of matmul) "
+        "| peak MiB |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         lines.append(
-            f"| {r['model']} | {r['img_size']} | {r['batch']} | {r['params_m']:.1f} | {r['gmacs']:.1f} | "
-            f"{r['infer_img_s']:.2f} | {_fmt(r['train_img_s'])} | "
+            f"| {r['model']} | {r['img_size']} | {r['batch']} | {r.get('dtype', 'fp32')} | {r['params_m']:.1f} | "
+            f"{r['gmacs']:.1f} | {r['infer_img_s']:.2f} | {_fmt(r['train_img_s'])} | "
             f"{r['achieved_gflops']:.0f} ({100 * r['fraction_of_matmul']:.0f}%) | {_fmt(r['peak_mem_mib'], 0)} |"
         )
     ops = result.get("operators")
@@ -175,7 +256,12 @@ def plot_results(result: dict[str, Any], out_dir: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, (key, title, log_y) in zip(axes, panels, strict=True):
         for name in models:
-            pts = [(r["img_size"], r[key]) for r in rows if r["model"] == name and (r[key] or 0) > 0]
+            first = rows[0].get("dtype", "fp32")  # one line per model: the first dtype measured
+            pts = [
+                (r["img_size"], r[key])
+                for r in rows
+                if r["model"] == name and r.get("dtype", "fp32") == first and (r[key] or 0) > 0
+            ]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", label=name, linewidth=2.5 if "vheat" in name else 1.2)
         ax.set(xlabel="resolution (px)", title=title)
@@ -183,7 +269,8 @@ def plot_results(result: dict[str, Any], out_dir: Path) -> None:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"cost against resolution ({result['machine']['device']}, {rows[0]['dtype']})")
+    dtypes = ", ".join(dict.fromkeys(r.get("dtype", "fp32") for r in rows))
+    fig.suptitle(f"cost against resolution ({result['machine']['device']}, {dtypes})")
     fig.tight_layout()
     fig.savefig(out_dir / "cost_vs_resolution.png", dpi=100)
     plt.close(fig)
@@ -201,4 +288,4 @@ def plot_results(result: dict[str, Any], out_dir: Path) -> None:
         plt.close(fig)
 
 
-__all__ = ["DEFAULT_OURS", "DEFAULT_PEERS", "default_batch", "markdown_table", "run_bench"]
+__all__ = ["DEFAULT_OURS", "DEFAULT_PEERS", "RATIO_PAIRS", "default_batch", "markdown_table", "ratio_rows", "run_bench"]

@@ -9,8 +9,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
-from pdevision.ops.dct import DctMethod, dct2, idct2
+from pdevision.ops import fused
+from pdevision.ops.dct import DctMethod, dct2, idct2, resolve_method
 from pdevision.ops.heat import frequency_energy
+
+# Smallest map (H*W tokens) on which the oneDNN heat filter replaces the matrix DCT in inference. It loops over the
+# images of a batch and makes two copies per image, which does not pay on small maps. Two interleaved one-thread
+# runs on the loaded machine (the second is benchmarks/bench_cpu_perf/ab.md): 0.29x and 0.89x at 24x24, 0.76x and
+# 1.41x at 28x28 (batch 8), 1.2x at 48x48, 1.0x and 1.3x at 56x56 (batch 8), 1.4-1.9x from 96x96 to 256x256.
+FUSED_FILTER_MIN_TOKENS = 48 * 48
 
 
 def heat_decay(k: torch.Tensor) -> torch.Tensor:
@@ -47,6 +54,12 @@ class HeatConductionOperator(nn.Module):
 
     After :meth:`fold` the decay factors ``exp(-k w^2)`` for one resolution are precomputed, so no
     FVE projection runs per forward; other resolutions still take the general path.
+
+    Without autograd on the CPU (float32 or bfloat16 autocast) the forward takes the fused oneDNN kernels of
+    :mod:`pdevision.ops.fused`: the two branch projections (SiLU fused into the gate's), the heat filter
+    (:func:`~pdevision.ops.fused.heat_filter_nhwc`, in place of the matrix DCT in float32 from
+    ``FUSED_FILTER_MIN_TOKENS`` tokens on) and the output projection. Same function;
+    :func:`pdevision.ops.fused.reference_kernels` selects the reference path.
     """
 
     def __init__(self, dim: int, dct_method: DctMethod = "auto", k_mode: str = "fve", k_init: float = 1.0) -> None:
@@ -67,6 +80,8 @@ class HeatConductionOperator(nn.Module):
         self.out_norm = nn.LayerNorm(dim)
         self.out_linear = nn.Linear(dim, dim)
         self.register_buffer("k_exp", None)
+        self._k_exp_wh: tuple[tuple[int, int], torch.Tensor] | None = None  # k_exp transposed, for the fused filter
+        self._cast_cache: dict[object, object] = {}  # bfloat16 copies of the weights (fused.cast_cached)
 
     def diffusivity(self, fve: torch.Tensor) -> torch.Tensor:
         """Thermal diffusivity, non-negative: ``k = ReLU(Linear(FVE))`` ``(H, W, C)`` with ``k_mode="fve"``, else the
@@ -99,7 +114,40 @@ class HeatConductionOperator(nn.Module):
         """Drop precomputed decay factors (back to the general path)."""
         self.k_exp = None
 
+    def _decay_wh(self, h: int, w: int, fve: torch.Tensor | None) -> torch.Tensor:
+        """The decay factors transposed to ``(w, h, C)``, contiguous; cached for the folded ones (keyed on the
+        buffer's storage and version, so loading new values into ``k_exp`` is seen)."""
+        decay = self.decay(h, w, fve)
+        if fve is not None:
+            return decay.transpose(0, 1).contiguous()
+        key = (decay.data_ptr(), decay._version)
+        if self._k_exp_wh is None or self._k_exp_wh[0] != key:
+            self._k_exp_wh = (key, decay.transpose(0, 1).contiguous())
+        return self._k_exp_wh[1]
+
+    def _forward_fused(self, x: torch.Tensor, fve: torch.Tensor | None) -> torch.Tensor:
+        _, h, w, _ = x.shape
+        x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        d = self.dim
+        dtype = fused.compute_dtype(x) or x.dtype
+        weight = fused.cast_cached(self._cast_cache, self.linear.weight, dtype)
+        bias = fused.cast_cached(self._cast_cache, self.linear.bias, dtype)
+        u = fused.linear(x, weight[:d], bias[:d])
+        gate = fused.linear(x, weight[d:], bias[d:], act="silu")
+        # fp32 only: under bf16 autocast the reference DCT products already run on oneDNN, and the filter's two
+        # copies per image made it 0.94-1.05x of them from 56x56 to 192x192 (interleaved, one thread)
+        fits = h * w >= FUSED_FILTER_MIN_TOKENS and u.dtype == torch.float32
+        if fits and resolve_method(self.dct_method, h, w) == "matrix":
+            u = fused.heat_filter_nhwc(u, self._decay_wh(h, w, fve))
+        else:
+            spec = dct2(u, dims=(1, 2), method=self.dct_method)
+            u = idct2(spec * self.decay(h, w, fve).to(spec.dtype), dims=(1, 2), method=self.dct_method)
+        u = self.out_norm(u) * gate
+        return fused.linear(u, self.out_linear.weight, self.out_linear.bias, cache=self._cast_cache)
+
     def forward(self, x: torch.Tensor, fve: torch.Tensor | None = None) -> torch.Tensor:
+        if fused.compute_dtype(x) is not None:
+            return self._forward_fused(x, fve)
         _, h, w, _ = x.shape
         x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         # the two branches of `linear` as two products, so each comes out contiguous (no chunk copy)

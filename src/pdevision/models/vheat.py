@@ -26,7 +26,14 @@ from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, run_block
-from pdevision.models._common import StagedBackbone, conv_out_size, default_cfg, resolve_local_head, to_2tuple_size
+from pdevision.models._common import (
+    StagedBackbone,
+    conv_out_size,
+    default_cfg,
+    fuse_linears,
+    resolve_local_head,
+    to_2tuple_size,
+)
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
@@ -209,10 +216,14 @@ class VHeat(StagedBackbone):
 
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
-        """Fold every stage's FVE projection into decay factors for ``img_size`` (default: training)."""
+        """Fold every stage's FVE projection into decay factors for ``img_size`` (default: training), and put the
+        linear layers on the fused inference kernels (:func:`~pdevision.models._common.fuse_linears`: same
+        parameters and state dict, same function)."""
         size = to_2tuple_size(img_size) if img_size is not None else self.img_size
         for i, stage in enumerate(self.stages):
             stage.reparameterize((conv_out_size(size[0], 2 + i), conv_out_size(size[1], 2 + i)))
+        fuse_linears(self)
+        self.stem.to(memory_format=torch.channels_last)  # its LayerNorms then read NHWC memory without a copy
 
 
 # -- checkpoints ------------------------------------------------------------------------------------

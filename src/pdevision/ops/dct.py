@@ -132,7 +132,9 @@ def _apply_matrix(x: torch.Tensor, mat: torch.Tensor, dim: int) -> torch.Tensor:
     shape = x.shape
     prefix = math.prod(shape[:dim])
     suffix = math.prod(shape[dim + 1 :])
-    y = torch.matmul(mat, x.reshape(prefix, shape[dim], suffix))
+    # bmm of the expanded (stride-0) matrix: the same products as matmul, without the contiguous copy of the expanded
+    # matrix that matmul makes under bfloat16 on the CPU (1.47x at 192x192x96 in bf16, 1.0-1.1x in fp32, interleaved)
+    y = torch.bmm(mat.expand(prefix, *mat.shape), x.reshape(prefix, shape[dim], suffix))
     return y.reshape(*shape[:dim], mat.shape[0], *shape[dim + 1 :])
 
 

@@ -1,0 +1,166 @@
+"""Inference kernels on oneDNN: linear layers with fused activations and the heat operator's DCT filter.
+
+Why: on CPUs where PyTorch's BLAS (MKL) does not take its fastest code path (on the AMD EPYC development
+machine MKL's ``sgemm`` ran at about 105 GFLOP/s per thread, oneDNN's matrix product at about 230;
+``benchmarks/bench_cpu_perf/``), the matrix products of linear layers and of the matrix DCT are the
+bulk of a forward pass. oneDNN is the library PyTorch already uses for its CPU convolutions; this module
+reaches its inner-product primitive through ``torch.ops.mkldnn._linear_pointwise`` (the op that
+``torch.compile`` emits for CPU linear layers), with an activation fused into the product.
+
+The kernels run only where they compute the same function as the reference path: CPU tensors in
+float32 or bfloat16, no autograd recording, no tracing or dispatch mode (FLOP counters see the reference
+path), oneDNN available. Everywhere else the callers take their reference path, and
+:func:`reference_kernels` forces it (to compare, or to rule the kernels out).
+Results agree with the reference path to float32 rounding (tested to 1e-4 on the logits of folded models).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from pdevision.ops.dct import dct_matrix
+
+_ENABLED = True
+ACTIVATIONS = ("none", "gelu", "silu")
+
+
+def set_fused_kernels(enabled: bool) -> None:
+    """Allow (default) or forbid the oneDNN inference kernels for the whole process."""
+    global _ENABLED
+    _ENABLED = bool(enabled)
+
+
+@contextlib.contextmanager
+def reference_kernels() -> Iterator[None]:
+    """Within the block, every caller of this module takes its reference (plain PyTorch) path."""
+    global _ENABLED
+    previous, _ENABLED = _ENABLED, False
+    try:
+        yield
+    finally:
+        _ENABLED = previous
+
+
+@functools.cache
+def _onednn_ok() -> bool:
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:  # the op exists in builds with oneDNN; check it runs once
+        torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), torch.ones(2, 2), None, "none", [], "")
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype the fused kernels would compute ``x`` in (autocast's bfloat16 when active), or ``None`` when
+    they do not apply (see the module docstring)."""
+    if not _ENABLED or torch.compiler.is_compiling() or torch.jit.is_scripting() or is_fx_symbolic_tracing():
+        return None
+    if x.device.type != "cpu" or torch.is_grad_enabled() or not torch.backends.mkldnn.enabled:
+        return None
+    if _get_current_dispatch_mode() is not None:  # e.g. FlopCounterMode: let it see the reference ops
+        return None
+    dtype = x.dtype
+    if torch.is_autocast_enabled("cpu"):
+        dtype = torch.get_autocast_dtype("cpu")
+    if dtype not in (torch.float32, torch.bfloat16) or not _onednn_ok():
+        return None
+    return dtype
+
+
+def _act(y: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "gelu":
+        return F.gelu(y)
+    if act == "silu":
+        return F.silu(y)
+    return y
+
+
+_ONEDNN_ACT = {"none": ("none", ""), "gelu": ("gelu", "none"), "silu": ("swish", "")}
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: str = "none",
+    cache: dict[Any, Any] | None = None,
+) -> torch.Tensor:
+    """``act(F.linear(x, weight, bias))`` over the last dimension, ``act`` in ``"none"``, ``"gelu"`` (exact, erf),
+    ``"silu"``; one oneDNN product with the bias and activation fused where :func:`compute_dtype` allows, under
+    autocast in its dtype (as ``F.linear`` would be). ``cache``: a dict of the caller's for the cast weights
+    (:func:`cast_cached`)."""
+    if act not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {act!r}")
+    dtype = compute_dtype(x)
+    if dtype is None:
+        return _act(F.linear(x, weight, bias), act)
+    name, algorithm = _ONEDNN_ACT[act]
+    if cache is not None:
+        weight = cast_cached(cache, weight, dtype)
+        bias = cast_cached(cache, bias, dtype) if bias is not None else None
+    b = bias.to(dtype) if bias is not None else None
+    return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight.to(dtype), b, name, [], algorithm)
+
+
+def cast_cached(cache: dict[Any, Any], t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)``, kept in ``cache`` (a dict owned by the calling module) while ``t`` is the same tensor at
+    the same version: bfloat16 copies of the weights are made once, not every forward; an in-place update (an
+    optimizer step, ``load_state_dict``) bumps the version and renews the copy."""
+    if t.dtype == dtype:
+        return t
+    entry = cache.get((id(t), dtype))
+    if entry is not None and entry[0] is t and entry[1] == t._version:
+        return entry[2]
+    cast = t.detach().to(dtype)
+    cache[(id(t), dtype)] = (t, t._version, cast)
+    return cast
+
+
+@functools.lru_cache(maxsize=64)
+def _bases(h: int, w: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    ch, cw = dct_matrix(h, dtype=dtype), dct_matrix(w, dtype=dtype)
+    return ch, cw, ch.t().contiguous(), cw.t().contiguous()
+
+
+def _mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:
+    """``a @ b_t.T`` on oneDNN (``b_t`` may be a transposed view: it is read in place)."""
+    return torch.ops.mkldnn._linear_pointwise(a, b_t, None, "none", [], "")
+
+
+def heat_filter_nhwc(u: torch.Tensor, decay_wh: torch.Tensor) -> torch.Tensor:
+    """``IDCT2(DCT2(u) * decay)`` over the spatial dims of an NHWC map ``u (B, H, W, C)`` (vHeat Eq. 8), with the
+    decay factors given transposed, ``decay_wh (W, H, C)`` (``decay.transpose(0, 1)``, contiguous).
+
+    Four large matrix products per image on oneDNN and two row-block transposes, no element-wise permutes:
+    the transform along H is one product ``C_H @ u_b`` on the ``(H, W*C)`` view; a copy to ``(W, H, C)``
+    (blocks of ``C`` contiguous values) makes the transform along W one product too; the spectrum stays in the
+    ``(W, H, C)`` layout for the decay and the first inverse product. Call only where
+    :func:`compute_dtype` of ``u`` is not ``None``; the result equals the matrix DCT path to rounding.
+    """
+    b, h, w, c = u.shape
+    dtype = u.dtype
+    ch, cw, ch_t, cw_t = _bases(h, w, dtype)
+    decay_wh = decay_wh.to(dtype)
+    out = torch.empty_like(u, memory_format=torch.contiguous_format)
+    tmp = torch.empty(w, h, c, dtype=dtype, device=u.device)
+    tmp2 = torch.empty(h, w, c, dtype=dtype, device=u.device)
+    for i in range(b):
+        y = _mm(ch, u[i].reshape(h, w * c).t())  # (H', W*C): transform along H
+        tmp.copy_(y.view(h, w, c).transpose(0, 1))  # (W, H', C)
+        s = _mm(cw, tmp.view(w, h * c).t())  # (W', H'*C): transform along W, the spectrum
+        s.mul_(decay_wh.view(w, h * c))
+        z = _mm(cw_t, s.t())  # (W, H'*C): inverse along W
+        tmp2.copy_(z.view(w, h, c).transpose(0, 1))  # (H', W, C)
+        y = _mm(ch_t, tmp2.view(h, w * c).t())  # (H, W*C): inverse along H
+        out[i] = y.view(h, w, c)
+    return out

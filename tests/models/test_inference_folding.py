@@ -1,0 +1,57 @@
+"""Inference folding (fold_for_inference: decay factors, fused linear kernels, PDE-ResNet's BatchNorms) keeps the
+logits of the unfolded reference model within 1e-4 and the state-dict keys unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+import pdevision  # noqa: F401  (registers the models)
+from pdevision.bench import count_macs
+from pdevision.models._common import InferenceLinear
+from pdevision.models.factory import fold_for_inference
+from pdevision.ops.fused import _onednn_ok, reference_kernels
+
+
+@pytest.mark.parametrize(("name", "img_size"), [("vheat_micro", 192), ("hcnet_micro", 64), ("pderesnet_micro", 64)])
+def test_folded_logits_match_unfolded_reference(name: str, img_size: int) -> None:
+    model = timm.create_model(name, num_classes=10).eval()
+    with torch.no_grad():  # non-trivial BatchNorm statistics, so folding them is exercised
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, img_size, img_size)
+    keys = set(model.state_dict())
+    with torch.inference_mode():
+        want = model(x)
+    folded = fold_for_inference(model, img_size)
+    if hasattr(folded, "fold_batchnorm"):  # PDE-ResNet: as the benchmark folds it
+        folded.fold_batchnorm()
+    with torch.inference_mode():
+        got = folded(x)
+        with reference_kernels():
+            got_reference = folded(x)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    torch.testing.assert_close(got_reference, want, rtol=0, atol=1e-4)
+    if name != "pderesnet_micro":  # BatchNorm folding rewrites PDE-ResNet's blocks; the others keep every key
+        assert set(folded.state_dict()) - {k for k in folded.state_dict() if k.endswith("k_exp")} == keys
+        assert any(isinstance(m, InferenceLinear) and m.act == "gelu" for m in folded.modules())
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got_bf16 = folded(x).float()
+    assert torch.isfinite(got_bf16).all()
+    assert (got_bf16 - want).abs().max() < 0.1 * want.abs().max() + 0.05
+
+
+@pytest.mark.skipif(not _onednn_ok(), reason="PyTorch built without oneDNN")
+def test_fused_model_trains_as_before_and_counts_the_same_macs() -> None:
+    """Folded linears keep autograd (reference path) and the FLOP counter sees the reference operators."""
+    model = timm.create_model("vheat_micro", num_classes=4)
+    macs = count_macs(model, 64)
+    folded = fold_for_inference(model, 64)
+    assert count_macs(folded, 64) == macs
+    folded.train()
+    loss = folded(torch.randn(2, 3, 64, 64)).square().mean()
+    loss.backward()
+    assert all(p.grad is not None for n, p in folded.named_parameters() if "mlp.fc1" in n)
