@@ -21,17 +21,19 @@ def test_bench_cli_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = tmp_path / "bench"
     argv = ["bench", "--models", "vheat_micro", "resnet18", "--resolutions", "64", "--batch", "2"]
     argv += ["--repeats", "2", "--train-resolutions", "64", "--operator-sides", "8", "16", "--out", str(out)]
-    argv += ["--dtype", "fp32", "bf16"]
+    argv += ["--dtype", "fp32", "bf16", "--fused-peers"]
     assert main(argv) == 0
     result = json.loads((out / "results.json").read_text())
     assert {(r["model"], r["dtype"]) for r in result["rows"]} == {
-        (m, d) for m in ("vheat_micro", "resnet18") for d in ("fp32", "bf16")
+        (m, d) for m in ("vheat_micro", "resnet18", "resnet18+fused") for d in ("fp32", "bf16")
     }
     assert set(result["machine"]["matmul_gflops_by_dtype"]) == {"fp32", "bf16"}
     rows = {r["model"]: r for r in result["rows"] if r["dtype"] == "fp32"}
-    for row in rows.values():
-        assert row["infer_img_s"] > 0 and row["train_img_s"] > 0 and row["peak_mem_mib"] >= 0
+    for name, row in rows.items():
+        assert row["infer_img_s"] > 0 and row["peak_mem_mib"] >= 0
         assert 0 < row["fraction_of_matmul"] < 5
+        # the +fused variant trains as its peer does: timed once, under the peer's name
+        assert (row["train_img_s"] is None) == name.endswith("+fused")
     assert rows["vheat_micro"]["params_m"] == pytest.approx(2.12, abs=0.01)
     assert result["machine"]["matmul_gflops"] > 0
     ops = result["operators"]
@@ -67,6 +69,29 @@ def test_bench_folds_pderesnet_and_the_peers_batchnorms() -> None:
     assert ours.folded
     peer = build_for_bench("resnet18", 64, torch.device("cpu"))
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in peer.modules())
+
+
+def test_fused_peer_computes_the_peer_function_on_the_fused_kernels() -> None:
+    import torch
+
+    from pdevision.bench.models import build_for_bench
+    from pdevision.models._common import InferenceLinear
+
+    torch.manual_seed(0)
+    peer = build_for_bench("convnext_tiny", 64, torch.device("cpu"))
+    torch.manual_seed(0)
+    fused = build_for_bench("convnext_tiny+fused", 64, torch.device("cpu"))
+    assert not any(isinstance(m, InferenceLinear) for m in peer.modules())
+    assert sum(isinstance(m, InferenceLinear) for m in fused.modules()) > 10
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), peer(x), atol=1e-4, rtol=1e-4)
+    # ratios against the fused variant are reported beside those against the peer as timm ships it
+    rows = [
+        {"model": m, "img_size": 224, "dtype": "fp32", "infer_img_s": v}
+        for m, v in (("vheat_tiny", 30.0), ("convnext_tiny", 20.0), ("convnext_tiny+fused", 25.0))
+    ]
+    assert [(r["peer"], r["ratio"]) for r in ratio_rows(rows)] == [("convnext_tiny", 1.5), ("convnext_tiny+fused", 1.2)]
 
 
 def test_bench_unknown_model_is_clear(capsys: pytest.CaptureFixture[str]) -> None:

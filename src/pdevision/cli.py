@@ -363,7 +363,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pdevision.bench.models import DEFAULT_PEERS, LARGER_PEERS
+    from pdevision.bench.models import DEFAULT_PEERS, FUSED, LARGER_PEERS, split_variant
     from pdevision.bench.run import DEFAULT_OURS, run_bench
     from pdevision.models.factory import build_model
 
@@ -372,8 +372,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     models = list(args.models or [*DEFAULT_OURS, *DEFAULT_PEERS])
     if args.peers:
         models += [m for m in LARGER_PEERS[args.peers] if m not in models]
-    for name in models:
-        build_model(name)  # unknown names fail here, with suggestions, before any timing
+    # unknown names fail here, with suggestions, before any timing
+    ours = {name: type(build_model(split_variant(name)[0])).__module__.startswith("pdevision.") for name in models}
+    if args.fused_peers:  # each timm peer once more with its linear layers on the library's fused kernels
+        models += [f"{m}{FUSED}" for m in models if not ours[m] and not split_variant(m)[1]]
     result = run_bench(
         models,
         list(args.resolutions),
@@ -787,6 +789,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=_output_folder, default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)")
     p.add_argument("--threads", type=_count, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--no-operators", action="store_true", help="skip the token-mixer microbenchmark")
+    p.add_argument(
+        "--fused-peers",
+        action="store_true",
+        help="also measure each timm peer with its linear layers on the fused oneDNN kernels (NAME+fused)",
+    )
     p.add_argument("--operator-sides", nargs="+", type=_side, default=[14, 28, 56, 112, 160, 256], help="map sides")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pdevision.models._common import fuse_linears
 from pdevision.models.factory import build_model, fold_for_inference
+
+FUSED = "+fused"  # a peer's name with this suffix: its linear layers on this library's fused kernels
 
 DEFAULT_PEERS: tuple[str, ...] = (
     "swin_tiny_patch4_window7_224",
@@ -32,6 +35,14 @@ def fuse_conv_batchnorm(model: nn.Module) -> nn.Module:
         return model
 
 
+def split_variant(name: str) -> tuple[str, bool]:
+    """``"convnext_tiny+fused"`` -> ``("convnext_tiny", True)``: the model name and whether its linear layers
+    run on the same fused oneDNN inference kernels as this library's folded models (:func:`fuse_linears`)."""
+    if name.endswith(FUSED):
+        return name[: -len(FUSED)], True
+    return name, False
+
+
 def build_for_bench(
     name: str, img_size: int, device: torch.device, fold: bool = True, train: bool = False
 ) -> nn.Module:
@@ -39,8 +50,10 @@ def build_for_bench(
     timm's ``reparameterize_model`` and the model's own ``reparameterize`` (vHeat: decay factors precomputed for
     ``img_size``; vHeat, HcNet: linear layers on the fused kernels), then PDE-ResNet's BatchNorms folded
     (``fold_batchnorm``); a peer's BatchNorms are folded into its convolutions (:func:`fuse_conv_batchnorm`), so
-    both sides run without them."""
-    model = build_model(name, img_size=img_size).to(device)
+    both sides run without them. A name ending in ``+fused`` (:func:`split_variant`) is a peer whose linear layers
+    then also take the fused kernels, so that a comparison can hold the matrix library equal."""
+    base, fused = split_variant(name)
+    model = build_model(base, img_size=img_size).to(device)
     if train:
         return model.train()
     model.eval()
@@ -50,4 +63,9 @@ def build_for_bench(
     if hasattr(model, "fold_batchnorm"):  # PDE-ResNet's own folding
         model.fold_batchnorm()
         return model
-    return model if hasattr(model, "reparameterize") else fuse_conv_batchnorm(model)
+    if hasattr(model, "reparameterize"):
+        return model
+    model = fuse_conv_batchnorm(model)
+    if fused:  # after the fx trace, which would bake in the reference path
+        fuse_linears(model)
+    return model

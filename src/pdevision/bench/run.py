@@ -30,7 +30,7 @@ from pdevision.bench.measure import (
     probe_model,
     train_step_fn,
 )
-from pdevision.bench.models import DEFAULT_PEERS, build_for_bench
+from pdevision.bench.models import DEFAULT_PEERS, FUSED, build_for_bench, split_variant
 from pdevision.bench.operators import operator_benchmark, tokens_label
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def ratio_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     speed = {(r["model"], r["img_size"], r["dtype"]): r["infer_img_s"] for r in rows}
     out = []
     for (model, res, dtype), img_s in speed.items():
-        for peer in RATIO_PAIRS.get(model, ()):
+        for peer in (p + v for p in RATIO_PAIRS.get(model, ()) for v in ("", FUSED)):
             if (peer, res, dtype) in speed:
                 ratio = img_s / speed[(peer, res, dtype)]
                 out.append({"model": model, "peer": peer, "img_size": res, "dtype": dtype, "ratio": ratio})
@@ -116,7 +116,8 @@ def run_bench(
             )
             train_times: dict[str, dict[str, float]] = {}
             if res in train_resolutions:
-                trained = {name: build_for_bench(name, res, dev, train=True) for name in models}
+                # a +fused peer trains exactly as the peer does (the fused kernels serve no-grad inference only)
+                trained = {n: build_for_bench(n, res, dev, train=True) for n in models if not split_variant(n)[1]}
                 train_times = interleaved_medians(
                     {n: train_step_fn(m, x, autocast) for n, m in trained.items()}, dev, repeats=repeats
                 )
