@@ -145,10 +145,18 @@ def _detection_target(
 
 
 class _SceneBase(Dataset):
-    """Scene ``i`` of ``split`` is rebuilt from its seed on every access (about 3 ms at 64 px)."""
+    """Scene ``i`` of ``split`` is built from its seed on first access (about 4 ms at 64 px) and kept in
+    memory (``cache=True``, the default: about 44 kB a 64-px scene with its int64 map, 90 MB for the train
+    split; each data loader worker keeps its own), so later epochs pay only for the transforms."""
 
     def __init__(
-        self, split: str, size: int = 64, seed: int = 0, length: int | None = None, transform: Callable | None = None
+        self,
+        split: str,
+        size: int = 64,
+        seed: int = 0,
+        length: int | None = None,
+        transform: Callable | None = None,
+        cache: bool = True,
     ) -> None:
         if split not in SCENE_SPLIT_SIZES:
             raise DataError(f"scene split must be 'train' or 'val', got {split!r}")
@@ -157,6 +165,7 @@ class _SceneBase(Dataset):
         self.seed = seed
         self.length = length or SCENE_SPLIT_SIZES[split]
         self.transform = transform
+        self._cache: dict[int, Any] | None = {} if cache else None
 
     def __len__(self) -> int:
         return self.length
@@ -166,19 +175,33 @@ class _SceneBase(Dataset):
             raise IndexError(index)
         return make_scene(self.seed, self.split, index, self.cfg)
 
+    def _raw(self, index: int) -> Any:
+        """The untransformed sample of scene ``index`` (cached)."""
+        if self._cache is not None and index in self._cache:
+            return self._cache[index]
+        sample = self._build(self._scene(index), index)
+        if self._cache is not None:
+            self._cache[index] = sample
+        return sample
+
+    def _build(self, scene: Any, index: int) -> Any:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        sample = self._raw(index)
+        return self.transform(*sample) if self.transform else sample
+
 
 class SceneSegmentation(_SceneBase):
     """Embedded scenes with their semantic maps (0 background, digit ``d`` -> ``d + 1``, face -> 11)."""
 
     classes = SEGMENT_SCENE_CLASSES
 
-    def __getitem__(self, index: int) -> tuple[Any, Any]:
-        s = self._scene(index)
-        sample = (
-            tv_tensors.Image(torch.from_numpy(s.image).permute(2, 0, 1)),
-            tv_tensors.Mask(torch.from_numpy(s.semantic)),
+    def _build(self, scene: Any, index: int) -> tuple[Any, Any]:
+        return (
+            tv_tensors.Image(torch.from_numpy(scene.image).permute(2, 0, 1)),
+            tv_tensors.Mask(torch.from_numpy(scene.semantic)),
         )
-        return self.transform(*sample) if self.transform else sample
 
 
 class SceneDetection(_SceneBase):
@@ -186,12 +209,10 @@ class SceneDetection(_SceneBase):
 
     classes = DETECT_SCENE_CLASSES
 
-    def __getitem__(self, index: int) -> tuple[Any, Any]:
-        s = self._scene(index)
-        size = (s.image.shape[0], s.image.shape[1])
-        image = tv_tensors.Image(torch.from_numpy(s.image).permute(2, 0, 1))
-        target = _detection_target(s.boxes, s.labels + 1, s.masks, size, index)
-        return self.transform(image, target) if self.transform else (image, target)
+    def _build(self, scene: Any, index: int) -> tuple[Any, Any]:
+        size = (scene.image.shape[0], scene.image.shape[1])
+        image = tv_tensors.Image(torch.from_numpy(scene.image).permute(2, 0, 1))
+        return image, _detection_target(scene.boxes, scene.labels + 1, scene.masks, size, index)
 
 
 # -- mask folders ---------------------------------------------------------------------------------

@@ -98,7 +98,7 @@ class DetectTask(Task):
 
     def datasets(self) -> tuple[Dataset, Dataset]:
         c = self.config
-        data = build_dense_datasets("detect", c.data, self.img_size, c.seed, 64, c.train_scenes, c.val_scenes)
+        data = build_dense_datasets("detect", c.data, self.img_size, c.scene_seed, 64, c.train_scenes, c.val_scenes)
         self.classes, self.source = data.classes, data.source
         self.sizes = (len(data.train), len(data.val))
         self.val_set = data.val
