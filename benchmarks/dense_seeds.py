@@ -116,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"{model} seed {seed} ...", file=sys.stderr, flush=True)
             record = run_one(model, seed, args.epochs)
-            print(
-                f"  mIoU {record['final_val_miou']:.2f} in {record['cpu_s']:.0f} CPU s", file=sys.stderr, flush=True
-            )
+            print(f"  mIoU {record['final_val_miou']:.2f} in {record['cpu_s']:.0f} CPU s", file=sys.stderr, flush=True)
             records.append(record)
             store.write_text(json.dumps(records, indent=1))
     header = {
