@@ -10,7 +10,7 @@ the load of other jobs) is recorded beside it.
 The script resumes: finished runs are read back from ``--out``/dense_seeds.json and skipped. It writes
 ``dense_seeds.json`` (one record per run) and ``dense_seeds.md`` (mean ± sample std over seeds).
 
-    python benchmarks/dense_seeds.py --models vheat_micro hcnet_micro pderesnet_micro resnet18 \
+    python benchmarks/dense_seeds.py --models vheat_micro resnet18 hcnet_micro pderesnet_micro \
         --seeds 0 1 2 --epochs 3 --out benchmarks
 """
 
@@ -91,7 +91,7 @@ def write_markdown(records: list[dict[str, Any]], models: list[str], path: Path,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=["vheat_micro", "hcnet_micro", "pderesnet_micro", "resnet18"])
+    p.add_argument("--models", nargs="+", default=["vheat_micro", "resnet18", "hcnet_micro", "pderesnet_micro"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     store = out / "dense_seeds.json"
     records: list[dict[str, Any]] = json.loads(store.read_text()) if store.exists() else []
     done = {(r["model"], r["seed"], r["epochs"]) for r in records}
-    for seed in args.seeds:  # seeds outermost: a cut-short study still has every model at the first seeds
-        for model in args.models:
+    for model in args.models:  # models outermost, in the order given: a cut-short study has fewer models, all seeds
+        for seed in args.seeds:
             if (model, seed, args.epochs) in done:
                 continue
             print(f"{model} seed {seed} ...", file=sys.stderr, flush=True)
