@@ -11,7 +11,7 @@ The script resumes: finished runs are read back from ``--out``/dense_seeds.json 
 ``dense_seeds.json`` (one record per run) and ``dense_seeds.md`` (mean ± sample std over seeds).
 
     python benchmarks/dense_seeds.py --models vheat_micro resnet18 hcnet_micro pderesnet_micro \
-        --seeds 0 1 2 --epochs 3 --out benchmarks
+        --seeds 0 1 2 --epochs 2 --out benchmarks
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["vheat_micro", "resnet18", "hcnet_micro", "pderesnet_micro"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="benchmarks")
     args = p.parse_args(argv)
