@@ -9,7 +9,7 @@ gathered across ranks); ``best/`` is the highest val box mAP.
 Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
 * ``light`` (default, this library's): from scratch on the 64-px embedded scenes on a CPU; lr 4e-4 at batch
-  8, weight decay 0.05, 1 warm-up epoch, 10 epochs (the embedded default: 5,
+  8, weight decay 0.05, 1 warm-up epoch, 10 epochs (the embedded default: 3,
   :data:`~pdevision.tasks.segment.EMBEDDED_EPOCHS`), gradient clip 10; images upsampled to a shorter side of
   ``--img-size`` (default 128); a light R-CNN (FPN 64 channels, box head 256, mask head 64, anchors
   16-256, 256/128 RPN proposals, 64 sampled RoIs per image).

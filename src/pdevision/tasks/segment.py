@@ -11,7 +11,7 @@ Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
   batch 8, weight decay 0.05, 1 warm-up epoch, 8 epochs, decoder width 64, random resize 0.9-1.25, crop,
   flip, no photometric distortion (the scenes' digit colours are random already). With no ``--data``,
   ``--epochs`` or ``--time-budget`` the run is :data:`EMBEDDED_EPOCHS` epochs of the embedded scenes
-  (segmentation 15, detection 5: a fixed number of steps whose CPU time was measured, README).
+  (segmentation 15, detection 3: a fixed number of steps whose CPU time was measured, README).
 * ``upernet_swin``: the fine-tuning recipe Swin Transformer used for UPerNet on ADE20K (Liu et al.
   2021, arXiv:2103.14030, §4.3: AdamW, lr 6e-5, weight decay 0.01, batch 16, 160k iterations, linear
   warm-up 1,500 iterations, linear decay), which the HcNet paper (§4.3) and the vHeat authors' UPerNet
@@ -62,7 +62,7 @@ class DenseRecipe:
 # epochs of `pdevision train --task segment|detect` with no --data, --epochs or --time-budget (the `light`
 # recipe on the embedded scenes): a fixed number of steps, sized from their measured CPU time so that the whole
 # run ends within 6 (segment) and 8 (detect) minutes on a quiet 2-core machine (README, benchmarks/dense_runs)
-EMBEDDED_EPOCHS = {"segment": 15, "detect": 5}
+EMBEDDED_EPOCHS = {"segment": 15, "detect": 3}
 
 SEGMENT_RECIPES = {
     "light": DenseRecipe(
