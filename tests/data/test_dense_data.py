@@ -212,3 +212,19 @@ def test_build_dense_datasets_sources(tmp_path: Path) -> None:
     assert det.classes == ["dog", "cat"] and len(det.val) == 2
     with pytest.raises(ValueError, match="task must be"):
         build_dense_datasets("classify", None, 48)
+
+
+def test_scene_cache_keeps_the_raw_sample_under_random_transforms() -> None:
+    """Cached scenes are built once and stay the generator's output however often they are transformed."""
+    raw = SceneSegmentation("train", 64, length=4)
+    assert raw._cache is not None and raw[2] is raw[2]  # the cached sample itself
+    ds = SceneSegmentation("train", 64, length=4, transform=segmentation_transforms(64, True, (0.75, 1.5)))
+    torch.manual_seed(0)
+    outs = [ds[2][1] for _ in range(4)]
+    assert any(not torch.equal(outs[0], o) for o in outs[1:])  # the augmentation still varies
+    scene = make_scene(0, "train", 2, SceneConfig(size=64, **DENSE_SCENE_KNOBS))
+    image, mask = ds._raw(2)
+    assert torch.equal(image, torch.from_numpy(scene.image).permute(2, 0, 1))
+    assert torch.equal(mask, torch.from_numpy(scene.semantic))
+    det = SceneDetection("train", 64, length=4, transform=detection_transforms(False), cache=False)
+    assert det._cache is None and torch.equal(det[1][1]["boxes"], torch.from_numpy(det._scene(1).boxes).float())

@@ -132,3 +132,48 @@ def test_micro_model_learns_scenes_above_chance(tmp_path) -> None:
     )
     assert summary["val_images"] == 1000
     assert summary["best_val_top1"] > 20.0  # chance: 10%
+
+
+# sha256 of the classification set's scenes (train and val, indices 0-5, 32 and 64 px: image, masks, labels,
+# semantic map), recorded from the generator before ``max_overlap`` was added: an option added to
+# SceneConfig must leave every existing configuration's scenes exactly as they were
+CLASSIFICATION_SCENES_SHA256 = "d59c801b5cc7b47aef4b88eb1c0746a1f4c93b6e8922be6008caaf95216fd561"
+
+
+def test_classification_scenes_unchanged_by_added_options() -> None:
+    import hashlib
+
+    spec = SCENE_SETS["scenes"]
+    assert spec.config.max_overlap is None
+    digest = hashlib.sha256()
+    for split in ("train", "val"):
+        for i in range(6):
+            for size in (32, 64):
+                scene = make_scene(spec.seed, split, i, replace(spec.config, size=size), digit_labels=[i % 10])
+                for array in (scene.image, scene.masks, scene.labels, scene.semantic):
+                    digest.update(np.ascontiguousarray(array).tobytes())
+    assert digest.hexdigest() == CLASSIFICATION_SCENES_SHA256
+
+
+def _occluded(scene, side: int) -> int:
+    """Pixels of the scene's digits hidden by later pastes (rotation 0, every digit ``side`` px: a digit's
+    pasted mask is its scan resized and thresholded, as the generator builds it)."""
+    from PIL import Image
+
+    src = load_sources()
+    hidden = 0
+    for mask, label, source in zip(scene.masks, scene.labels, scene.sources, strict=True):
+        assert label < 10
+        ink = Image.fromarray(src.digits[source].astype(np.float32), mode="F").resize((side, side), Image.BICUBIC)
+        hidden += int((np.asarray(ink) >= 0.5).sum()) - int(mask.sum())
+    return hidden
+
+
+def test_max_overlap_places_digits_apart() -> None:
+    """max_overlap=0: no digit covers another (every digit keeps all its pasted pixels); unset, some do."""
+    base = SceneConfig(size=64, n_digits=(3, 3), n_faces=(0, 0), digit_scale=(0.3, 0.3), rotation=0.0, min_visible=0.0)
+    side = round(0.3 * 64)
+    apart = [_occluded(make_scene(0, "train", i, replace(base, max_overlap=0.0)), side) for i in range(12)]
+    anywhere = [_occluded(make_scene(0, "train", i, base), side) for i in range(12)]
+    assert apart == [0] * 12
+    assert sum(h > 0 for h in anywhere) >= 3

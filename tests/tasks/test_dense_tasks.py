@@ -198,14 +198,26 @@ def test_cli_dense_errors(tmp_path: Path, capsys) -> None:
     assert "holds a 'hcnet_micro' backbone" in capsys.readouterr().err
 
 
-def test_embedded_default_runs_for_its_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No --data, --epochs or --time-budget: the run is a fixed time of training steps."""
+def test_embedded_default_runs_its_fixed_epochs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --data, --epochs or --time-budget: the run is the embedded default's fixed number of epochs."""
     import pdevision.tasks.segment as segment
 
-    monkeypatch.setitem(segment.EMBEDDED_TIME_BUDGET, "segment", 1.0)
+    monkeypatch.setitem(segment.EMBEDDED_EPOCHS, "segment", 2)
     config = DenseConfig(
         task="segment", model="pderesnet_micro", head="fpn", train_scenes=16, val_scenes=4, output=str(tmp_path)
     )
     summary = segment.train_dense(config)
-    assert "time budget of 1 s spent" in summary["status"]
-    assert summary["epochs_run"] < 100
+    assert summary["status"] == "completed"
+    assert summary["epochs_run"] == 2 and summary["steps"] == 4
+
+
+def test_seed_moves_the_training_not_the_scenes() -> None:
+    """--seed varies the training; the embedded scenes stay the fixed split (scene_seed)."""
+    from pdevision.tasks.detect import DetectTask
+    from pdevision.tasks.segment import SegmentTask
+
+    for task in (SegmentTask(DenseConfig(seed=5)), DetectTask(DenseConfig(task="detect", seed=5))):
+        train, val = task.datasets()
+        assert train.seed == val.seed == 0
+    other = SegmentTask(DenseConfig(seed=5, scene_seed=2))
+    assert other.datasets()[0].seed == 2

@@ -23,6 +23,9 @@ Generation (:func:`make_scene`):
    ``size``, multiplied by a random colour (each channel uniform in 0.5..1), inside an ellipse inscribed
    in the crop, rotated the same way. Each object lies inside the image (a rotated canvas larger than
    the image is cut to it).
+   With ``max_overlap`` set, an object's position is redrawn (up to ``placement_tries`` draws) until at
+   most that fraction of its mask lands on objects pasted before it; unset (the default) one position is
+   drawn, and the scenes are exactly those of the first published generator.
 3. Instances whose visible area falls below ``min_visible`` of their pasted area are repainted with the
    background and dropped, so every returned mask is what a viewer can see.
 
@@ -83,6 +86,11 @@ class SceneConfig:
     min_contrast: float = 0.15  # luminance difference (0..1) of a digit's colour to the background under it
     min_visible: float = 0.5
     digits_on_top: bool = False  # paste faces first, then digits (no face hides a digit)
+    # None: one random position per object (the generator as first published). A fraction: up to
+    # ``placement_tries`` positions are drawn until at most this fraction of the object's mask covers
+    # objects pasted before it (the last one drawn is kept when none qualifies)
+    max_overlap: float | None = None
+    placement_tries: int = 20
 
 
 @dataclass
@@ -223,6 +231,12 @@ def make_scene(
             h, w = alpha.shape
         y0 = int(rng.integers(0, size - h + 1))
         x0 = int(rng.integers(0, size - w + 1))
+        if cfg.max_overlap is not None and alpha.any():
+            for _ in range(cfg.placement_tries - 1):
+                if (owner[y0 : y0 + h, x0 : x0 + w][alpha] >= 0).mean() <= cfg.max_overlap:
+                    break
+                y0 = int(rng.integers(0, size - h + 1))
+                x0 = int(rng.integers(0, size - w + 1))
         region = (slice(y0, y0 + h), slice(x0, x0 + w))
         colour = _colour(rng, image[region][alpha], cfg.min_contrast) if kind == "digit" else rng.uniform(0.5, 1.0, 3)
         values = np.clip(np.round(grey[..., None] * colour[None, None] * 255.0), 0, 255).astype(np.uint8)

@@ -9,7 +9,8 @@ gathered across ranks); ``best/`` is the highest val box mAP.
 Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
 * ``light`` (default, this library's): from scratch on the 64-px embedded scenes on a CPU; lr 4e-4 at batch
-  8, weight decay 0.05, 1 warm-up epoch, 10 epochs, gradient clip 10; images upsampled to a shorter side of
+  8, weight decay 0.05, 1 warm-up epoch, 10 epochs (the embedded default: 3,
+  :data:`~pdevision.tasks.segment.EMBEDDED_EPOCHS`), gradient clip 10; images upsampled to a shorter side of
   ``--img-size`` (default 128); a light R-CNN (FPN 64 channels, box head 256, mask head 64, anchors
   16-256, 256/128 RPN proposals, 64 sampled RoIs per image).
 * ``mask_rcnn_swin_1x``: Swin Transformer's Mask R-CNN 1x fine-tuning (Liu et al. 2021, arXiv:2103.14030,
@@ -98,7 +99,7 @@ class DetectTask(Task):
 
     def datasets(self) -> tuple[Dataset, Dataset]:
         c = self.config
-        data = build_dense_datasets("detect", c.data, self.img_size, c.seed, 64, c.train_scenes, c.val_scenes)
+        data = build_dense_datasets("detect", c.data, self.img_size, c.scene_seed, 64, c.train_scenes, c.val_scenes)
         self.classes, self.source = data.classes, data.source
         self.sizes = (len(data.train), len(data.val))
         self.val_set = data.val
