@@ -72,8 +72,8 @@ PDERESNET_TABLE1 = {
 GROUPS: dict[str, dict[str, Any]] = {
     "vheat_k": {
         "title": "vHeat: how the thermal diffusivity k is obtained (vheat_micro)",
-        "claim": "vHeat predicts k from the FVEs; the ablation that this replaces (FVE vs learnable vs fixed k) "
-        "is not in the bundled paper summary, so the expected order is the design's, not a quoted table.",
+        "claim": "vHeat predicts k from the FVEs (vHeat summary, contributions); the bundled vHeat texts report no "
+        "ablation of how k is obtained, so the expected order is the design's premise, not a published result.",
         "expected": ["k from FVE", "one learnable k per layer", "fixed k"],
         "rows": [
             {"name": "k from FVE", "model": "vheat_micro", "model_args": {}},
@@ -84,8 +84,10 @@ GROUPS: dict[str, dict[str, Any]] = {
     "vheat_resolution": {
         "title": "vHeat: FVE resize rule at new resolutions (trained at the budget's size, evaluated at 1x, "
         "1.5x and 2x that size; evaluation only, the `k from FVE` trainings)",
-        "claim": "the authors zero-pad the trained FVE and resample it bicubically for downstream sizes; "
-        "no accuracy comparison of rules is published.",
+        "claim": "the vHeat summary says only that the FVEs (or k) are aligned to the downstream image size, with "
+        "details in its supplementary D.1 (not in the bundled text); `pad` and `downstream` follow the authors' "
+        "released code as the model implements them (zero padding; zero padding at load, bicubic resampling at run "
+        "time), `interp` is this library's rule. No accuracy comparison of the rules is published.",
         "expected": None,
         "rows": [
             {
@@ -297,6 +299,7 @@ def evaluate_sizes(
 ) -> dict[int, float]:
     """Top-1 of a run's best checkpoint at other input sizes, with ``eval_args`` replacing model arguments."""
     from pdevision.data import build_datasets, eval_transform_for
+    from pdevision.data.embedded import SCENE_SETS, SceneClassification
     from pdevision.engine.checkpoint import read_meta, resolve_checkpoint
     from pdevision.engine.modeling import load_into_model, model_from_meta
     from pdevision.engine.runtime import resolve_device
@@ -312,7 +315,10 @@ def evaluate_sizes(
     out = {}
     for size in sizes:
         tf = eval_transform_for({**meta, "img_size": size})
-        _, val = build_datasets(data, size, 0.2, tf, tf)
+        if data in SCENE_SETS:  # the validation split only: no training scenes generated at this size
+            val = SceneClassification(data, "val", size, tf)
+        else:
+            _, val = build_datasets(data, size, 0.2, tf, tf)
         out[size] = float(evaluate_model(model, val, 128, dev)["top1"])
     return out
 
@@ -454,7 +460,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 results["evals"][ekey] = {"status": "ok", **r}
                 save_results(args.json, results)
-    results["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, device {device}"
+    results["machine"] = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, device {device}; load average "
+        f"{os.getloadavg()[2]:.1f} over the 15 minutes before the last invocation ended"
+    )
     save_results(args.json, results)
     return results
 

@@ -146,3 +146,20 @@ def test_tiny_run_resumes_and_writes_the_report(tmp_path: Path) -> None:
     assert ablations.main(args) == 0  # resume: nothing retrained
     again = json.loads((tmp_path / "a.json").read_text())["runs"]
     assert {k: r["seconds"] for k, r in again.items()} == stamp
+
+
+@pytest.mark.slow
+def test_resolution_group_evaluates_the_shared_training_at_other_sizes(tmp_path: Path) -> None:
+    args = [
+        "--rows", "vheat_resolution", "--seeds", "1", "--epochs", "1", "--batch-size", "8", "--img-size", "32",
+        "--max-train-batches", "1", "--device", "cpu", "--runs-dir", str(tmp_path / "runs"),
+        "--json", str(tmp_path / "a.json"), "--md", str(tmp_path / "a.md"),
+    ]  # fmt: skip
+    assert ablations.main(args) == 0
+    results = json.loads((tmp_path / "a.json").read_text())
+    assert len(results["runs"]) == 1  # three rules, one training
+    evals = [e for e in results["evals"].values() if e["status"] == "ok"]
+    assert len(evals) == 3 and all(set(e["top1"]) == {"32", "48", "64"} for e in evals)
+    at_32 = {e["top1"]["32"] for e in evals}
+    assert len(at_32) == 1  # at the training size every rule is the trained model
+    assert "top-1 at 48 px" in (tmp_path / "a.md").read_text()
