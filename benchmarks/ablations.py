@@ -337,6 +337,7 @@ def load_results(path: Path) -> dict[str, Any]:
 
 
 SECTIONS = ("runs", "evals", "groups")
+ALPHA = 0.05  # a paired difference counts as ordered below this p-value
 
 
 def save_results(path: Path, results: dict[str, Any]) -> None:
@@ -576,12 +577,11 @@ def report(
             lines += [g.get("see", "Not run."), ""]
             verdicts.append(f"- **{group}**: " + g.get("see", "not run."))
             continue
-        means: dict[str, float] = {}
-        stds: dict[str, float] = {}
+        per_seed: dict[str, dict[int, float]] = {}  # row -> seed -> the value the verdict compares
         if g.get("robustness"):
-            lines += _robustness_table(results, g, seeds, budget, spec, means, stds)
+            lines += _robustness_table(results, g, seeds, budget, spec, per_seed)
         elif any(r.get("eval_scales") for r in g["rows"]):
-            lines += _sizes_table(results, g, seeds, budget, means, stds)
+            lines += _sizes_table(results, g, seeds, budget, per_seed)
         else:
             lines += ["| row | model args | params (M) | top-1 | CPU s | wall s |", "|---|---|---:|---:|---:|---:|"]
             for row in g["rows"]:
@@ -592,21 +592,24 @@ def report(
                     lines.append(f"| {row['name']} | `{args}` | | {_why(recs)} | | |")
                     continue
                 vals = [r["best_val_top1"] for r in ok]
-                means[row["name"]], stds[row["name"]], _ = _stats(vals)
+                by_seed = zip(seeds, recs, strict=True)
+                per_seed[row["name"]] = {s: r["best_val_top1"] for s, r in by_seed if r.get("status") == "ok"}
                 cpu_s = _fmt([r["cpu_seconds"] for r in ok if r.get("cpu_seconds") is not None], 0)
                 lines.append(
                     f"| {row['name']} | `{args}` | {ok[0]['params'] / 1e6:.3f} | {_fmt(vals)} | {cpu_s} | "
                     f"{_fmt([r['seconds'] for r in ok], 0)} |"
                 )
         lines.append("")
-        verdicts.append(_verdict(group, g, means, stds))
+        verdicts.append(_verdict(group, g, per_seed))
     lines += [
         "## What reproduces the papers' ordering, and what does not",
         "",
-        "Generated from the tables above. A pair of rows counts as ordered when the difference of their means "
-        "exceeds the larger of their two standard deviations (a rule of thumb for n = 3, not a significance test); "
-        "otherwise it is within noise. Where a paper orders three or more rows, Spearman's rank correlation "
-        "between the measured and the published order is given too (1: same order, -1: reversed).",
+        "Generated from the tables above. Rows of a group are compared seed by seed (the same seed gives the same "
+        "data order and augmentation to every row): for each pair the paper orders, the mean of the per-seed "
+        f"differences and the two-sided paired t-test p-value; a pair counts as reproduced (or reversed) when p < "
+        f"{ALPHA}, else it is not resolved. With n = 3 seeds only large, consistent differences pass. Where a "
+        "paper orders three or more rows, Spearman's rank correlation between the measured means and the "
+        "published order is given too (1: same order, -1: reversed).",
         "",
         *verdicts,
         "",
@@ -624,10 +627,9 @@ def _sizes_table(
     g: dict[str, Any],
     seeds: list[int],
     budget: dict[str, Any],
-    means: dict[str, float],
-    stds: dict[str, float],
+    per_seed: dict[str, dict[int, float]],
 ) -> list[str]:
-    """Rows evaluated at other input sizes; ``means``/``stds`` get each row's top-1 at the largest size."""
+    """Rows evaluated at other input sizes; ``per_seed`` gets each row's top-1 at the largest size."""
     sizes = eval_sizes(g["rows"][0], budget["img_size"])
     lines = [
         "| row | " + " | ".join(f"top-1 at {s} px" for s in sizes) + " |",
@@ -636,6 +638,7 @@ def _sizes_table(
     for row in g["rows"]:
         evs = [results["evals"].get(eval_key(row, s, budget), {}) for s in seeds]
         ok = [e for e in evs if e.get("status") == "ok"]
+        ok_seeds = [s for s, e in zip(seeds, evs, strict=True) if e.get("status") == "ok"]
         if not ok:
             lines.append(f"| {row['name']} | {_why(evs)} |" + " |" * (len(sizes) - 1))
             continue
@@ -644,7 +647,7 @@ def _sizes_table(
             vals = [float(e["top1"][str(size)] if str(size) in e["top1"] else e["top1"][size]) for e in ok]
             cells.append(_fmt(vals))
             if size == max(sizes):
-                means[row["name"]], stds[row["name"]], _ = _stats(vals)
+                per_seed[row["name"]] = dict(zip(ok_seeds, vals, strict=True))
         lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
     return lines
 
@@ -655,10 +658,10 @@ def _robustness_table(
     seeds: list[int],
     budget: dict[str, Any],
     spec: dict[str, Any],
-    means: dict[str, float],
-    stds: dict[str, float],
+    per_seed: dict[str, dict[int, float]],
 ) -> list[str]:
-    """Clean, mean corruption top-1 and mCE against resnet18 of the same seed; ``means`` get the latter."""
+    """Clean, mean corruption top-1 and mCE against resnet18 of the same seed; ``per_seed`` gets the mean
+    corruption top-1."""
     from pdevision.engine.robustness import mean_corruption_error
 
     images = spec.get("max_images") or "all"
@@ -680,6 +683,7 @@ def _robustness_table(
                 continue
             clean.append(ev["clean_top1"])
             mca.append(ev["mean_corruption_top1"])
+            per_seed.setdefault(row["name"], {})[s] = ev["mean_corruption_top1"]
             if base is not None:
                 err = {c: {int(k): 100 - v for k, v in per.items()} for c, per in ev["top1"].items()}
                 berr = {c: {int(k): 100 - v for k, v in per.items()} for c, per in base["top1"].items()}
@@ -688,7 +692,6 @@ def _robustness_table(
             lines.append(f"| {row['name']} | {_why(_row_runs(results, row, seeds, budget))} | | |")
             continue
         lines.append(f"| {row['name']} | {_fmt(clean)} | {_fmt(mca)} | {_fmt(mces)} |")
-        means[row["name"]], stds[row["name"]], _ = _stats(mca)
     return lines
 
 
@@ -705,7 +708,23 @@ def _robustness_eval(
     return ev if ev.get("status") == "ok" else None
 
 
-def _verdict(group: str, g: dict[str, Any], means: dict[str, float], stds: dict[str, float]) -> str:
+def paired_difference(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, int]:
+    """Mean of ``a - b`` over the seeds both hold, and the two-sided p-value of the paired t-test (``nan`` with
+    fewer than two seeds; 0 or 1 when every difference is the same)."""
+    common = sorted(set(a) & set(b))
+    diffs = [a[s] - b[s] for s in common]
+    if len(diffs) < 2:
+        return (diffs[0] if diffs else math.nan), math.nan, len(diffs)
+    mean = statistics.fmean(diffs)
+    if statistics.stdev(diffs) == 0:
+        return mean, (0.0 if mean != 0 else 1.0), len(diffs)
+    from scipy.stats import ttest_rel
+
+    return mean, float(ttest_rel([a[s] for s in common], [b[s] for s in common]).pvalue), len(diffs)
+
+
+def _verdict(group: str, g: dict[str, Any], per_seed: dict[str, dict[int, float]]) -> str:
+    means = {k: statistics.fmean(v.values()) for k, v in per_seed.items() if v}
     measured = sorted(means, key=lambda k: -means[k])
     order = " > ".join(f"{k} {means[k]:.1f}" for k in measured) or "no results"
     if not g.get("expected"):
@@ -718,12 +737,13 @@ def _verdict(group: str, g: dict[str, Any], means: dict[str, float], stds: dict[
         pairs = [(expected[0], b) for b in expected[1:]]
     held, reversed_, unresolved = [], [], []
     for a, b in pairs:
-        diff, noise = means[a] - means[b], max(stds[a], stds[b])
-        (held if diff > noise else reversed_ if -diff > noise else unresolved).append(f"{a} vs {b}")
+        diff, p, n = paired_difference(per_seed[a], per_seed[b])
+        item = f"{a} vs {b} ({diff:+.1f}, p = {p:.2f}, n = {n})"
+        (held if p < ALPHA and diff > 0 else reversed_ if p < ALPHA and diff < 0 else unresolved).append(item)
     text = f"- **{group}**: measured {order}. Paper order: {' > '.join(expected)}"
     text += " (only the best row is claimed)." if g.get("expected_best_only") else "."
-    text += f" Reproduced: {', '.join(held) or 'none'}. Reversed: {', '.join(reversed_) or 'none'}."
-    text += f" Within noise: {', '.join(unresolved) or 'none'}."
+    text += f" Reproduced: {'; '.join(held) or 'none'}. Reversed: {'; '.join(reversed_) or 'none'}."
+    text += f" Not resolved: {'; '.join(unresolved) or 'none'}."
     if len(expected) >= 3 and not g.get("expected_best_only"):
         text += f" Spearman rank correlation with the paper's order: {rank_correlation(expected, means):+.2f}."
     return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -92,21 +93,29 @@ def test_two_invocations_share_one_json(tmp_path: Path) -> None:
 
 def test_report_statistics_and_verdicts() -> None:
     group = {"title": "t", "claim": "c", "expected": ["a", "b", "c"], "rows": []}
-    means = {"a": 70.0, "b": 60.0, "c": 65.0}
-    stds = {"a": 1.0, "b": 1.0, "c": 6.0}
-    text = ablations._verdict("g", group, means, stds)
-    assert "Reproduced: a vs b" in text and "Reversed: none" in text
-    assert "Within noise: a vs c, b vs c" in text
-    text = ablations._verdict("g", {**group, "expected": ["b", "a"]}, means, stds)
-    assert "Reversed: b vs a" in text
+    per_seed = {
+        "a": {0: 70.0, 1: 72.0, 2: 74.0},
+        "b": {0: 60.0, 1: 63.0, 2: 65.0},  # a - b: 10, 9, 9 (consistent)
+        "c": {0: 75.0, 1: 58.0, 2: 66.0},  # a - c: -5, 14, 8; b - c: -15, 5, -1 (not consistent)
+    }
+    diff, p, n = ablations.paired_difference(per_seed["a"], per_seed["b"])
+    # t = 9.33 / (0.577 / sqrt 3) = 28.0 on 2 degrees of freedom: p about 0.0013
+    assert diff == pytest.approx(28 / 3) and 0.0005 < p < 0.005 and n == 3
+    assert ablations.paired_difference({0: 2.0, 1: 3.0}, {0: 1.0, 1: 2.0})[:2] == (1.0, 0.0)  # constant difference
+    assert math.isnan(ablations.paired_difference({0: 2.0}, {0: 1.0, 1: 2.0})[1])  # one common seed: no test
+    text = ablations._verdict("g", group, per_seed)
+    assert "Reproduced: a vs b (+9.3, p = 0.00, n = 3)." in text and "Reversed: none" in text
+    assert "Not resolved: a vs c (+5.7, p = 0.4" in text and "; b vs c (-3.7, p = " in text
+    assert "Spearman rank correlation with the paper's order: +0.50" in text
+    text = ablations._verdict("g", {**group, "expected": ["b", "a"]}, per_seed)
+    assert "Reversed: b vs a (-9.3" in text and "Reproduced: none" in text
+    best_only = ablations._verdict("g", {**group, "expected_best_only": True}, per_seed)
+    assert "Spearman" not in best_only and "b vs c" not in best_only
     m, s, n = ablations._stats([70.0, 72.0, 74.0])
     assert (m, s, n) == (72.0, 2.0, 3)
     assert ablations._fmt([70.0, 72.0, 74.0]) == "72.0 ± 2.0 (n=3)"
-    assert "Spearman rank correlation with the paper's order: +0.50" in ablations._verdict("g", group, means, stds)
     assert ablations.rank_correlation(["a", "b", "c"], {"a": 3.0, "b": 2.0, "c": 1.0}) == pytest.approx(1.0)
     assert ablations.rank_correlation(["a", "b", "c"], {"a": 1.0, "b": 2.0, "c": 3.0}) == pytest.approx(-1.0)
-    best_only = ablations._verdict("g", {**group, "expected_best_only": True}, means, stds)
-    assert "Spearman" not in best_only and "b vs c" not in best_only
 
 
 def test_report_states_the_budget_and_compute_and_points_to_other_records() -> None:
