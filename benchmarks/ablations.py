@@ -604,8 +604,9 @@ def report(
     lines += [
         "## What reproduces the papers' ordering, and what does not",
         "",
-        "Generated from the tables above. Rows of a group are compared seed by seed (the same seed gives the same "
-        "data order and augmentation to every row): for each pair the paper orders, the mean of the per-seed "
+        "Generated from the tables above. Rows of a group are compared seed by seed (a seed fixes the order of "
+        "the training images, the same for every row; initialisation and augmentation draws differ): for each "
+        "pair the paper orders, the mean of the per-seed "
         f"differences and the two-sided paired t-test p-value; a pair counts as reproduced (or reversed) when p < "
         f"{ALPHA}, else it is not resolved. With n = 3 seeds only large, consistent differences pass. Where a "
         "paper orders three or more rows, Spearman's rank correlation between the measured means and the "
