@@ -527,9 +527,10 @@ def report(
     seeds: list[int],
     budget: dict[str, Any],
     robustness: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
 ) -> str:
-    """The Markdown report. Each group is reported at the budget (and corruption settings) it was last run
-    with (``results["groups"]``), else at ``budget`` / ``robustness``."""
+    """The Markdown report (``notes``: extra lines for its header). Each group is reported at the budget (and
+    corruption settings) it was last run with (``results["groups"]``), else at ``budget`` / ``robustness``."""
     robustness = robustness or {}
     settings = {group: group_settings(results, group, budget, robustness) for group in groups}
     trained = {
@@ -560,6 +561,7 @@ def report(
         "process's CPU time (`time.process_time`, data generated before the clock starts); wall s depends on "
         "the machine's load and is not comparable between rows.",
         "- Top-1: the best validation top-1 of the run (%), mean ± sample std over seeds (n).",
+        *(f"- {note}" for note in notes or []),
         "",
     ]
     verdicts = []
@@ -781,6 +783,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--severities", default="1,2,3,4,5", help="robustness rows: severities")
     p.add_argument("--max-images", type=int, default=None, help="robustness rows: first N val images")
     p.add_argument("--report-only", action="store_true", help="rewrite the Markdown from the JSON, train nothing")
+    p.add_argument("--note", action="append", default=[], help="a line for the report's header (repeatable)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("pdevision").setLevel(logging.WARNING)
@@ -788,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
     results = load_results(args.json) if args.report_only else run(args)
     groups = args.rows + (["qbheat_mae"] if "qbheat_mae" not in args.rows and not args.report_only else [])
     robustness = robustness_of(args)
-    args.md.write_text(report(results, groups, list(range(args.seeds)), budget, robustness))
+    args.md.write_text(report(results, groups, list(range(args.seeds)), budget, robustness, args.note))
     print(f"wrote {args.md} and {args.json}")
     return 0
 

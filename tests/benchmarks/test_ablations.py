@@ -135,8 +135,8 @@ def test_report_states_the_budget_and_compute_and_points_to_other_records() -> N
     assert "Not run in this record." in md and "- **hcnet_k**: not run." in md  # a group never run
     assert "qbheat_vs_mae.md" in md
     results["groups"]["hcnet_k"] = {"budget": other}
-    md = ablations.report(results, ["hcnet_filter", "hcnet_k"], [0, 1, 2], BUDGET)
-    assert "stated with each group" in md and "lr 0.002 (absolute)" in md
+    md = ablations.report(results, ["hcnet_filter", "hcnet_k"], [0, 1, 2], BUDGET, notes=["calibrated"])
+    assert "stated with each group" in md and "lr 0.002 (absolute)" in md and "\n- calibrated\n" in md
 
 
 @pytest.mark.slow
