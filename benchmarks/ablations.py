@@ -338,6 +338,7 @@ def load_results(path: Path) -> dict[str, Any]:
 
 SECTIONS = ("runs", "evals", "groups")
 ALPHA = 0.05  # a paired difference counts as ordered below this p-value
+CHANCE = 10.0  # top-1 (%) of a constant prediction on the 10 balanced classes of ``scenes``
 
 
 def save_results(path: Path, results: dict[str, Any]) -> None:
@@ -730,8 +731,15 @@ def _verdict(group: str, g: dict[str, Any], per_seed: dict[str, dict[int, float]
     means = {k: statistics.fmean(v.values()) for k, v in per_seed.items() if v}
     measured = sorted(means, key=lambda k: -means[k])
     order = " > ".join(f"{k} {means[k]:.1f}" for k in measured) or "no results"
+    at_chance = [k for k in measured if means[k] < CHANCE + 1.0]
+    flag = (
+        f" At chance ({CHANCE:g}% for 10 classes; these rows learned nothing, so an order involving them says "
+        f"nothing about accuracy): {', '.join(at_chance)}."
+        if at_chance
+        else ""
+    )
     if not g.get("expected"):
-        return f"- **{group}**: no ordering published to compare; measured: {order}."
+        return f"- **{group}**: no ordering published to compare; measured: {order}.{flag}"
     expected = [k for k in g["expected"] if k in means]
     if len(expected) < 2:
         return f"- **{group}**: too few rows ran to compare (measured: {order})."
@@ -749,7 +757,7 @@ def _verdict(group: str, g: dict[str, Any], per_seed: dict[str, dict[int, float]
     text += f" Not resolved: {'; '.join(unresolved) or 'none'}."
     if len(expected) >= 3 and not g.get("expected_best_only"):
         text += f" Spearman rank correlation with the paper's order: {rank_correlation(expected, means):+.2f}."
-    return text
+    return text + flag
 
 
 def rank_correlation(expected: list[str], means: dict[str, float]) -> float:

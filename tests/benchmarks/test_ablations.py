@@ -106,7 +106,9 @@ def test_report_statistics_and_verdicts() -> None:
     text = ablations._verdict("g", group, per_seed)
     assert "Reproduced: a vs b (+9.3, p = 0.00, n = 3)." in text and "Reversed: none" in text
     assert "Not resolved: a vs c (+5.7, p = 0.4" in text and "; b vs c (-3.7, p = " in text
-    assert "Spearman rank correlation with the paper's order: +0.50" in text
+    assert "Spearman rank correlation with the paper's order: +0.50" in text and "At chance" not in text
+    dead = ablations._verdict("g", group, {**per_seed, "c": {0: 10.0, 1: 10.1, 2: 9.9}})
+    assert dead.endswith("learned nothing, so an order involving them says nothing about accuracy): c.")
     text = ablations._verdict("g", {**group, "expected": ["b", "a"]}, per_seed)
     assert "Reversed: b vs a (-9.3" in text and "Reproduced: none" in text
     best_only = ablations._verdict("g", {**group, "expected_best_only": True}, per_seed)
