@@ -534,14 +534,14 @@ def report(
     corruption settings) it was last run with (``results["groups"]``), else at ``budget`` / ``robustness``."""
     robustness = robustness or {}
     settings = {group: group_settings(results, group, budget, robustness) for group in groups}
+    ran = set(results.get("groups", {}))
     trained = {
         train_key(row, s, settings[group][0])
         for group in groups
-        if not GROUPS[group].get("robustness")
+        if group in ran and not GROUPS[group].get("robustness")
         for row in GROUPS[group]["rows"]
         for s in seeds
     }
-    ran = set(results.get("groups", {}))
     budgets = {json.dumps(settings[g][0], sort_keys=True) for g in groups if GROUPS[g]["rows"] and g in ran}
     shared = describe_budget(budget) if not budgets else describe_budget(json.loads(next(iter(budgets))))
     done = [results["runs"][k] for k in sorted(trained) if results["runs"].get(k, {}).get("status") == "ok"]
