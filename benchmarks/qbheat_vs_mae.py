@@ -355,19 +355,20 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
-def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path) -> None:
+LABELS = {
+    "qbheat_vheat": ("QB-Heat", "vheat_micro"),
+    "scratch_vheat": ("scratch", "vheat_micro"),
+    "qbheat_vit": ("QB-Heat", "ViT"),
+    "mae_vit": ("MAE", "ViT"),
+    "scratch_vit": ("scratch", "ViT"),
+    "qbheat_resnet18": ("QB-Heat", "resnet18"),
+    "scratch_resnet18": ("scratch", "resnet18"),
+}
+
+
+def _setup_lines(state: dict[str, Any], state_path: Path, seeds: list[str]) -> list[str]:
+    """The report's title and its set-up section (encoders, data, budget, evaluation, seeds)."""
     settings, timing, steps = state.get("settings", {}), state.get("timing", {}), state.get("steps", {})
-    seeds = [str(s) for s in settings.get("seeds", [])]
-    labels = {
-        "qbheat_vheat": ("QB-Heat", "vheat_micro"),
-        "scratch_vheat": ("scratch", "vheat_micro"),
-        "qbheat_vit": ("QB-Heat", "ViT"),
-        "mae_vit": ("MAE", "ViT"),
-        "scratch_vit": ("scratch", "ViT"),
-        "qbheat_resnet18": ("QB-Heat", "resnet18"),
-        "scratch_resnet18": ("scratch", "resnet18"),
-    }
-    evals = state.get("evals", {})
     lines = [
         "# QB-Heat vs MAE, like for like",
         "",
@@ -402,7 +403,7 @@ def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path)
         cpu = [r["cpu_s"] for r in runs if r.get("cpu_s") is not None]
         per_epoch = [r["epoch_losses"] for r in runs if r.get("epoch_losses")]
         loss = " → ".join(f"{statistics.mean(v):.3f}" for v in zip(*per_epoch, strict=True)) if per_epoch else "—"
-        name = f"{labels[key][0]} on {labels[key][1]}"
+        name = f"{LABELS[key][0]} on {LABELS[key][1]}"
         lines.append(
             f"| {name} | {timing.get(key, {}).get('per_step_s', float('nan')):.3f} | {steps.get(key, '—')} | "
             f"{runs[0]['images_seen'] if runs else '—'} | {statistics.mean(cpu) if cpu else float('nan'):.0f} | "
@@ -424,6 +425,13 @@ def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path)
         f"- Seeds {', '.join(seeds) or '—'}: seed s pretrains, initialises the scratch encoders and fine-tunes "
         "with seed s. Mean ± sample standard deviation over the seeds done (column n).",
         "",
+    ]
+    return lines
+
+
+def _results_lines(evals: dict[str, Any], seeds: list[str]) -> list[str]:
+    """The results table, the chance check and the per-seed differences of the compared pairs."""
+    lines = [
         "## Results (validation top-1, %)",
         "",
         "| pretraining | encoder | n | linear probe | k-NN | fine-tune | eval CPU s / seed |",
@@ -433,14 +441,14 @@ def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path)
         runs = [evals.get(arm, {})[s] for s in seeds if s in evals.get(arm, {})]
         cpu = [r["lp_cpu_s"] + r["ft_cpu_s"] for r in runs]
         lines.append(
-            f"| {labels[arm][0]} | {labels[arm][1]} | {len(runs)} | {mean_std([r['lp'] for r in runs])} | "
+            f"| {LABELS[arm][0]} | {LABELS[arm][1]} | {len(runs)} | {mean_std([r['lp'] for r in runs])} | "
             f"{mean_std([r['knn'] for r in runs])} | {mean_std([r['ft'] for r in runs])} | "
             f"{statistics.mean(cpu) if cpu else float('nan'):.0f} |"
         )
     # chance is 10%; one estimate on 1,000 scenes has a binomial standard error of 0.95 points at 10%
     level = 10.0 + 2 * 100.0 * (0.1 * 0.9 / 1000) ** 0.5
     above = [
-        f"{labels[arm][0]} {labels[arm][1]} {name} ({statistics.mean(vals):.1f})"
+        f"{LABELS[arm][0]} {LABELS[arm][1]} {name} ({statistics.mean(vals):.1f})"
         for arm, *_ in ARMS
         for col, name in (("lp", "linear probe"), ("knn", "k-NN"), ("ft", "fine-tune"))
         if (vals := [evals[arm][s][col] for s in seeds if s in evals.get(arm, {})]) and statistics.mean(vals) > level
@@ -468,7 +476,12 @@ def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path)
             sd = f" ± {statistics.stdev(diffs):.1f}" if len(diffs) > 1 else ""
             parts.append(f"{name} {statistics.mean(diffs):+.1f}{sd}")
         lines.append(f"- {text} (n={len(common)}): {', '.join(parts)}.")
-    long = state.get("long_ft")
+    return lines
+
+
+def _long_ft_lines(long: dict[str, Any] | None, seeds: list[str]) -> list[str]:
+    """The table of the longer fine-tunes, when some ran."""
+    lines: list[str] = []
     if long and long.get("runs"):
         lines += [
             "",
@@ -487,9 +500,17 @@ def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path)
             if runs:
                 cpu = statistics.mean(r["ft_cpu_s"] for r in runs)
                 lines.append(
-                    f"| {labels[arm][0]} | {labels[arm][1]} | {len(runs)} | {mean_std([r['ft'] for r in runs])} | "
+                    f"| {LABELS[arm][0]} | {LABELS[arm][1]} | {len(runs)} | {mean_std([r['ft'] for r in runs])} | "
                     f"{cpu:.0f} |"
                 )
+    return lines
+
+
+def _closing_lines(
+    state: dict[str, Any], evals: dict[str, Any], long: dict[str, Any] | None, png: Path, seeds: list[str]
+) -> list[str]:
+    """CPU time of the recorded runs, the note, how to read the table, and the figure."""
+    lines: list[str] = []
     total = {
         "pretraining": sum(r.get("cpu_s") or 0.0 for runs in state.get("pretrain", {}).values() for r in runs.values()),
         "evaluation": sum(r["lp_cpu_s"] + r["ft_cpu_s"] for runs in evals.values() for r in runs.values()),
@@ -521,6 +542,14 @@ def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path)
             "in (each predicted 8x8 patch shown with the true patch's mean and variance, since the loss is on "
             "per-patch normalised pixels); the target is the last column.",
         ]
+    return lines
+
+
+def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path) -> None:
+    seeds = [str(s) for s in state.get("settings", {}).get("seeds", [])]
+    evals, long = state.get("evals", {}), state.get("long_ft")
+    lines = _setup_lines(state, state_path, seeds) + _results_lines(evals, seeds)
+    lines += _long_ft_lines(long, seeds) + _closing_lines(state, evals, long, png, seeds)
     lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
