@@ -666,7 +666,7 @@ def _robustness_table(
 ) -> list[str]:
     """Clean, mean corruption top-1 and mCE against resnet18 of the same seed; ``per_seed`` gets the mean
     corruption top-1."""
-    from pdevision.engine.robustness import mean_corruption_error
+    from pdevision.engine.robustness import mean_corruption_error, top1_errors
 
     images = spec.get("max_images") or "all"
     lines = [
@@ -689,9 +689,7 @@ def _robustness_table(
             mca.append(ev["mean_corruption_top1"])
             per_seed.setdefault(row["name"], {})[s] = ev["mean_corruption_top1"]
             if base is not None:
-                err = {c: {int(k): 100 - v for k, v in per.items()} for c, per in ev["top1"].items()}
-                berr = {c: {int(k): 100 - v for k, v in per.items()} for c, per in base["top1"].items()}
-                mces.append(mean_corruption_error(err, berr)["mce"])
+                mces.append(mean_corruption_error(top1_errors(ev), top1_errors(base))["mce"])
         if not mca:
             lines.append(f"| {row['name']} | {_why(_row_runs(results, row, seeds, budget))} | | |")
             continue

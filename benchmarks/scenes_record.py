@@ -13,13 +13,9 @@ import argparse
 import json
 from pathlib import Path
 
-from pdevision.engine.robustness import format_table, mean_corruption_error
+from pdevision.engine.robustness import format_table, mean_corruption_error, top1_errors
 
 HERE = Path(__file__).resolve().parent
-
-
-def _errors(result: dict) -> dict[str, dict[int, float]]:
-    return {c: {int(s): 100.0 - a for s, a in per.items()} for c, per in result["top1"].items()}
 
 
 def main() -> int:
@@ -73,13 +69,13 @@ def main() -> int:
             "|---|---:|---:|---:|---:|",
         ]
         for name, r in results.items():
-            mce = mean_corruption_error(_errors(r), _errors(base))["mce"] if base else float("nan")
+            mce = mean_corruption_error(top1_errors(r), top1_errors(base))["mce"] if base else float("nan")
             lines.append(
                 f"| {name} | {r['images']} | {r['clean_top1']:.1f} | {r['mean_corruption_top1']:.1f} | {mce:.1f} |"
             )
         for name, r in results.items():
             if base and name != args.baseline:
-                r = {**r, **mean_corruption_error(_errors(r), _errors(base))}
+                r = {**r, **mean_corruption_error(top1_errors(r), top1_errors(base))}
             lines += [
                 "",
                 f"### {name}: top-1 (%) per corruption and severity"

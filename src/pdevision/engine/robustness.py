@@ -231,7 +231,9 @@ def _load(checkpoint: str | Path, device: torch.device) -> tuple[torch.nn.Module
     return model.to(device).eval(), meta, folder
 
 
-def _errors(result: dict[str, Any]) -> dict[str, dict[int, float]]:
+def top1_errors(result: dict[str, Any]) -> dict[str, dict[int, float]]:
+    """Top-1 error (%) per corruption and severity of a :func:`corruption_accuracy` result (the input of
+    :func:`mean_corruption_error`)."""
     return {c: {int(s): 100.0 - a for s, a in per.items()} for c, per in result["top1"].items()}
 
 
@@ -322,7 +324,7 @@ def evaluate_corruptions(
                 f"the baseline was evaluated on {base['images']} images (seed {base.get('seed')}), "
                 f"this checkpoint on {result['images']} (seed {seed}); mCE needs the same corrupted images"
             )
-        result.update(mean_corruption_error(_errors(result), _errors(base)))
+        result.update(mean_corruption_error(top1_errors(result), top1_errors(base)))
         keys = ("checkpoint", "model", "clean_top1", "mean_corruption_top1", "top1")
         result["baseline"] = {k: base[k] for k in keys}
     if output is not None:

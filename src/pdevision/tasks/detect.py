@@ -28,10 +28,15 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from pdevision.data.dense import build_dense_datasets, detection_collate
-from pdevision.engine.checkpoint import CheckpointError
 from pdevision.models.dense import create_detection_model
-from pdevision.tasks.base import Task
-from pdevision.tasks.segment import DenseConfig, DenseRecipe, _plain, check_backbone_checkpoint, model_kwargs
+from pdevision.tasks.segment import (
+    DenseConfig,
+    DenseRecipe,
+    DenseTask,
+    _plain,
+    check_backbone_checkpoint,
+    model_kwargs,
+)
 
 DETECT_RECIPES = {
     "light": DenseRecipe(4e-4, 8, 0.05, 10, 1.0, 1e-6, 64, "this library's CPU recipe (from scratch)", 10.0),
@@ -73,10 +78,11 @@ def detector_from_meta(meta: dict[str, Any], backbone_kwargs: dict[str, Any]) ->
     return create_detection_model(meta["model"], len(meta["classes"]), head=meta["head"], **settings, **backbone_kwargs)
 
 
-class DetectTask(Task):
+class DetectTask(DenseTask):
     """Detection / instance segmentation from a :class:`~pdevision.tasks.segment.DenseConfig`."""
 
     name = "detect"
+    noun = "detection"
     best_metric = "map"
     higher_is_better = True
     collate_fn = staticmethod(detection_collate)
@@ -100,12 +106,10 @@ class DetectTask(Task):
     def datasets(self) -> tuple[Dataset, Dataset]:
         c = self.config
         data = build_dense_datasets("detect", c.data, self.img_size, c.scene_seed, 64, c.train_scenes, c.val_scenes)
-        self.classes, self.source = data.classes, data.source
-        self.sizes = (len(data.train), len(data.val))
-        self.val_set = data.val
+        splits = self._take_data(data)
         to_cat = getattr(data.train, "label_to_cat", None)  # COCO: the json's category ids
         self.category_ids = [int(to_cat[i + 1]) for i in range(len(self.classes))] if to_cat else None
-        return data.train, data.val
+        return splits
 
     def build_model(self) -> nn.Module:
         return create_detection_model(
@@ -168,39 +172,17 @@ class DetectTask(Task):
 
     def checkpoint_meta(self) -> dict[str, Any]:
         settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.settings.items()}
-        return {
-            "kind": "detect",
-            "model": self.config.model,
-            "head": self.head,
-            "classes": self.classes,
-            "img_size": self.img_size,
-            "model_args": self.kwargs,
-            "detector": settings,
-            "category_ids": self.category_ids,
-        }
-
-    def check_resume(self, meta: dict[str, Any]) -> None:
-        if meta.get("kind") != "detect":
-            raise CheckpointError(f"that is not a detection checkpoint (kind {meta.get('kind')!r})")
+        return self._meta(detector=settings, category_ids=self.category_ids)
 
     def summary(self, run: dict[str, Any]) -> dict[str, Any]:
         best_row = self.best_row  # the evaluation with the highest box mAP
         best = run.get("best")
-        return {
-            "task": "detect",
-            "model": self.config.model,
-            "head": self.head,
-            "best_val_map": float(best) if best is not None else -1.0,
-            "best_val_map50": float(best_row.get("map50", -1.0)),
-            "best_val_map75": float(best_row.get("map75", -1.0)),
-            "best_val_mask_map": float(best_row.get("mask_map", -1.0)),
-            "classes": self.classes,
-            "data": self.source,
-            "train_images": self.sizes[0],
-            "val_images": self.sizes[1],
-            "img_size": self.img_size,
-            "recipe": self.config.recipe,
-        }
+        return self._summary(
+            best_val_map=float(best) if best is not None else -1.0,
+            best_val_map50=float(best_row.get("map50", -1.0)),
+            best_val_map75=float(best_row.get("map75", -1.0)),
+            best_val_mask_map=float(best_row.get("mask_map", -1.0)),
+        )
 
     def epoch_log(self, row: dict[str, Any]) -> str:
         mask = f" mask mAP {row['val_mask_map']:.2f}" if "val_mask_map" in row else ""

@@ -427,29 +427,9 @@ def load_restoration_model(checkpoint: str | Path, device: torch.device | str = 
     return model.to(device).eval(), meta
 
 
-def restore_file(
-    checkpoint: str | Path,
-    src: str | Path,
-    dst: str | Path,
-    tile: int | None = 512,
-    overlap: int = 32,
-    device: torch.device | str = "cpu",
-) -> dict[str, Any]:
-    """Restore the image file ``src`` into ``dst`` with the same size and mode.
-
-    Grey (L) and colour (RGB) images work with either kind of checkpoint: a grey model restores each
-    colour channel on its own, a colour model restores a grey image as three equal channels (then
-    their mean). An alpha channel (LA, RGBA) is kept as it is. 16-bit grey images (Pillow's ``I;16``
-    modes, as it opens 16-bit PNG and TIFF; and 32-bit integer ``I`` images holding 16-bit values) are
-    restored on the 0-65535 scale and written as 16-bit (``I;16``). Other modes (palette, float, CMYK,
-    32-bit values above 65535) get an error. The output format follows ``dst``'s extension.
-    """
-    src, dst = Path(src), Path(dst)
-    if src.is_dir():
-        raise DataError(f"{src} is a folder; restore takes one image file")
-    if dst.is_dir():
-        raise DataError(f"{dst} is a folder; give the output image's file name (e.g. {dst / src.name})")
-    model, meta = load_restoration_model(checkpoint, device)
+def _read_image(src: Path) -> tuple[Image.Image, np.ndarray, str, float]:
+    """The image at ``src``, its pixels as float32 in 0..1, its mode (``"I;16"`` for 16-bit grey) and the scale
+    (255 or 65535) of its integer values; an unreadable file or an unsupported mode is a :class:`DataError`."""
     try:
         img = Image.open(src)
         img.load()
@@ -475,6 +455,33 @@ def restore_file(
             )
         mode, scale = "I;16", 65535.0
     arr = np.asarray(img, dtype=np.float32) / scale
+    return img, arr, mode, scale
+
+
+def restore_file(
+    checkpoint: str | Path,
+    src: str | Path,
+    dst: str | Path,
+    tile: int | None = 512,
+    overlap: int = 32,
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """Restore the image file ``src`` into ``dst`` with the same size and mode.
+
+    Grey (L) and colour (RGB) images work with either kind of checkpoint: a grey model restores each
+    colour channel on its own, a colour model restores a grey image as three equal channels (then
+    their mean). An alpha channel (LA, RGBA) is kept as it is. 16-bit grey images (Pillow's ``I;16``
+    modes, as it opens 16-bit PNG and TIFF; and 32-bit integer ``I`` images holding 16-bit values) are
+    restored on the 0-65535 scale and written as 16-bit (``I;16``). Other modes (palette, float, CMYK,
+    32-bit values above 65535) get an error. The output format follows ``dst``'s extension.
+    """
+    src, dst = Path(src), Path(dst)
+    if src.is_dir():
+        raise DataError(f"{src} is a folder; restore takes one image file")
+    if dst.is_dir():
+        raise DataError(f"{dst} is a folder; give the output image's file name (e.g. {dst / src.name})")
+    model, meta = load_restoration_model(checkpoint, device)
+    img, arr, mode, scale = _read_image(src)
     arr = arr[..., None] if arr.ndim == 2 else arr
     alpha = arr[..., -1:] if mode in ("LA", "RGBA") else None
     colour = arr[..., :3] if mode.startswith("RGB") else arr[..., :1]

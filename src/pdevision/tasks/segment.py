@@ -176,10 +176,47 @@ def model_kwargs(config: DenseConfig, img_size: int) -> dict[str, Any]:
     return kwargs
 
 
-class SegmentTask(Task):
+class DenseTask(Task):
+    """What segmentation and detection share: the data bookkeeping, the resume check and the common part of the
+    checkpoint metadata and of the summary. Subclasses set ``name`` (also the checkpoint ``kind``), ``noun``,
+    ``config``, ``recipe``, ``head``, ``img_size`` and ``kwargs``."""
+
+    noun = "dense"
+
+    def _take_data(self, data: Any) -> tuple[Dataset, Dataset]:
+        self.classes, self.source = data.classes, data.source
+        self.sizes = (len(data.train), len(data.val))
+        self.val_set = data.val
+        return data.train, data.val
+
+    def _meta(self, **extra: Any) -> dict[str, Any]:
+        common = {"kind": self.name, "model": self.config.model, "head": self.head, "classes": self.classes}
+        return {**common, "img_size": self.img_size, "model_args": self.kwargs, **extra}
+
+    def check_resume(self, meta: dict[str, Any]) -> None:
+        if meta.get("kind") != self.name:
+            raise CheckpointError(f"that is not a {self.noun} checkpoint (kind {meta.get('kind')!r})")
+
+    def _summary(self, **scores: Any) -> dict[str, Any]:
+        return {
+            "task": self.name,
+            "model": self.config.model,
+            "head": self.head,
+            **scores,
+            "classes": self.classes,
+            "data": self.source,
+            "train_images": self.sizes[0],
+            "val_images": self.sizes[1],
+            "img_size": self.img_size,
+            "recipe": self.config.recipe,
+        }
+
+
+class SegmentTask(DenseTask):
     """Semantic segmentation from a :class:`DenseConfig`."""
 
     name = "segment"
+    noun = "segmentation"
     best_metric = "miou"
     higher_is_better = True
 
@@ -207,10 +244,7 @@ class SegmentTask(Task):
             self.recipe.scale_range,
             photometric=self.recipe.photometric,
         )
-        self.classes, self.source = data.classes, data.source
-        self.sizes = (len(data.train), len(data.val))
-        self.val_set = data.val
-        return data.train, data.val
+        return self._take_data(data)
 
     def build_model(self) -> nn.Module:
         return create_segmentation_model(
@@ -249,37 +283,15 @@ class SegmentTask(Task):
         return {"loss": flat[-2] / max(flat[-1], 1), **scores}
 
     def checkpoint_meta(self) -> dict[str, Any]:
-        return {
-            "kind": "segment",
-            "model": self.config.model,
-            "head": self.head,
-            "classes": self.classes,
-            "img_size": self.img_size,
-            "model_args": self.kwargs,
-            "decoder_channels": self.recipe.decoder_channels,
-            "mean": list(IMAGENET_MEAN),
-            "std": list(IMAGENET_STD),
-        }
-
-    def check_resume(self, meta: dict[str, Any]) -> None:
-        if meta.get("kind") != "segment":
-            raise CheckpointError(f"that is not a segmentation checkpoint (kind {meta.get('kind')!r})")
+        return self._meta(
+            decoder_channels=self.recipe.decoder_channels, mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD)
+        )
 
     def summary(self, run: dict[str, Any]) -> dict[str, Any]:
         best = run.get("best")
-        return {
-            "task": "segment",
-            "model": self.config.model,
-            "head": self.head,
-            "best_val_miou": float(best) if best is not None else -1.0,
-            "classes": self.classes,
-            "data": self.source,
-            "train_images": self.sizes[0],
-            "val_images": self.sizes[1],
-            "img_size": self.img_size,
-            "recipe": self.config.recipe,
-            "val_iou_per_class": dict(zip(self.classes, getattr(self, "last_iou", []), strict=False)),
-        }
+        out = self._summary(best_val_miou=float(best) if best is not None else -1.0)
+        out["val_iou_per_class"] = dict(zip(self.classes, getattr(self, "last_iou", []), strict=False))
+        return out
 
     def epoch_log(self, row: dict[str, Any]) -> str:
         return (
