@@ -118,3 +118,22 @@ def test_cached_basis_built_in_inference_mode_serves_autograd() -> None:
     dct2(x, method="matrix").sum().backward()
     # d/dx sum(C_h x C_w^T) = C_h^T 1 C_w: the inverse transform of a field of ones
     torch.testing.assert_close(x.grad, idct2(torch.ones_like(x), method="fft"), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_batched_basis_matches_scipy_nhwc(dtype: torch.dtype) -> None:
+    # NHWC with a batch: the transform along H is batched over images, along W over rows (the cached basis batch)
+    x = torch.randn(3, 12, 10, 5)
+    spec = scipy.fft.dctn(x.double().numpy(), type=2, norm="ortho", axes=(1, 2))
+    with torch.inference_mode():  # a basis batch built here must serve autograd below
+        got = dct2(x.to(dtype), dims=(1, 2), method="matrix")
+        back = idct2(got, dims=(1, 2), method="matrix")
+    np.testing.assert_allclose(got.double().numpy(), spec, atol=0.1)
+    np.testing.assert_allclose(back.double().numpy(), x.numpy(), atol=0.1)
+    # the same products as a bmm of the expanded basis, so the same values
+    c_w = dct_matrix(10, dtype=dtype)
+    want = torch.bmm(c_w.expand(36, 10, 10), x.to(dtype).reshape(36, 10, 5)).reshape(3, 12, 10, 5)
+    torch.testing.assert_close(dct_module._apply_basis(x.to(dtype), 2, inverse=False), want, rtol=0, atol=0)
+    xg = x.to(dtype).requires_grad_()
+    idct2(dct2(xg, dims=(1, 2), method="matrix"), dims=(1, 2), method="matrix").float().sum().backward()
+    torch.testing.assert_close(xg.grad.float(), torch.ones_like(x), atol=0.1, rtol=0)

@@ -61,3 +61,25 @@ def test_reference_path_where_the_kernels_do_not_apply() -> None:
     assert w.grad is not None and w.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="activation"):
         fused.linear(x, w, None, "tanh")
+
+
+def test_conv2d_equals_autocast_conv_and_casts_the_weight_once() -> None:
+    conv = torch.nn.Conv2d(6, 10, kernel_size=3, padding=1, groups=2)
+    x = torch.randn(2, 6, 9, 7)
+    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
+        want = conv(x)  # autocast casts the weights on every forward
+        got = fused.conv2d(conv, x)
+        cached = conv._cast_cache[(id(conv.weight), torch.bfloat16)][2]
+        again = fused.conv2d(conv, x)
+        assert conv._cast_cache[(id(conv.weight), torch.bfloat16)][2] is cached  # kept, not cast again
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(again, want, rtol=0, atol=0)
+    with torch.no_grad():  # an in-place update (an optimizer step, load_state_dict) renews the copy
+        conv.weight.mul_(2.0)
+    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
+        torch.testing.assert_close(fused.conv2d(conv, x), conv(x), rtol=0, atol=0)
+    with torch.inference_mode():  # float32: the module's own forward
+        torch.testing.assert_close(fused.conv2d(conv, x), conv(x), rtol=0, atol=0)
+    y = fused.conv2d(conv, x.requires_grad_())  # autograd: the reference path
+    assert y.dtype == torch.float32 and y.requires_grad

@@ -10,6 +10,8 @@ from timm.layers import DropPath, LayerNorm2d, LayerScale, Mlp
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from pdevision.ops import fused
+
 
 def run_block(block: nn.Module, x: torch.Tensor, *args: object, checkpointing: bool = False) -> torch.Tensor:
     """``block(x, *args)``, through activation checkpointing when asked and when gradients are recorded."""
@@ -86,7 +88,7 @@ class ConvStem(nn.Module):
         self.norm2 = LayerNorm2d(out_chans, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm2(self.conv2(self.act(self.norm1(self.conv1(x)))))
+        return self.norm2(fused.conv2d(self.conv2, self.act(self.norm1(fused.conv2d(self.conv1, x)))))
 
 
 class ConvDownsample(nn.Module):
@@ -98,4 +100,4 @@ class ConvDownsample(nn.Module):
         self.norm = norm_layer(out_chs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1))
+        return self.norm(fused.conv2d(self.conv, x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1))

@@ -127,7 +127,7 @@ class HeatConductionOperator(nn.Module):
 
     def _forward_fused(self, x: torch.Tensor, fve: torch.Tensor | None) -> torch.Tensor:
         _, h, w, _ = x.shape
-        x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        x = fused.conv2d(self.dwconv, x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         d = self.dim
         dtype = fused.compute_dtype(x) or x.dtype
         weight = fused.cast_cached(self._cast_cache, self.linear.weight, dtype)

@@ -126,6 +126,20 @@ def cast_cached(cache: dict[Any, Any], t: torch.Tensor, dtype: torch.dtype) -> t
     return cast
 
 
+def conv2d(conv: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``conv(x)``; under bfloat16 autocast where :func:`compute_dtype` allows, with the weights cast once and kept
+    (:func:`cast_cached`) instead of cast by autocast on every forward (the same bfloat16 values, so the same
+    result). The cache lives on the module."""
+    dtype = compute_dtype(x)
+    if dtype is None or dtype == conv.weight.dtype:
+        return conv(x)
+    cache = conv.__dict__.setdefault("_cast_cache", {})
+    weight = cast_cached(cache, conv.weight, dtype)
+    bias = cast_cached(cache, conv.bias, dtype) if conv.bias is not None else None
+    with torch.autocast("cpu", enabled=False):
+        return conv._conv_forward(x.to(dtype), weight, bias)
+
+
 @functools.lru_cache(maxsize=64)
 def _bases(h: int, w: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     ch, cw = dct_matrix(h, dtype=dtype), dct_matrix(w, dtype=dtype)
