@@ -97,3 +97,64 @@ def test_fused_peer_computes_the_peer_function_on_the_fused_kernels() -> None:
 def test_bench_unknown_model_is_clear(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--models", "vheat_tinyy"]) == 2
     assert "did you mean vheat_tiny" in capsys.readouterr().err
+
+
+def test_compiled_models_are_compared_with_compiled_peers() -> None:
+    rows = [
+        {"model": m, "img_size": 224, "dtype": "bf16", "infer_img_s": v}
+        for m, v in (
+            ("vheat_tiny", 30.0),
+            ("convnext_tiny", 20.0),
+            ("vheat_tiny+compiled", 33.0),
+            ("convnext_tiny+compiled", 40.0),
+        )
+    ]
+    pairs = [(r["model"], r["peer"], r["ratio"]) for r in ratio_rows(rows)]
+    assert pairs == [
+        ("vheat_tiny", "convnext_tiny", 1.5),
+        ("vheat_tiny+compiled", "convnext_tiny+compiled", pytest.approx(0.825)),
+    ]
+
+
+@pytest.mark.slow
+def test_bench_compile_measures_compiled_models_beside_eager(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    argv = ["bench", "--models", "vheat_micro", "resnet18", "--resolutions", "32", "--batch", "1", "--repeats", "1"]
+    argv += ["--train-resolutions", "--no-operators", "--compile", "--out", str(out)]
+    assert main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    rows = {r["model"]: r for r in result["rows"]}
+    assert set(rows) == {"vheat_micro", "resnet18", "vheat_micro+compiled", "resnet18+compiled"}
+    assert rows["vheat_micro+compiled"]["gmacs"] == rows["vheat_micro"]["gmacs"]  # the same function
+    assert rows["vheat_micro+compiled"]["peak_mem_mib"] is None and rows["vheat_micro+compiled"]["infer_img_s"] > 0
+    assert "NAME+compiled = the folded model through torch.compile" in (out / "results.md").read_text()
+
+
+def test_compiled_bench_model_computes_the_folded_function() -> None:
+    import torch
+
+    from pdevision.bench.models import build_for_bench
+
+    torch.manual_seed(0)
+    eager = build_for_bench("vheat_micro", 32, torch.device("cpu"))
+    torch.manual_seed(0)
+    compiled = build_for_bench("vheat_micro+compiled", 32, torch.device("cpu"))
+    x = torch.randn(1, 3, 32, 32)
+    with torch.inference_mode():
+        torch.testing.assert_close(compiled(x), eager(x), atol=1e-4, rtol=1e-4)
+
+
+def test_bench_compile_failure_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch._inductor.config as inductor_config
+
+    # a machine without a C++ compiler: inductor's CPU code cannot be built (its caches are bypassed)
+    monkeypatch.setattr(inductor_config.cpp, "cxx", ("no-such-compiler-here",))
+    monkeypatch.setattr(inductor_config, "force_disable_caches", True)
+    argv = ["bench", "--models", "resnet18", "--resolutions", "32", "--batch", "1", "--repeats", "1"]
+    argv += ["--train-resolutions", "--no-operators", "--compile", "--out", str(tmp_path / "bench")]
+    assert main(argv) == 1  # the machine, not the arguments: "failed", not a usage error
+    err = capsys.readouterr().err
+    assert "torch.compile of resnet18 failed" in err and "run without --compile" in err
+    assert "Traceback" not in err

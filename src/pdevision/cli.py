@@ -363,7 +363,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pdevision.bench.models import DEFAULT_PEERS, FUSED, LARGER_PEERS, split_variant
+    from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS, split_variant
     from pdevision.bench.run import DEFAULT_OURS, run_bench
     from pdevision.models.factory import build_model
 
@@ -376,6 +376,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     ours = {name: type(build_model(split_variant(name)[0])).__module__.startswith("pdevision.") for name in models}
     if args.fused_peers:  # each timm peer once more with its linear layers on the library's fused kernels
         models += [f"{m}{FUSED}" for m in models if not ours[m] and not split_variant(m)[1]]
+    if args.compile:  # each model once more through torch.compile (the fused kernels step aside there)
+        models += [f"{m}{COMPILED}" for m in models if split_variant(m)[0] == m]
     result = run_bench(
         models,
         list(args.resolutions),
@@ -781,7 +783,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", default=None, help="default: our tiny models and the four tiny peers")
     p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
     p.add_argument("--resolutions", nargs="+", type=_side, default=[224, 512, 768, 1024])
-    p.add_argument("--batch", type=_positive_int, default=None, help="default: 8 at 224, 2 up to 512, 1 above")
+    p.add_argument("--batch", type=_positive_int, default=None, help="default: 8 at 224 and below, 1 above")
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats, median reported (default 5)")
     p.add_argument("--train-resolutions", nargs="*", type=_side, default=[224], help="training-step sizes")
     p.add_argument("--device", type=_device, default="cpu")
@@ -793,6 +795,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--fused-peers",
         action="store_true",
         help="also measure each timm peer with its linear layers on the fused oneDNN kernels (NAME+fused)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also measure each model through torch.compile (NAME+compiled; inference, weights frozen; needs a C++ "
+        "compiler on the CPU)",
     )
     p.add_argument("--operator-sides", nargs="+", type=_side, default=[14, 28, 56, 112, 160, 256], help="map sides")
     p.set_defaults(func=cmd_bench)

@@ -9,6 +9,7 @@ from pdevision.models._common import fuse_linears
 from pdevision.models.factory import build_model, fold_for_inference
 
 FUSED = "+fused"  # a peer's name with this suffix: its linear layers on this library's fused kernels
+COMPILED = "+compiled"  # any model's name with this suffix (last): its folded form through torch.compile
 
 DEFAULT_PEERS: tuple[str, ...] = (
     "swin_tiny_patch4_window7_224",
@@ -37,10 +38,28 @@ def fuse_conv_batchnorm(model: nn.Module) -> nn.Module:
 
 def split_variant(name: str) -> tuple[str, bool]:
     """``"convnext_tiny+fused"`` -> ``("convnext_tiny", True)``: the model name and whether its linear layers
-    run on the same fused oneDNN inference kernels as this library's folded models (:func:`fuse_linears`)."""
+    run on the same fused oneDNN inference kernels as this library's folded models (:func:`fuse_linears`). A
+    ``+compiled`` suffix (:func:`is_compiled`) is dropped."""
+    name = name.removesuffix(COMPILED)
     if name.endswith(FUSED):
         return name[: -len(FUSED)], True
     return name, False
+
+
+def is_compiled(name: str) -> bool:
+    """Whether ``name`` asks for the model through ``torch.compile`` (``"convnext_tiny+compiled"``)."""
+    return name.endswith(COMPILED)
+
+
+def compile_for_inference(model: nn.Module) -> nn.Module:
+    """``torch.compile`` (inductor) of an eval-mode model, with its weights frozen as constants so that inductor
+    prepacks them for its CPU matrix kernels, as its documentation advises for inference. Sets inductor's
+    process-wide ``freezing`` option: the bench process compiles for inference only. Compiles on the first call,
+    once per input shape and autocast dtype."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.freezing = True
+    return torch.compile(model)
 
 
 def build_for_bench(
@@ -51,7 +70,8 @@ def build_for_bench(
     ``img_size``; vHeat, HcNet: linear layers on the fused kernels), then PDE-ResNet's BatchNorms folded
     (``fold_batchnorm``); a peer's BatchNorms are folded into its convolutions (:func:`fuse_conv_batchnorm`), so
     both sides run without them. A name ending in ``+fused`` (:func:`split_variant`) is a peer whose linear layers
-    then also take the fused kernels, so that a comparison can hold the matrix library equal."""
+    then also take the fused kernels, so that a comparison can hold the matrix library equal; one ending in
+    ``+compiled`` is the folded model through :func:`compile_for_inference` (inference only)."""
     base, fused = split_variant(name)
     model = build_model(base, img_size=img_size).to(device)
     if train:
@@ -59,6 +79,11 @@ def build_for_bench(
     model.eval()
     if not fold:
         return model
+    model = _folded(model, img_size, fused)
+    return compile_for_inference(model) if is_compiled(name) else model
+
+
+def _folded(model: nn.Module, img_size: int, fused: bool) -> nn.Module:
     model = fold_for_inference(model, img_size, inplace=True)
     if hasattr(model, "fold_batchnorm"):  # PDE-ResNet's own folding
         model.fold_batchnorm()

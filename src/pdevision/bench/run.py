@@ -30,7 +30,7 @@ from pdevision.bench.measure import (
     probe_model,
     train_step_fn,
 )
-from pdevision.bench.models import DEFAULT_PEERS, FUSED, build_for_bench, split_variant
+from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, build_for_bench, is_compiled, split_variant
 from pdevision.bench.operators import operator_benchmark, tokens_label
 
 log = logging.getLogger(__name__)
@@ -68,15 +68,35 @@ def matmul_rates(dev: torch.device, dtype: str) -> dict[str, float]:
 
 def ratio_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Inference throughput of each model of :data:`RATIO_PAIRS` as a multiple of each measured peer's, per
-    resolution and dtype (one interleaved run, so the multiples are what the machine's drift does not change)."""
+    resolution and dtype (one interleaved run, so the multiples are what the machine's drift does not change).
+    A compiled model (``+compiled``) is compared with the compiled peers."""
     speed = {(r["model"], r["img_size"], r["dtype"]): r["infer_img_s"] for r in rows}
     out = []
     for (model, res, dtype), img_s in speed.items():
-        for peer in (p + v for p in RATIO_PAIRS.get(model, ()) for v in ("", FUSED)):
+        base, fused = split_variant(model)
+        if fused:
+            continue
+        suffix = COMPILED if is_compiled(model) else ""
+        for peer in (p + v + suffix for p in RATIO_PAIRS.get(base, ()) for v in ("", FUSED)):
             if (peer, res, dtype) in speed:
                 ratio = img_s / speed[(peer, res, dtype)]
                 out.append({"model": model, "peer": peer, "img_size": res, "dtype": dtype, "ratio": ratio})
     return out
+
+
+def _first_calls(fns: dict[str, Any]) -> None:
+    """Call each compiled model once (it compiles then), so that a failure of ``torch.compile`` (no C++ compiler,
+    an unsupported operation) is one clear error naming the model, not a traceback from inside the timing."""
+    for name, fn in fns.items():
+        if not is_compiled(name):
+            continue
+        try:
+            fn()
+        except Exception as exc:
+            raise RuntimeError(
+                f"torch.compile of {name.removesuffix(COMPILED)} failed ({type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no message'}); run without --compile"
+            ) from exc
 
 
 def run_bench(
@@ -104,26 +124,29 @@ def run_bench(
     log.info("machine: %s", machine)
     rows: list[dict[str, Any]] = []
     sizes = [(res, batch or default_batch(res)) for res in resolutions]
-    probes = {name: {p["img_size"]: p for p in probe_model(name, sizes, dev)} for name in models}
+    # a compiled model computes its uncompiled form's function: its MACs are probed there (memory is not reported)
+    plain = {name.removesuffix(COMPILED) for name in models}
+    probes = {name: {p["img_size"]: p for p in probe_model(name, sizes, dev)} for name in plain}
     for res in resolutions:
         b = batch or default_batch(res)
         built = {name: build_for_bench(name, res, dev) for name in models}
         x = torch.randn(b, 3, res, res, device=dev)
         for dt in dtypes:
             autocast = AUTOCAST[dt]
-            times = interleaved_medians(
-                {n: inference_fn(m, x, autocast) for n, m in built.items()}, dev, repeats=repeats
-            )
+            fns = {n: inference_fn(m, x, autocast) for n, m in built.items()}
+            _first_calls(fns)
+            times = interleaved_medians(fns, dev, repeats=repeats)
             train_times: dict[str, dict[str, float]] = {}
             if res in train_resolutions:
                 # a +fused peer trains exactly as the peer does (the fused kernels serve no-grad inference only)
-                trained = {n: build_for_bench(n, res, dev, train=True) for n in models if not split_variant(n)[1]}
+                trained = {n: build_for_bench(n, res, dev, train=True) for n in models if split_variant(n)[0] == n}
                 train_times = interleaved_medians(
                     {n: train_step_fn(m, x, autocast) for n, m in trained.items()}, dev, repeats=repeats
                 )
                 del trained
             for name, model in built.items():
-                macs = probes[name][res]["macs"]
+                probe = probes[name.removesuffix(COMPILED)][res]
+                macs = probe["macs"]
                 seconds = times[name]["median"]
                 flops_per_s = 2 * macs * b / seconds
                 row = {
@@ -138,7 +161,7 @@ def run_bench(
                     "train_img_s": b / train_times[name]["median"] if name in train_times else None,
                     "achieved_gflops": flops_per_s / 1e9,
                     "fraction_of_matmul": flops_per_s / 1e9 / rates[dt]["limit"],
-                    "peak_mem_mib": probes[name][res]["peak_mib"],
+                    "peak_mem_mib": None if is_compiled(name) else probe["peak_mib"],
                 }
                 rows.append(row)
                 log.info("%s", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
@@ -198,7 +221,14 @@ def markdown_table(result: dict[str, Any]) -> str:
         + f"; {_rates_text(m)}. Median of {result['repeats']} interleaved"
         " repeats after warm-up; inference on folded models (peers' BatchNorms folded into their convolutions);"
         " memory = peak growth of a fresh process during one fp32 forward; GFLOP/s share = achieved GFLOP/s over"
-        " the faster measured matrix-multiply rate of the same dtype.",
+        " the faster measured matrix-multiply rate of the same dtype"
+        + (
+            "; NAME+compiled = the folded model through torch.compile (inductor, weights frozen), compared with the"
+            " compiled peers, compile time not counted"
+            if any(is_compiled(r["model"]) for r in result["rows"])
+            else ""
+        )
+        + ".",
         "",
     ]
     lines += _ratio_table(result.get("ratios", []))
