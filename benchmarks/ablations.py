@@ -373,12 +373,14 @@ def robustness_of(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k) for k in ("corruptions", "severities", "max_images")}
 
 
-def group_settings(
+def group_budgets(
     results: dict[str, Any], group: str, budget: dict[str, Any], robustness: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(budget, corruption settings) a group was last run with, else the ones given."""
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every (budget, corruption settings) a group was run with, in the order first run (a group may be run again
+    at a larger budget; each is reported), else the ones given."""
     rec = results.get("groups", {}).get(group, {})
-    return rec.get("budget", budget), rec.get("robustness", robustness)
+    budgets = rec.get("budgets") or ([rec["budget"]] if "budget" in rec else [budget])
+    return [(b, rec.get("robustness", robustness)) for b in budgets]
 
 
 def budget_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -390,9 +392,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     budget = budget_of(args)
     results = load_results(args.json)
     seeds = list(range(args.seeds))
-    for group in args.rows:  # the budget (and corruption settings) each group was last run with, for the report
-        results.setdefault("groups", {})[group] = {
-            "budget": budget,
+    for group in args.rows:  # every budget (and the corruption settings) each group was run with, for the report
+        rec = results.setdefault("groups", {}).get(group, {})
+        budgets = rec.get("budgets") or ([rec["budget"]] if "budget" in rec else [])
+        results["groups"][group] = {
+            "budgets": budgets + ([budget] if budget not in budgets else []),
             **({"robustness": robustness_of(args)} if GROUPS[group].get("robustness") else {}),
         }
     device = args.device
@@ -530,19 +534,20 @@ def report(
     robustness: dict[str, Any] | None = None,
     notes: list[str] | None = None,
 ) -> str:
-    """The Markdown report (``notes``: extra lines for its header). Each group is reported at the budget (and
-    corruption settings) it was last run with (``results["groups"]``), else at ``budget`` / ``robustness``."""
+    """The Markdown report (``notes``: extra lines for its header). Each group is reported at every budget (and
+    the corruption settings) it was run with (``results["groups"]``), else at ``budget`` / ``robustness``."""
     robustness = robustness or {}
-    settings = {group: group_settings(results, group, budget, robustness) for group in groups}
+    settings = {group: group_budgets(results, group, budget, robustness) for group in groups}
     ran = set(results.get("groups", {}))
     trained = {
-        train_key(row, s, settings[group][0])
+        train_key(row, s, b)
         for group in groups
         if group in ran and not GROUPS[group].get("robustness")
+        for b, _ in settings[group]
         for row in GROUPS[group]["rows"]
         for s in seeds
     }
-    budgets = {json.dumps(settings[g][0], sort_keys=True) for g in groups if GROUPS[g]["rows"] and g in ran}
+    budgets = {json.dumps(b, sort_keys=True) for g in groups if GROUPS[g]["rows"] and g in ran for b, _ in settings[g]}
     shared = describe_budget(budget) if not budgets else describe_budget(json.loads(next(iter(budgets))))
     done = [results["runs"][k] for k in sorted(trained) if results["runs"].get(k, {}).get("status") == "ok"]
     cpu = [r["cpu_seconds"] for r in done if r.get("cpu_seconds") is not None]
@@ -569,41 +574,25 @@ def report(
     for group in groups:
         g = GROUPS[group]
         lines += [f"## {group}: {g['title']}", "", f"Paper: {g['claim']}", ""]
-        budget, spec = settings[group]
         if g["rows"] and group not in ran:
             lines += ["Not run in this record.", ""]
             verdicts.append(f"- **{group}**: not run.")
             continue
-        if len(budgets) > 1 and g["rows"]:
-            lines += [f"Budget: {describe_budget(budget)}.", ""]
         if not g["rows"]:
             lines += [g.get("see", "Not run."), ""]
             verdicts.append(f"- **{group}**: " + g.get("see", "not run."))
             continue
-        per_seed: dict[str, dict[int, float]] = {}  # row -> seed -> the value the verdict compares
-        if g.get("robustness"):
-            lines += _robustness_table(results, g, seeds, budget, spec, per_seed)
-        elif any(r.get("eval_scales") for r in g["rows"]):
-            lines += _sizes_table(results, g, seeds, budget, per_seed)
-        else:
-            lines += ["| row | model args | params (M) | top-1 | CPU s | wall s |", "|---|---|---:|---:|---:|---:|"]
-            for row in g["rows"]:
-                recs = _row_runs(results, row, seeds, budget)
-                ok = [r for r in recs if r.get("status") == "ok"]
-                args = json.dumps(row.get("model_args", {})) if row.get("model_args") else "—"
-                if not ok:
-                    lines.append(f"| {row['name']} | `{args}` | | {_why(recs)} | | |")
-                    continue
-                vals = [r["best_val_top1"] for r in ok]
-                by_seed = zip(seeds, recs, strict=True)
-                per_seed[row["name"]] = {s: r["best_val_top1"] for s, r in by_seed if r.get("status") == "ok"}
-                cpu_s = _fmt([r["cpu_seconds"] for r in ok if r.get("cpu_seconds") is not None], 0)
-                lines.append(
-                    f"| {row['name']} | `{args}` | {ok[0]['params'] / 1e6:.3f} | {_fmt(vals)} | {cpu_s} | "
-                    f"{_fmt([r['seconds'] for r in ok], 0)} |"
-                )
-        lines.append("")
-        verdicts.append(_verdict(group, g, per_seed))
+        several = len(settings[group]) > 1
+        for group_budget, spec in settings[group]:
+            label = f"{group} at {budget_label(group_budget)}" if several else group
+            if several:
+                lines += [f"### At {budget_label(group_budget)}", ""]
+            if len(budgets) > 1:
+                lines += [f"Budget: {describe_budget(group_budget)}.", ""]
+            per_seed: dict[str, dict[int, float]] = {}  # row -> seed -> the value the verdict compares
+            lines += _group_table(results, g, seeds, group_budget, spec, per_seed)
+            lines.append("")
+            verdicts.append(_verdict(label, g, per_seed))
     lines += [
         "## What reproduces the papers' ordering, and what does not",
         "",
@@ -619,6 +608,43 @@ def report(
         "",
     ]
     return "\n".join(lines)
+
+
+def budget_label(budget: dict[str, Any]) -> str:
+    """A budget in a few words, to tell a group's budgets apart: ``32 px, 10 epochs``."""
+    return f"{budget['img_size']} px, {budget['epochs']} epochs"
+
+
+def _group_table(
+    results: dict[str, Any],
+    g: dict[str, Any],
+    seeds: list[int],
+    budget: dict[str, Any],
+    spec: dict[str, Any],
+    per_seed: dict[str, dict[int, float]],
+) -> list[str]:
+    """The table of one group at one budget; ``per_seed`` gets the values its verdict compares."""
+    if g.get("robustness"):
+        return _robustness_table(results, g, seeds, budget, spec, per_seed)
+    if any(r.get("eval_scales") for r in g["rows"]):
+        return _sizes_table(results, g, seeds, budget, per_seed)
+    lines = ["| row | model args | params (M) | top-1 | CPU s | wall s |", "|---|---|---:|---:|---:|---:|"]
+    for row in g["rows"]:
+        recs = _row_runs(results, row, seeds, budget)
+        ok = [r for r in recs if r.get("status") == "ok"]
+        args = json.dumps(row.get("model_args", {})) if row.get("model_args") else "—"
+        if not ok:
+            lines.append(f"| {row['name']} | `{args}` | | {_why(recs)} | | |")
+            continue
+        vals = [r["best_val_top1"] for r in ok]
+        by_seed = zip(seeds, recs, strict=True)
+        per_seed[row["name"]] = {s: r["best_val_top1"] for s, r in by_seed if r.get("status") == "ok"}
+        cpu_s = _fmt([r["cpu_seconds"] for r in ok if r.get("cpu_seconds") is not None], 0)
+        lines.append(
+            f"| {row['name']} | `{args}` | {ok[0]['params'] / 1e6:.3f} | {_fmt(vals)} | {cpu_s} | "
+            f"{_fmt([r['seconds'] for r in ok], 0)} |"
+        )
+    return lines
 
 
 def _why(recs: list[dict[str, Any]]) -> str:

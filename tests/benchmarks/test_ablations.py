@@ -174,3 +174,30 @@ def test_resolution_group_evaluates_the_shared_training_at_other_sizes(tmp_path:
     at_32 = {e["top1"]["32"] for e in evals}
     assert len(at_32) == 1  # at the training size every rule is the trained model
     assert "top-1 at 48 px" in (tmp_path / "a.md").read_text()
+
+
+def test_a_group_run_at_a_second_budget_reports_both() -> None:
+    bigger = {**BUDGET, "img_size": 64, "epochs": 15}
+    on, off = ablations.GROUPS["hcnet_filter"]["rows"]
+    results = {"runs": {}, "evals": {}, "machine": "m", "groups": {"hcnet_filter": {"budget": BUDGET}}}
+    for budget, (a, b) in ((BUDGET, (20.0, 10.0)), (bigger, (60.0, 40.0))):
+        for seed in range(3):
+            for row, top1 in ((on, a + seed), (off, b + 2 * seed)):
+                results["runs"][ablations.train_key(row, seed, budget)] = {
+                    "status": "ok", "best_val_top1": top1, "seconds": 1.0, "cpu_seconds": 1.0, "params": 10,
+                }  # fmt: skip
+    # an invocation at the larger budget keeps the first one (a record written before budgets were listed)
+    rec = results["groups"]["hcnet_filter"]
+    results["groups"]["hcnet_filter"] = {"budgets": [rec["budget"], bigger]}
+    assert [b for b, _ in ablations.group_budgets(results, "hcnet_filter", BUDGET, {})] == [BUDGET, bigger]
+    md = ablations.report(results, ["hcnet_filter"], [0, 1, 2], BUDGET)
+    assert "### At 32 px, 2 epochs" in md and "### At 64 px, 15 epochs" in md
+    assert (
+        md.index("### At 32 px")
+        < md.index("| RA filter on (default) | `—` | 0.000 | 21.0 ± 1.0 (n=3)")
+        < md.index("### At 64 px")
+        < md.index("| RA filter on (default) | `—` | 0.000 | 61.0 ± 1.0 (n=3)")
+    )
+    assert "- **hcnet_filter at 32 px, 2 epochs**: measured" in md
+    assert "- **hcnet_filter at 64 px, 15 epochs**: measured RA filter on (default) 61.0 > RA filter off" in md
+    assert "12 distinct trainings" in md  # 2 rows x 3 seeds x 2 budgets
