@@ -28,6 +28,7 @@ def test_bench_cli_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         (m, d) for m in ("vheat_micro", "resnet18", "resnet18+fused") for d in ("fp32", "bf16")
     }
     assert set(result["machine"]["matmul_gflops_by_dtype"]) == {"fp32", "bf16"}
+    assert result["machine"]["allocator"] == "steady"  # glibc here: freed memory kept in the process
     rows = {r["model"]: r for r in result["rows"] if r["dtype"] == "fp32"}
     for name, row in rows.items():
         assert row["infer_img_s"] > 0 and row["peak_mem_mib"] >= 0
@@ -158,3 +159,18 @@ def test_bench_compile_failure_is_one_clear_error(
     err = capsys.readouterr().err
     assert "torch.compile of resnet18 failed" in err and "run without --compile" in err
     assert "Traceback" not in err
+
+
+def test_steady_allocator_keeps_freed_memory_mapped() -> None:
+    """After ``steady_allocator`` a freed 16 MiB block stays in the process: allocating it again does not grow the
+    resident set (no page faults), where glibc's default would have unmapped it."""
+    import torch
+
+    from pdevision.bench.measure import _rss_status, steady_allocator
+
+    assert steady_allocator()
+    torch.empty(4 * 2**20).fill_(1.0)  # 16 MiB, touched then freed
+    before = _rss_status()["VmRSS"]
+    torch.empty(4 * 2**20).fill_(1.0)
+    assert _rss_status()["VmRSS"] - before < 4 * 2**20
+    assert _rss_status()["VmRSS"] >= before  # still mapped, not returned

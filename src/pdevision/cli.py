@@ -389,6 +389,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         train_resolutions=tuple(args.train_resolutions),
         operators=not args.no_operators,
         operator_sides=tuple(args.operator_sides),
+        allocator=args.allocator,
     )
     print((Path(args.out) / "results.md").read_text())
     print(f"written to {args.out} in {result['seconds']:.0f} s")
@@ -803,6 +804,13 @@ def build_parser() -> argparse.ArgumentParser:
         "compiler on the CPU)",
     )
     p.add_argument("--operator-sides", nargs="+", type=_side, default=[14, 28, 56, 112, 160, 256], help="map sides")
+    p.add_argument(
+        "--allocator",
+        choices=["steady", "default"],
+        default="steady",
+        help="steady (default): freed memory stays in the process, so timings do not depend on glibc's adaptive "
+        "thresholds and page faults; default: the C allocator as configured",
+    )
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")
     _add_train_args(p)

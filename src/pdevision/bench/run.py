@@ -28,6 +28,7 @@ from pdevision.bench.measure import (
     matmul_gflops,
     onednn_matmul_gflops,
     probe_model,
+    steady_allocator,
     train_step_fn,
 )
 from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, build_for_bench, is_compiled, split_variant
@@ -110,14 +111,19 @@ def run_bench(
     train_resolutions: tuple[int, ...] = (224,),
     operators: bool = True,
     operator_sides: tuple[int, ...] = (14, 28, 56, 112, 160, 256),
+    allocator: str = "steady",
 ) -> dict[str, Any]:
     """Measure ``models`` at ``resolutions`` in each of ``dtype`` (``"fp32"``, ``"bf16"``, ``"fp16"``: autocast);
-    write ``results.{csv,json,md}`` and plots to ``out_dir``."""
+    write ``results.{csv,json,md}`` and plots to ``out_dir``. ``allocator="steady"`` (default) keeps freed memory in
+    the process (:func:`~pdevision.bench.measure.steady_allocator`), ``"default"`` leaves the C allocator as it is."""
+    if allocator not in ("steady", "default"):
+        raise ValueError(f"allocator must be 'steady' or 'default', got {allocator!r}")
     dev = torch.device(device)
     dtypes = [dtype] if isinstance(dtype, str) else list(dict.fromkeys(dtype))
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     machine = machine_description(dev)
+    machine["allocator"] = "steady" if allocator == "steady" and steady_allocator() else "default"
     rates = {dt: matmul_rates(dev, dt) for dt in dtypes}
     machine["matmul_gflops"] = rates[dtypes[0]]["limit"]
     machine["matmul_gflops_by_dtype"] = rates
@@ -222,6 +228,14 @@ def markdown_table(result: dict[str, Any]) -> str:
         " repeats after warm-up; inference on folded models (peers' BatchNorms folded into their convolutions);"
         " memory = peak growth of a fresh process during one fp32 forward; GFLOP/s share = achieved GFLOP/s over"
         " the faster measured matrix-multiply rate of the same dtype"
+        + (
+            "; allocator steady: freed memory stays in the process (glibc mallopt), so no forward page-faults fresh"
+            " allocations in"
+            if m.get("allocator") == "steady"
+            else "; C allocator as configured"
+            if m.get("allocator") == "default"
+            else ""
+        )
         + (
             "; NAME+compiled = the folded model through torch.compile (inductor, weights frozen), compared with the"
             " compiled peers, compile time not counted"
