@@ -120,11 +120,12 @@ def test_compiled_models_are_compared_with_compiled_peers() -> None:
 @pytest.mark.slow
 def test_bench_compile_measures_compiled_models_beside_eager(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    argv = ["bench", "--models", "vheat_micro", "resnet18", "--resolutions", "32", "--batch", "1", "--repeats", "1"]
-    argv += ["--train-resolutions", "--no-operators", "--compile", "--out", str(out)]
-    assert main(argv) == 0
+    argv = ["bench", "--models", "vheat_micro", "resnet18", "--resolutions", "32", "48", "--batch", "1"]
+    argv += ["--repeats", "1", "--train-resolutions", "--no-operators", "--compile", "--out", str(out)]
+    assert main(argv) == 0  # the same model class compiled at a second size (static shapes, no dynamic recompile)
     result = json.loads((out / "results.json").read_text())
-    rows = {r["model"]: r for r in result["rows"]}
+    assert len(result["rows"]) == 8
+    rows = {r["model"]: r for r in result["rows"] if r["img_size"] == 48}
     assert set(rows) == {"vheat_micro", "resnet18", "vheat_micro+compiled", "resnet18+compiled"}
     assert rows["vheat_micro+compiled"]["gmacs"] == rows["vheat_micro"]["gmacs"]  # the same function
     assert rows["vheat_micro+compiled"]["peak_mem_mib"] is None and rows["vheat_micro+compiled"]["infer_img_s"] > 0

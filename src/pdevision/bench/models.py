@@ -53,13 +53,17 @@ def is_compiled(name: str) -> bool:
 
 def compile_for_inference(model: nn.Module) -> nn.Module:
     """``torch.compile`` (inductor) of an eval-mode model, with its weights frozen as constants so that inductor
-    prepacks them for its CPU matrix kernels, as its documentation advises for inference. Sets inductor's
-    process-wide ``freezing`` option: the bench process compiles for inference only. Compiles on the first call,
-    once per input shape and autocast dtype."""
+    prepacks them for its CPU matrix kernels, as its documentation advises for inference. Static shapes: the bench
+    builds one model per size, and a model class seen at a second size would otherwise be recompiled with symbolic
+    sizes (which failed for vHeat at 512 px after 224 px). Sets process-wide options of inductor (``freezing``) and
+    dynamo (a recompile limit of 64 instead of 8, so that a model class compiled at four sizes in two dtypes is not
+    silently run uncompiled): the bench process compiles for inference only. Compiles on the first call."""
+    import torch._dynamo.config as dynamo_config
     import torch._inductor.config as inductor_config
 
     inductor_config.freezing = True
-    return torch.compile(model)
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
+    return torch.compile(model, dynamic=False)
 
 
 def build_for_bench(
