@@ -383,6 +383,17 @@ def group_budgets(
     return [(b, rec.get("robustness", robustness)) for b in budgets]
 
 
+def note_budget(results: dict[str, Any], group: str, budget: dict[str, Any], robustness: dict[str, Any]) -> None:
+    """Add ``budget`` to the budgets ``group`` was run with (kept for the report), with the corruption settings of
+    a robustness group."""
+    rec = results.setdefault("groups", {}).get(group, {})
+    budgets = rec.get("budgets") or ([rec["budget"]] if "budget" in rec else [])
+    results["groups"][group] = {
+        "budgets": budgets + ([budget] if budget not in budgets else []),
+        **({"robustness": robustness} if GROUPS[group].get("robustness") else {}),
+    }
+
+
 def budget_of(args: argparse.Namespace) -> dict[str, Any]:
     """What every training of one invocation shares (part of every run's key)."""
     return {k: getattr(args, k) for k in BUDGET_KEYS}
@@ -392,13 +403,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     budget = budget_of(args)
     results = load_results(args.json)
     seeds = list(range(args.seeds))
-    for group in args.rows:  # every budget (and the corruption settings) each group was run with, for the report
-        rec = results.setdefault("groups", {}).get(group, {})
-        budgets = rec.get("budgets") or ([rec["budget"]] if "budget" in rec else [])
-        results["groups"][group] = {
-            "budgets": budgets + ([budget] if budget not in budgets else []),
-            **({"robustness": robustness_of(args)} if GROUPS[group].get("robustness") else {}),
-        }
+    for group in args.rows:
+        note_budget(results, group, budget, robustness_of(args))
     device = args.device
     if device == "auto":
         import torch
@@ -548,28 +554,7 @@ def report(
         for s in seeds
     }
     budgets = {json.dumps(b, sort_keys=True) for g in groups if GROUPS[g]["rows"] and g in ran for b, _ in settings[g]}
-    shared = describe_budget(budget) if not budgets else describe_budget(json.loads(next(iter(budgets))))
-    done = [results["runs"][k] for k in sorted(trained) if results["runs"].get(k, {}).get("status") == "ok"]
-    cpu = [r["cpu_seconds"] for r in done if r.get("cpu_seconds") is not None]
-    lines = [
-        "# Ablations at CPU scale on the embedded `scenes` benchmark",
-        "",
-        "Written by `benchmarks/ablations.py` from `benchmarks/ablations.json`.",
-        "",
-        (
-            f"- Budget, the same for every row: {shared}; seeds {seeds}."
-            if len(budgets) <= 1
-            else f"- Budget: the same for every row of a group, stated with each group; seeds {seeds}."
-        ),
-        f"- Machine: {results.get('machine', '?')}; one torch thread per training.",
-        f"- Compute: {len(done)} distinct trainings, {sum(cpu) / 60:.1f} CPU-minutes in all "
-        f"({sum(r['seconds'] for r in done) / 60:.1f} wall-minutes summed over runs). CPU s is the training "
-        "process's CPU time (`time.process_time`, data generated before the clock starts); wall s depends on "
-        "the machine's load and is not comparable between rows.",
-        "- Top-1: the best validation top-1 of the run (%), mean ± sample std over seeds (n).",
-        *(f"- {note}" for note in notes or []),
-        "",
-    ]
+    lines = _header(results, trained, budgets, budget, seeds, notes)
     verdicts = []
     for group in groups:
         g = GROUPS[group]
@@ -608,6 +593,39 @@ def report(
         "",
     ]
     return "\n".join(lines)
+
+
+def _header(
+    results: dict[str, Any],
+    trained: set[str],
+    budgets: set[str],
+    budget: dict[str, Any],
+    seeds: list[int],
+    notes: list[str] | None,
+) -> list[str]:
+    """The report's title and its list of what every group shares."""
+    shared = describe_budget(budget) if not budgets else describe_budget(json.loads(next(iter(budgets))))
+    done = [results["runs"][k] for k in sorted(trained) if results["runs"].get(k, {}).get("status") == "ok"]
+    cpu = [r["cpu_seconds"] for r in done if r.get("cpu_seconds") is not None]
+    return [
+        "# Ablations at CPU scale on the embedded `scenes` benchmark",
+        "",
+        "Written by `benchmarks/ablations.py` from `benchmarks/ablations.json`.",
+        "",
+        (
+            f"- Budget, the same for every row: {shared}; seeds {seeds}."
+            if len(budgets) <= 1
+            else f"- Budget: the same for every row of a group, stated with each group; seeds {seeds}."
+        ),
+        f"- Machine: {results.get('machine', '?')}; one torch thread per training.",
+        f"- Compute: {len(done)} distinct trainings, {sum(cpu) / 60:.1f} CPU-minutes in all "
+        f"({sum(r['seconds'] for r in done) / 60:.1f} wall-minutes summed over runs). CPU s is the training "
+        "process's CPU time (`time.process_time`, data generated before the clock starts); wall s depends on "
+        "the machine's load and is not comparable between rows.",
+        "- Top-1: the best validation top-1 of the run (%), mean ± sample std over seeds (n).",
+        *(f"- {note}" for note in notes or []),
+        "",
+    ]
 
 
 def budget_label(budget: dict[str, Any]) -> str:

@@ -769,17 +769,7 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--output", default="runs/viz/report", help="folder for index.html and its files")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pdevision", description="Vision backbones built from partial differential equations.")
-    parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    p = sub.add_parser("models", help="list the registered models with parameters and GMACs")
-    p.add_argument("--img-size", type=_side, default=224, help="resolution for the MAC count (default 224)")
-    p.set_defaults(func=cmd_models)
-    p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
-    p.add_argument("--model", default="vheat_tiny", choices=list_models(), help="model for the forward pass")
-    p.add_argument("--photo", default="chelsea", help="scikit-image sample photo (default: chelsea)")
-    p.set_defaults(func=cmd_demo)
+def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="throughput, memory, FLOPs against timm's peers (Swin, ConvNeXt, DeiT, ResNet)")
     p.add_argument("--models", nargs="+", default=None, help="default: our tiny models and the four tiny peers")
     p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
@@ -812,6 +802,20 @@ def build_parser() -> argparse.ArgumentParser:
         "thresholds and page faults; default: the C allocator as configured",
     )
     p.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pdevision", description="Vision backbones built from partial differential equations.")
+    parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    p = sub.add_parser("models", help="list the registered models with parameters and GMACs")
+    p.add_argument("--img-size", type=_side, default=224, help="resolution for the MAC count (default 224)")
+    p.set_defaults(func=cmd_models)
+    p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
+    p.add_argument("--model", default="vheat_tiny", choices=list_models(), help="model for the forward pass")
+    p.add_argument("--photo", default="chelsea", help="scikit-image sample photo (default: chelsea)")
+    p.set_defaults(func=cmd_demo)
+    _add_bench_parser(sub)
     p = sub.add_parser("train", help="train a model (default: vheat_micro on the embedded digits)")
     _add_train_args(p)
     _add_restore_task_args(p)
