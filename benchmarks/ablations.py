@@ -83,7 +83,8 @@ GROUPS: dict[str, dict[str, Any]] = {
     },
     "vheat_resolution": {
         "title": "vHeat: FVE resize rule at new resolutions (trained at the budget's size, evaluated at 1x, "
-        "1.5x and 2x that size; evaluation only, the `k from FVE` trainings)",
+        "1.5x and 2x that size; evaluation only, the `k from FVE` trainings; the validation scenes either rendered at "
+        "the larger size, objects scaled with it, or zoomed out, objects at the trained pixel size)",
         "claim": "the vHeat summary says only that the FVEs (or k) are aligned to the downstream image size, with "
         "details in its supplementary D.1 (not in the bundled text); `pad` and `downstream` follow the authors' "
         "released code as the model implements them (zero padding; zero padding at load, bicubic resampling at run "
@@ -91,12 +92,14 @@ GROUPS: dict[str, dict[str, Any]] = {
         "expected": None,
         "rows": [
             {
-                "name": f"fve_resize={rule}",
+                "name": f"fve_resize={rule}" + (", objects at trained size" if fixed else ""),
                 "model": "vheat_micro",
                 "model_args": {},
                 "eval_args": {"fve_resize": rule},
                 "eval_scales": [1.0, 1.5, 2.0],
+                **({"eval_fixed_objects": True} if fixed else {}),
             }
+            for fixed in (False, True)
             for rule in ("interp", "pad", "downstream")
         ],
     },
@@ -215,9 +218,10 @@ def eval_sizes(row: dict[str, Any], img_size: int) -> list[int]:
 def eval_key(row: dict[str, Any], seed: int, budget: dict[str, Any]) -> str:
     """Everything that defines one evaluation at other sizes of a training run."""
     sizes = eval_sizes(row, budget["img_size"])
-    return json.dumps(
-        {"train": train_key(row, seed, budget), "eval_args": row["eval_args"], "sizes": sizes}, sort_keys=True
-    )
+    spec = {"train": train_key(row, seed, budget), "eval_args": row["eval_args"], "sizes": sizes}
+    if row.get("eval_fixed_objects"):
+        spec["fixed_objects"] = True
+    return json.dumps(spec, sort_keys=True)
 
 
 def _folder(runs_dir: Path, key: str) -> Path:
@@ -295,9 +299,11 @@ def _warm_data(data: str, img_size: int) -> None:
 
 
 def evaluate_sizes(
-    folder: str, eval_args: dict[str, Any], sizes: list[int], data: str, device: str
+    folder: str, eval_args: dict[str, Any], sizes: list[int], data: str, device: str, fixed_objects: bool = False
 ) -> dict[int, float]:
-    """Top-1 of a run's best checkpoint at other input sizes, with ``eval_args`` replacing model arguments."""
+    """Top-1 of a run's best checkpoint at other input sizes, with ``eval_args`` replacing model arguments.
+    ``fixed_objects``: the validation scenes zoomed out so that their objects keep the pixel size they have at the
+    first size (the training size), instead of growing with the image."""
     from pdevision.data import build_datasets, eval_transform_for
     from pdevision.data.embedded import SCENE_SETS, SceneClassification
     from pdevision.engine.checkpoint import read_meta, resolve_checkpoint
@@ -316,7 +322,9 @@ def evaluate_sizes(
     for size in sizes:
         tf = eval_transform_for({**meta, "img_size": size})
         if data in SCENE_SETS:  # the validation split only: no training scenes generated at this size
-            val = SceneClassification(data, "val", size, tf)
+            val = SceneClassification(data, "val", size, tf, zoom_out=size / sizes[0] if fixed_objects else 1.0)
+        elif fixed_objects:
+            raise ValueError(f"objects at the trained size need an embedded scene set, not {data!r}")
         else:
             _, val = build_datasets(data, size, 0.2, tf, tf)
         out[size] = float(evaluate_model(model, val, 128, dev)["top1"])
@@ -451,7 +459,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if ekey not in results["evals"]:
                 try:
                     sizes = eval_sizes(row, args.img_size)
-                    accs = evaluate_sizes(run_rec["folder"], row["eval_args"], sizes, args.data, device)
+                    fixed = row.get("eval_fixed_objects", False)
+                    accs = evaluate_sizes(run_rec["folder"], row["eval_args"], sizes, args.data, device, fixed)
                     results["evals"][ekey] = {"status": "ok", "top1": accs}
                 except (TypeError, ValueError) as exc:
                     log.warning("skipping %s at other sizes: %s", row["name"], exc)

@@ -168,11 +168,12 @@ def test_resolution_group_evaluates_the_shared_training_at_other_sizes(tmp_path:
     ]  # fmt: skip
     assert ablations.main(args) == 0
     results = json.loads((tmp_path / "a.json").read_text())
-    assert len(results["runs"]) == 1  # three rules, one training
+    assert len(results["runs"]) == 1  # three rules, two kinds of validation scenes, one training
     evals = [e for e in results["evals"].values() if e["status"] == "ok"]
-    assert len(evals) == 3 and all(set(e["top1"]) == {"32", "48", "64"} for e in evals)
+    assert len(evals) == 6 and all(set(e["top1"]) == {"32", "48", "64"} for e in evals)
     at_32 = {e["top1"]["32"] for e in evals}
-    assert len(at_32) == 1  # at the training size every rule is the trained model
+    assert len(at_32) == 1  # at the training size every rule is the trained model, on the same scenes
+    assert len([k for k in results["evals"] if '"fixed_objects": true' in k]) == 3
     assert "top-1 at 48 px" in (tmp_path / "a.md").read_text()
 
 

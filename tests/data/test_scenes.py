@@ -177,3 +177,28 @@ def test_max_overlap_places_digits_apart() -> None:
     anywhere = [_occluded(make_scene(0, "train", i, base), side) for i in range(12)]
     assert apart == [0] * 12
     assert sum(h > 0 for h in anywhere) >= 3
+
+
+def test_zoomed_out_scenes_keep_the_trained_object_size() -> None:
+    from pdevision.data.embedded import zoomed_out
+
+    base = SceneConfig(**{**SCENE_SETS["scenes"].config.__dict__, "size": 32})
+    big = zoomed_out(SceneConfig(**{**base.__dict__, "size": 64}), 2.0)
+    assert big.digit_scale == (base.digit_scale[0] / 2, base.digit_scale[1] / 2)
+    assert big.face_scale == (base.face_scale[0] / 2, base.face_scale[1] / 2)
+    assert big.crop_range == (min(1.0, base.crop_range[0] * 2), min(1.0, base.crop_range[1] * 2))
+    assert zoomed_out(base, 1.0) is base
+    assert SCENE_SETS["scenes"].config.n_digits == (1, 1)  # one digit per scene: the label's one box
+    sides_small, sides_big, sides_grown = [], [], []
+    grown = SceneConfig(**{**base.__dict__, "size": 64})
+    for i in range(40):
+        for cfg, out in ((base, sides_small), (big, sides_big), (grown, sides_grown)):
+            scene = make_scene(0, "val", i, cfg, digit_labels=[i % 10])
+            box = scene.boxes[scene.labels == i % 10][0]
+            out.append(max(box[2] - box[0], box[3] - box[1]))
+    # zoomed out: the digits' pixel size of the 32 px scenes; rendered larger: twice that
+    assert abs(np.mean(sides_big) / np.mean(sides_small) - 1.0) < 0.1
+    assert abs(np.mean(sides_grown) / np.mean(sides_small) - 2.0) < 0.2
+    for bad in (0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="zoom_out must be a number >= 1"):
+            zoomed_out(base, bad)

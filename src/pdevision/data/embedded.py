@@ -16,8 +16,9 @@ version), never written to disk.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -76,12 +77,32 @@ def embedded_data_of(meta: dict) -> str | None:
     return name if is_embedded(name) else None
 
 
+def zoomed_out(cfg: SceneConfig, zoom_out: float) -> SceneConfig:
+    """``cfg`` for a scene ``zoom_out`` times larger whose objects and background keep the pixel size they have at
+    ``cfg.size / zoom_out``: digit and face scales (fractions of the side) divided by ``zoom_out``, the background
+    crop (a fraction of the photo) multiplied by it, at most the whole photo. The scene then shows more clutter
+    around objects of the trained size, so a model evaluated at a larger input sees no change of object scale."""
+    if not (math.isfinite(zoom_out) and zoom_out >= 1.0):
+        raise ValueError(f"zoom_out must be a number >= 1, got {zoom_out}")
+    if zoom_out == 1.0:
+        return cfg
+
+    def shrink(r: tuple[float, float]) -> tuple[float, float]:
+        return (r[0] / zoom_out, r[1] / zoom_out)
+
+    crop = (min(1.0, cfg.crop_range[0] * zoom_out), min(1.0, cfg.crop_range[1] * zoom_out))
+    return replace(cfg, digit_scale=shrink(cfg.digit_scale), face_scale=shrink(cfg.face_scale), crop_range=crop)
+
+
 @functools.lru_cache(maxsize=8)
-def scene_arrays(name: str, split: str, size: int, version: int = VERSION) -> tuple[np.ndarray, np.ndarray]:
-    """Images (n, size, size, 3) uint8 and labels (n,) of a scene set's split, generated once per process."""
+def scene_arrays(
+    name: str, split: str, size: int, version: int = VERSION, zoom_out: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Images (n, size, size, 3) uint8 and labels (n,) of a scene set's split, generated once per process.
+    ``zoom_out`` > 1: the same scenes' objects at the pixel size of ``size / zoom_out`` (:func:`zoomed_out`)."""
     spec = SCENE_SETS[name]
     n = spec.n_train if split == "train" else spec.n_val
-    cfg = SceneConfig(**{**spec.config.__dict__, "size": size})
+    cfg = zoomed_out(SceneConfig(**{**spec.config.__dict__, "size": size}), zoom_out)
     images = np.empty((n, size, size, 3), dtype=np.uint8)
     labels = np.arange(n, dtype=np.int64) % 10
     for i in range(n):
@@ -97,12 +118,19 @@ def scene_arrays(name: str, split: str, size: int, version: int = VERSION) -> tu
 class SceneClassification(Dataset):
     """An embedded scene classification set (see :data:`SCENE_SETS`) yielding ``(PIL RGB, label)``."""
 
-    def __init__(self, name: str, split: str = "train", img_size: int = 64, transform: Callable | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        split: str = "train",
+        img_size: int = 64,
+        transform: Callable | None = None,
+        zoom_out: float = 1.0,
+    ) -> None:
         if name not in SCENE_SETS:
             raise DataError(f"unknown scene set {name!r}; choose one of {sorted(SCENE_SETS)}")
         if split not in ("train", "val"):
             raise DataError(f"scene split must be 'train' or 'val', got {split!r}")
-        self.images, labels = scene_arrays(name, split, int(img_size))
+        self.images, labels = scene_arrays(name, split, int(img_size), zoom_out=float(zoom_out))
         self.targets = labels.tolist()
         self.classes = [str(c) for c in range(10)]
         self.transform = transform
