@@ -1,0 +1,35 @@
+"""benchmarks/dense_sizes.py: backbones alone at non-square sizes, timed and probed, on a tiny setting."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dense_sizes.py"
+spec = importlib.util.spec_from_file_location("dense_sizes", SCRIPT)
+dense_sizes = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+spec.loader.exec_module(dense_sizes)  # type: ignore[union-attr]
+
+
+def test_tiny_run_times_and_probes_each_backbone(tmp_path: Path) -> None:
+    md = tmp_path / "d.md"
+    argv = ["--models", "vheat_micro", "convnext_atto", "--sizes", "64x96", "--batches", "1", "--repeats", "1"]
+    assert dense_sizes.main([*argv, "--threads", "1", "--md", str(md)]) == 0
+    rows = json.loads(md.with_suffix(".json").read_text())
+    assert {(r["model"], r["dtype"]) for r in rows} == {
+        (m, d) for m in ("vheat_micro", "convnext_atto") for d in ("fp32", "bf16")
+    }
+    assert all(r["size"] == "64x96" and r["ms"] > 0 and r["peak_mib"] >= 0 for r in rows)
+    text = md.read_text()
+    assert "| 64x96 | 1 | fp32 | vheat_micro |" in text and "| 1.00 |" in text  # the reference model's own ratio
+
+
+def test_sizes_are_height_by_width_and_checked() -> None:
+    assert dense_sizes.parse_size("800x1280") == (800, 1280)
+    for bad in ("800", "8x1280", "axb"):
+        with pytest.raises(argparse.ArgumentTypeError, match="a size"):
+            dense_sizes.parse_size(bad)
