@@ -638,8 +638,10 @@ def _header(
 
 
 def budget_label(budget: dict[str, Any]) -> str:
-    """A budget in a few words, to tell a group's budgets apart: ``32 px, 10 epochs``."""
-    return f"{budget['img_size']} px, {budget['epochs']} epochs"
+    """A budget in a few words, to tell a group's budgets apart: ``32 px, 10 epochs`` (``, lr 0.003`` when an
+    absolute rate was given)."""
+    lr = f", lr {budget['lr']:g}" if budget.get("lr") is not None else ""
+    return f"{budget['img_size']} px, {budget['epochs']} epochs{lr}"
 
 
 def _group_table(
