@@ -218,6 +218,21 @@ def _ratio_table(ratios: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def _settings_text(machine: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The allocator and, if any model was compiled, what ``+compiled`` means: the end of the header line."""
+    text = {
+        "steady": "; allocator steady: freed memory stays in the process (glibc mallopt), so no forward page-faults"
+        " fresh allocations in",
+        "default": "; C allocator as configured",
+    }.get(machine.get("allocator", ""), "")
+    if any(is_compiled(r["model"]) for r in rows):
+        text += (
+            "; NAME+compiled = the folded model through torch.compile (inductor, weights frozen), compared with the"
+            " compiled peers, compile time not counted"
+        )
+    return text
+
+
 def markdown_table(result: dict[str, Any]) -> str:
     """The Markdown summary that the README includes."""
     m = result["machine"]
@@ -227,22 +242,7 @@ def markdown_table(result: dict[str, Any]) -> str:
         + f"; {_rates_text(m)}. Median of {result['repeats']} interleaved"
         " repeats after warm-up; inference on folded models (peers' BatchNorms folded into their convolutions);"
         " memory = peak growth of a fresh process during one fp32 forward; GFLOP/s share = achieved GFLOP/s over"
-        " the faster measured matrix-multiply rate of the same dtype"
-        + (
-            "; allocator steady: freed memory stays in the process (glibc mallopt), so no forward page-faults fresh"
-            " allocations in"
-            if m.get("allocator") == "steady"
-            else "; C allocator as configured"
-            if m.get("allocator") == "default"
-            else ""
-        )
-        + (
-            "; NAME+compiled = the folded model through torch.compile (inductor, weights frozen), compared with the"
-            " compiled peers, compile time not counted"
-            if any(is_compiled(r["model"]) for r in result["rows"])
-            else ""
-        )
-        + ".",
+        " the faster measured matrix-multiply rate of the same dtype" + _settings_text(m, result["rows"]) + ".",
         "",
     ]
     lines += _ratio_table(result.get("ratios", []))
