@@ -137,3 +137,16 @@ def test_low_precision_batched_basis_matches_scipy_nhwc(dtype: torch.dtype) -> N
     xg = x.to(dtype).requires_grad_()
     idct2(dct2(xg, dims=(1, 2), method="matrix"), dims=(1, 2), method="matrix").float().sum().backward()
     torch.testing.assert_close(xg.grad.float(), torch.ones_like(x), atol=0.1, rtol=0)
+
+
+def test_basis_batch_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NHWC (2, 6, 7, 3): along H a batch of 2 bases of 6x6 (72 values), along W a batch of 12 of 7x7 (588 values)
+    x = torch.randn(2, 6, 7, 3).bfloat16()
+    cache = dct_module._basis_batch_cached
+    cache.cache_clear()
+    monkeypatch.setattr(dct_module, "_BASIS_BATCH_MAX_VALUES", 587)
+    y = dct2(x, dims=(1, 2), method="matrix")
+    assert cache.cache_info().currsize == 1  # the W batch is one value too large: expanded, not kept
+    monkeypatch.setattr(dct_module, "_BASIS_BATCH_MAX_VALUES", 588)
+    torch.testing.assert_close(dct2(x, dims=(1, 2), method="matrix"), y, rtol=0, atol=0)  # same values either way
+    assert cache.cache_info().currsize == 2

@@ -126,8 +126,11 @@ def _norm_dims(x: torch.Tensor, dims: tuple[int, int]) -> tuple[int, int]:
 
 # Under bfloat16 / float16, CPU ``bmm`` copies a stride-0 (expanded) batch of matrices to contiguous memory on every
 # call: a fresh allocation of ``batch * n * n`` values, which page-faults on large maps (0.66 ms of 1.5 ms per product
-# on the 128x128x96 maps of vHeat-T at 512 px, profiled in a full forward). The basis batch is built once instead.
+# on the 128x128x96 maps of vHeat-T at 512 px, profiled in a full forward). The basis batch is built once instead,
+# on the CPU only (where the copy was measured) and up to a size (16M values, 32 MiB in bfloat16), so that a large
+# training batch does not keep a large cache alive.
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
+_BASIS_BATCH_MAX_VALUES = 2**24
 
 
 @torch.inference_mode(False)  # cached: usable by autograd even if built in inference mode
@@ -151,7 +154,8 @@ def _apply_basis(x: torch.Tensor, dim: int, inverse: bool) -> torch.Tensor:
     shape = x.shape
     prefix = math.prod(shape[:dim])
     suffix = math.prod(shape[dim + 1 :])
-    if prefix > 1 and x.dtype in _LOW_PRECISION and not torch.compiler.is_compiling():
+    cached = x.dtype in _LOW_PRECISION and x.device.type == "cpu" and prefix * n * n <= _BASIS_BATCH_MAX_VALUES
+    if prefix > 1 and cached and not torch.compiler.is_compiling():
         batch = _basis_batch_cached(n, inverse, prefix, x.device, x.dtype)
     else:
         # bmm of the expanded (stride-0) matrix: the same products as matmul, without the contiguous copy of the
