@@ -42,8 +42,12 @@ def parse_size(text: str) -> tuple[int, int]:
 def backbone(name: str, size: tuple[int, int]) -> Any:
     """The folded model's ``forward_features``, built for ``size``."""
     from pdevision.bench.models import build_for_bench
+    from pdevision.models.factory import ModelNameError
 
-    model = build_for_bench(name, size, torch.device("cpu"))
+    try:
+        model = build_for_bench(name, size, torch.device("cpu"))
+    except ModelNameError as exc:
+        raise SystemExit(f"dense_sizes: {exc}") from None
     if not hasattr(model, "forward_features"):
         raise SystemExit(f"dense_sizes: {name} has no forward_features after folding; choose a backbone without one")
     return model.forward_features

@@ -33,3 +33,8 @@ def test_sizes_are_height_by_width_and_checked() -> None:
     for bad in ("800", "8x1280", "axb"):
         with pytest.raises(argparse.ArgumentTypeError, match="a size"):
             dense_sizes.parse_size(bad)
+
+
+def test_an_unknown_model_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"dense_sizes: .*vheat_tinyy"):
+        dense_sizes.main(["--models", "vheat_tinyy", "--sizes", "64x64", "--md", str(tmp_path / "d.md")])
