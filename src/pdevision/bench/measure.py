@@ -31,7 +31,7 @@ def steady_allocator() -> bool:
     every timed forward runs on memory already mapped instead of page-faulting fresh allocations in. By default
     glibc serves large blocks with ``mmap`` and returns freed memory to the system, with thresholds that adapt to
     the process's allocation history: on the development machine the same model's bf16 throughput then differed
-    by up to 1.4x between bench runs, depending on the models measured before it. Returns whether it took
+    by up to 1.3x between bench runs, depending on the models measured before it. Returns whether it took
     effect (not glibc: ``False``, the allocator as it is)."""
     import ctypes
 
