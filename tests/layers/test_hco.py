@@ -155,3 +155,36 @@ def test_fused_inference_path_matches_scipy_reference(folded: bool) -> None:
         with torch.inference_mode():
             again = op(x)
         assert not torch.allclose(again, got)
+
+
+def test_folded_bf16_path_keeps_the_decay_cast_once_and_sees_new_values() -> None:
+    """Under bfloat16 autocast the folded decay is cast once and multiplied in place: the same logits as the
+    reference kernels, the cast kept between calls, renewed when ``k_exp`` changes in place."""
+    from pdevision.ops.fused import _onednn_ok, reference_kernels
+
+    if not _onednn_ok():
+        pytest.skip("PyTorch built without oneDNN")
+    op = HeatConductionOperator(8, dct_method="matrix")
+    _randomise(op)
+    x, fve = torch.randn(2, 12, 10, 8), torch.randn(12, 10, 8)
+    op.fold(fve)
+
+    def run() -> torch.Tensor:
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return op(x).float()
+
+    got = run()
+    with reference_kernels():
+        want = run()
+    torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)  # bfloat16 rounding
+    cached = op._cast_cache[(id(op.k_exp), torch.bfloat16)][2]
+    assert torch.equal(cached, op.k_exp.to(torch.bfloat16))
+    run()
+    assert op._cast_cache[(id(op.k_exp), torch.bfloat16)][2] is cached  # not cast again
+    with torch.no_grad():
+        op.k_exp.mul_(0.25)
+    again = run()
+    assert torch.equal(op._cast_cache[(id(op.k_exp), torch.bfloat16)][2], op.k_exp.to(torch.bfloat16))
+    with reference_kernels():
+        torch.testing.assert_close(again, run(), atol=0.05, rtol=0.02)
+    assert not torch.allclose(again, got)

@@ -125,6 +125,14 @@ class HeatConductionOperator(nn.Module):
             self._k_exp_wh = (key, decay.transpose(0, 1).contiguous())
         return self._k_exp_wh[1]
 
+    def _decay_cast(self, h: int, w: int, fve: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        """The decay factors in ``dtype``; the folded ones cast once and kept (:func:`~pdevision.ops.fused.cast_cached`)
+        instead of on every forward."""
+        decay = self.decay(h, w, fve)
+        if fve is not None:
+            return decay.to(dtype)
+        return fused.cast_cached(self._cast_cache, decay, dtype)
+
     def _forward_fused(self, x: torch.Tensor, fve: torch.Tensor | None) -> torch.Tensor:
         _, h, w, _ = x.shape
         x = fused.conv2d(self.dwconv, x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
@@ -141,8 +149,9 @@ class HeatConductionOperator(nn.Module):
             u = fused.heat_filter_nhwc(u, self._decay_wh(h, w, fve))
         else:
             spec = dct2(u, dims=(1, 2), method=self.dct_method)
-            u = idct2(spec * self.decay(h, w, fve).to(spec.dtype), dims=(1, 2), method=self.dct_method)
-        u = self.out_norm(u) * gate
+            # in place: the spectrum and the norm's output are fresh tensors of this call
+            u = idct2(spec.mul_(self._decay_cast(h, w, fve, spec.dtype)), dims=(1, 2), method=self.dct_method)
+        u = self.out_norm(u).mul_(gate)
         return fused.linear(u, self.out_linear.weight, self.out_linear.bias, cache=self._cast_cache)
 
     def forward(self, x: torch.Tensor, fve: torch.Tensor | None = None) -> torch.Tensor:
