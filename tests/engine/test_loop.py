@@ -3,6 +3,7 @@ compiled training."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -46,6 +47,37 @@ def test_recipes_resolve_to_their_optimizer_and_scaled_lr(
     assert type(state.optimizer).__name__ == "AdamW"
     assert state.optimizer.param_groups[0]["initial_lr"] == pytest.approx(lr * 64 / batch)
     assert TrainConfig(recipe="imagenet").resolved()["recipe_name"] == "vheat"  # the alias
+
+
+@pytest.mark.parametrize("opt", ["adamw", "momentum"])
+def test_fused_update_is_used_and_gives_the_per_parameter_result(opt: str) -> None:
+    """AdamW and SGD take PyTorch's fused update by default; ``fused_opt=False`` keeps the per-parameter loop;
+    both give the same weights after a few steps (to float32 rounding)."""
+    from pdevision.engine.loop import LoopConfig
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3))
+    data = [(torch.randn(8, 6), torch.randint(0, 3, (8,))) for _ in range(4)]
+    weights = []
+    for fused in (True, False):
+        model = copy.deepcopy(base)
+        config = LoopConfig(opt=opt, lr=0.05, weight_decay=0.05, fused_opt=fused)
+        optimizer = build_state(model, config, steps=4, info=DistInfo()).optimizer
+        assert optimizer.param_groups[0]["fused"] is (True if fused else None)
+        for x, y in data:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert not torch.equal(weights[0], torch.cat([p.detach().flatten() for p in base.parameters()]))
+    torch.testing.assert_close(weights[0], weights[1], atol=1e-6, rtol=1e-5)
+
+
+def test_an_optimizer_without_a_fused_update_is_built_without_one() -> None:
+    from pdevision.engine.loop import LoopConfig
+
+    state = build_state(torch.nn.Linear(4, 2), LoopConfig(opt="lamb", lr=1e-3), steps=4, info=DistInfo())
+    assert type(state.optimizer).__name__ == "Lamb" and "fused" not in state.optimizer.param_groups[0]
 
 
 def test_opt_and_momentum_flags_override_the_recipe() -> None:

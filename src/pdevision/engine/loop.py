@@ -67,6 +67,7 @@ class LoopConfig:
     momentum: float = 0.9
     betas: tuple[float, float] | None = None  # None: the optimizer's default
     weight_decay: float = 0.05
+    fused_opt: bool = True  # Adam, AdamW, SGD: PyTorch's fused update (one kernel for all parameters), same result
     sched: str = "cosine"  # any timm scheduler name
     min_lr: float = 1e-5
     warmup_epochs: float = 0.0
@@ -228,6 +229,17 @@ def _train_loader(train_set: Dataset, config: LoopConfig, info: DistInfo, collat
     return loader, sampler
 
 
+# timm optimizer names whose class is torch.optim.Adam, AdamW or SGD: they take ``fused=True``
+FUSED_OPTS = ("adam", "adamw", "sgd", "momentum", "nesterov")
+
+
+def fused_update_available(opt: str, model: nn.Module) -> bool:
+    """Whether ``opt`` has PyTorch's fused update for ``model``'s trainable parameters (floating point, on the CPU
+    or a CUDA device); measured against the per-parameter loop in ``benchmarks/optimizer_step.md``."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return opt.lower() in FUSED_OPTS and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+
+
 def build_state(model: nn.Module, config: LoopConfig, steps: int, info: DistInfo) -> RunState:
     """Optimizer (timm's factory: parameter groups without weight decay for norms, biases and the model's
     ``no_weight_decay()``; frozen parameters left out), timm's schedule stepped per update, scaler and EMA."""
@@ -238,6 +250,8 @@ def build_state(model: nn.Module, config: LoopConfig, steps: int, info: DistInfo
         kwargs["momentum"] = config.momentum
     if config.betas is not None:
         kwargs["betas"] = tuple(config.betas)
+    if config.fused_opt and fused_update_available(config.opt, model):
+        kwargs["fused"] = True
     optimizer = create_optimizer_v2(model, opt=config.opt, lr=lr, weight_decay=config.weight_decay, **kwargs)
     scheduler, _ = create_scheduler_v2(
         optimizer,

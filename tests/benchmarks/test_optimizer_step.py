@@ -1,0 +1,28 @@
+"""benchmarks/optimizer_step.py: one AdamW step in three forms, on tiny models."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "optimizer_step.py"
+spec = importlib.util.spec_from_file_location("optimizer_step", SCRIPT)
+optimizer_step = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+spec.loader.exec_module(optimizer_step)  # type: ignore[union-attr]
+
+
+def test_tiny_run_times_each_form(tmp_path: Path) -> None:
+    md = tmp_path / "o.md"
+    assert optimizer_step.main(["--models", "vheat_micro", "convnext_atto", "--rounds", "1", "--md", str(md)]) == 0
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| vheat_micro") or "convnext_atto" in line]
+    assert len(rows) == 2
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert int(cells[1]) > 0 and all(float(c) > 0 for c in cells[3:6]) and cells[6].endswith("x")
+
+
+def test_an_unknown_model_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"optimizer_step: unknown model\(s\) vheat_tinyy"):
+        optimizer_step.main(["--models", "vheat_tinyy", "--md", str(tmp_path / "o.md")])
