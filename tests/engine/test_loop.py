@@ -12,7 +12,7 @@ import torch
 
 from pdevision.cli import main
 from pdevision.engine import TrainConfig
-from pdevision.engine.checkpoint import load_trainer_state
+from pdevision.engine.checkpoint import load_trainer_state, load_weights
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.loop import build_state
 from pdevision.tasks.classify import loop_config
@@ -160,3 +160,25 @@ def test_compiled_training_runs(tmp_path: Path, model: str) -> None:
     )  # fmt: skip
     assert summary["status"] == "completed" and summary["final"]["train_loss"] > 0
     assert json.loads((tmp_path / model / "config.json").read_text())["compile"] is True
+
+
+def test_training_on_the_cpu_puts_the_linear_layers_on_the_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop applies fuse_linears to the model it trains on the CPU (LoopConfig.fused_kernels), and the
+    checkpoint keeps the plain state-dict keys."""
+    import pdevision.engine.loop as loop
+
+    swapped: list[int] = []
+    real = loop.fuse_linears
+    monkeypatch.setattr(loop, "fuse_linears", lambda model: swapped.append(real(model)) or swapped[-1])
+    out = tmp_path / "run"
+    argv = ["train", "--model", "vheat_micro", "--epochs", "1", "--output", str(out), *FAST]
+    assert main(argv) == 0
+    assert len(swapped) == 1 and swapped[0] > 0
+    weights = load_weights(out / "last")
+    import timm
+
+    plain = timm.create_model("vheat_micro", num_classes=10, img_size=32)
+    assert set(weights) == set(plain.state_dict())  # the same keys as the unconverted model
+    plain.load_state_dict(weights)

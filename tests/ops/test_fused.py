@@ -1,5 +1,6 @@
-"""The oneDNN inference kernels compute the reference functions (scipy's DCT, F.linear) and step aside where they
-must (autograd, reference_kernels, dispatch modes such as the FLOP counter)."""
+"""The oneDNN kernels (inference, and float32 training of linear layers) compute the reference functions (scipy's DCT,
+F.linear and its gradients) and step aside where they must (autograd in inference kernels, autocast in training,
+reference_kernels, dispatch modes such as the FLOP counter)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,98 @@ def test_conv2d_equals_autocast_conv_and_casts_the_weight_once() -> None:
         torch.testing.assert_close(fused.conv2d(conv, x), conv(x), rtol=0, atol=0)
     y = fused.conv2d(conv, x.requires_grad_())  # autograd: the reference path
     assert y.dtype == torch.float32 and y.requires_grad
+
+
+def _grads(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: str, reference: bool) -> list[torch.Tensor]:
+    leaves = [t.detach().clone().requires_grad_(t.requires_grad) for t in (x, w, b) if t is not None]
+    xl, wl, bl = leaves[0], leaves[1], (leaves[2] if b is not None else None)
+    with fused.reference_kernels() if reference else torch.enable_grad():
+        y = fused.linear(xl, wl, bl, act)
+    weight = torch.linspace(-1, 1, y.numel()).reshape(y.shape)  # a loss whose gradient is not constant
+    (y * weight).sum().backward()
+    return [y.detach()] + [t.grad for t in leaves if t.requires_grad]
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "out", "bias", "act", "x_grad"),
+    [
+        ((37, 24), 96, True, "none", True),  # widening: the weight gradient in the transposed orientation
+        ((2, 5, 7, 96), 24, True, "gelu", True),  # narrowing, 4-D tokens
+        ((3, 11, 16), 16, False, "silu", False),  # square, no bias, an input without gradient (the first layer)
+    ],
+)
+def test_float32_training_runs_on_onednn_with_the_reference_gradients(
+    x_shape: tuple[int, ...], out: int, bias: bool, act: str, x_grad: bool
+) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(x_shape, requires_grad=x_grad)
+    w = (torch.randn(out, x_shape[-1]) / x_shape[-1] ** 0.5).requires_grad_()
+    b = torch.randn(out).requires_grad_() if bias else None
+    with torch.enable_grad():
+        y = fused.linear(x, w, b)
+    assert "TrainingLinear" in type(y.grad_fn).__name__  # the oneDNN products, not addmm
+    got, want = _grads(x, w, b, act, reference=False), _grads(x, w, b, act, reference=True)
+    assert len(got) == len(want) == 1 + x_grad + 1 + bias
+    for g, r in zip(got, want, strict=True):
+        torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+
+
+def test_training_kernel_steps_aside_where_it_must() -> None:
+    x, w = torch.randn(4, 8), torch.randn(6, 8, requires_grad=True)
+    with fused.reference_kernels():
+        assert "TrainingLinear" not in type(fused.linear(x, w, None).grad_fn).__name__
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast's bf16 products are oneDNN's already
+        assert fused.linear(x, w, None).dtype == torch.bfloat16
+    assert "TrainingLinear" not in type(fused.linear(x.double(), w.double(), None).grad_fn).__name__
+    with FlopCounterMode(display=False) as counter:
+        fused.linear(x, w, None).sum().backward()
+    assert counter.get_total_flops() == 2 * 2 * 4 * 8 * 6  # the reference forward and weight gradient, counted
+    _, jv = torch.func.jvp(lambda t: fused.linear(t, w, None), (x,), (torch.ones_like(x),))  # torch.func works
+    torch.testing.assert_close(jv, torch.ones_like(x) @ w.detach().T)
+    y = fused.linear(x.requires_grad_(), w, None)
+    (g,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):  # second derivatives: a clear refusal
+        g.sum().backward()
+
+
+def _graph_nodes(t: torch.Tensor, kind: str) -> int:
+    """How many nodes of ``t``'s autograd graph have ``kind`` in their name."""
+    seen, stack, count = set(), [t.grad_fn], 0
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        count += kind in type(node).__name__
+        stack.extend(n for n, _ in node.next_functions)
+    return count
+
+
+@pytest.mark.parametrize("name", ["vheat_micro", "hcnet_micro", "convnext_atto"])
+def test_a_training_step_on_the_kernels_gives_the_reference_gradients(name: str) -> None:
+    """fuse_linears (what the training loop applies on the CPU) keeps a model's loss and every gradient."""
+    import copy
+
+    import timm
+
+    import pdevision  # noqa: F401  (registers the models)
+    from pdevision.models._common import fuse_linears
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=5, **({} if "convnext" in name else {"img_size": 32}))
+    fast = copy.deepcopy(model)
+    assert fuse_linears(fast) > 0
+    x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 3])
+    losses, grads = [], []
+    for m, reference in ((model, True), (fast, False)):
+        torch.manual_seed(1)  # the same stochastic depth, if any
+        with fused.reference_kernels() if reference else torch.enable_grad():
+            loss = F.cross_entropy(m.train()(x), y)
+        assert (_graph_nodes(loss, "TrainingLinear") > 0) is not reference
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({k: p.grad for k, p in m.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) == len(list(model.parameters()))
+    for k in grads[0]:
+        torch.testing.assert_close(grads[1][k], grads[0][k], atol=1e-4, rtol=1e-3, msg=k)

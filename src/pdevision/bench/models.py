@@ -75,10 +75,13 @@ def build_for_bench(
     (``fold_batchnorm``); a peer's BatchNorms are folded into its convolutions (:func:`fuse_conv_batchnorm`), so
     both sides run without them. A name ending in ``+fused`` (:func:`split_variant`) is a peer whose linear layers
     then also take the fused kernels, so that a comparison can hold the matrix library equal; one ending in
-    ``+compiled`` is the folded model through :func:`compile_for_inference` (inference only)."""
+    ``+compiled`` is the folded model through :func:`compile_for_inference` (inference only). With ``train``, every
+    model (ours and the peers) has its linear layers on the kernels on the CPU, as the training loop builds it."""
     base, fused = split_variant(name)
     model = build_model(base, img_size=img_size).to(device)
     if train:
+        if device.type == "cpu":  # as the training loop does (LoopConfig.fused_kernels): float32 products on oneDNN
+            fuse_linears(model)
         return model.train()
     model.eval()
     if not fold:

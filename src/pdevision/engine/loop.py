@@ -49,6 +49,7 @@ from pdevision.engine.runtime import (
     write_metrics,
 )
 from pdevision.engine.state import RunState
+from pdevision.models._common import fuse_linears
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class LoopConfig:
     betas: tuple[float, float] | None = None  # None: the optimizer's default
     weight_decay: float = 0.05
     fused_opt: bool = True  # Adam, AdamW, SGD: PyTorch's fused update (one kernel for all parameters), same result
+    fused_kernels: bool = True  # CPU: the model's linear layers on oneDNN (models._common.fuse_linears), same function
     sched: str = "cosine"  # any timm scheduler name
     min_lr: float = 1e-5
     warmup_epochs: float = 0.0
@@ -175,6 +177,8 @@ def _fit(task: Any, config: LoopConfig, device: torch.device, info: DistInfo) ->
     train_set, val_set = task.datasets()
     task.train_set, task.val_set = train_set, val_set
     model = task.build_model().to(device)
+    if config.fused_kernels and device.type == "cpu":
+        fuse_linears(model)  # float32 training: forward and gradient products on oneDNN (ops.fused.linear)
     if config.rank_seed:
         torch.manual_seed(config.seed + 1000 * info.rank)
     loader, sampler = _train_loader(train_set, config, info, task.collate_fn)

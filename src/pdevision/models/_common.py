@@ -302,10 +302,12 @@ class StagedBackbone(nn.Module):
 
 
 class InferenceLinear(nn.Linear):
-    """``nn.Linear`` (same parameters and state-dict keys) whose no-grad CPU forward runs on
-    :func:`pdevision.ops.fused.linear`, optionally with the following activation fused (``act``: ``"none"``,
-    ``"gelu"``, ``"silu"``). With autograd, on other devices or under :func:`pdevision.ops.fused.reference_kernels`
-    it computes ``act(F.linear(x, weight, bias))`` as before."""
+    """``nn.Linear`` (same parameters and state-dict keys) whose CPU forward runs on
+    :func:`pdevision.ops.fused.linear`: without autograd one oneDNN product with the following activation fused
+    (``act``: ``"none"``, ``"gelu"``, ``"silu"``), in float32 training the forward and gradient products on oneDNN
+    and the activation after them. On other devices, under autocast with autograd, or under
+    :func:`pdevision.ops.fused.reference_kernels` it computes ``act(F.linear(x, weight, bias))`` as before. The name
+    is kept from when it served inference only."""
 
     act: str = "none"
 
@@ -334,7 +336,7 @@ def fuse_linears(model: nn.Module) -> int:
     """Swap every ``nn.Linear`` of ``model`` for an :class:`InferenceLinear` sharing its parameters, in place, and
     fuse an MLP's exact GELU into its first linear (timm's ``Mlp``: ``fc1, act, ..., fc2``; HcNet's refinement
     activation, whose GELU comes first). The function and the state dict are unchanged (keys and values); only the
-    no-grad CPU forward takes the oneDNN kernels. Returns the number of linears swapped."""
+    CPU forward takes the oneDNN kernels (inference, and float32 training). Returns the number of linears swapped."""
     from timm.layers import Mlp
 
     from pdevision.layers.hcl import RefinementActivation
