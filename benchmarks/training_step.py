@@ -1,0 +1,122 @@
+"""One training step per model at 224 px, with and without this library's CPU training kernels (issue 15).
+
+Three forms of the same step (forward, cross-entropy, backward, AdamW), interleaved in one process:
+
+* ``reference``: PyTorch's linear layers (MKL's matrix products in float32) and AdamW's per-parameter loop;
+* ``fused update``: the same with AdamW's fused update (``LoopConfig.fused_opt``);
+* ``kernels``: the fused update and the linear layers on oneDNN (``fuse_linears``, ``LoopConfig.fused_kernels``),
+  what ``pdevision train`` runs on the CPU.
+
+Every model gets the same treatment (ours and the timm peers). Writes ``benchmarks/training_step.md``.
+
+Run: ``PYTHONPATH=src python benchmarks/training_step.py --threads 2``
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import timm
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import pdevision  # noqa: F401  (registers the models)
+from pdevision.bench.measure import machine_description, steady_allocator
+from pdevision.models._common import fuse_linears
+from pdevision.ops.fused import reference_kernels
+
+OUT = Path(__file__).with_name("training_step.md")
+MODELS = ("vheat_tiny", "hcnet_tiny", "convnext_tiny", "swin_tiny_patch4_window7_224")
+FORMS = ("reference", "fused update", "kernels")
+DTYPES = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def step_fn(model: nn.Module, form: str, x: torch.Tensor, dtype: torch.dtype | None) -> Callable[[], None]:
+    """One training step of ``model`` in ``form`` (a copy of the model is made, so forms do not share state)."""
+    model = copy.deepcopy(model).train()
+    if form == "kernels":
+        fuse_linears(model)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=1e-4, **({"foreach": False} if form == "reference" else {"fused": True})
+    )
+    target = torch.zeros(x.shape[0], dtype=torch.long)
+
+    def run() -> None:
+        with reference_kernels() if form != "kernels" else torch.enable_grad():
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                loss = F.cross_entropy(model(x).float(), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+    return run
+
+
+def measure(name: str, dtype: torch.dtype | None, batch: int, rounds: int) -> dict[str, float]:
+    """Training images per second of each form (median of ``rounds`` interleaved steps after two warm-up steps)."""
+    torch.manual_seed(0)
+    model = timm.create_model(name)
+    x = torch.randn(batch, 3, 224, 224)
+    fns = {form: step_fn(model, form, x, dtype) for form in FORMS}
+    for fn in fns.values():
+        fn()
+        fn()
+    times: dict[str, list[float]] = {form: [] for form in FORMS}
+    for _ in range(rounds):
+        for form, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[form].append(time.perf_counter() - start)
+    return {form: batch / statistics.median(t) for form, t in times.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    parser.add_argument("--md", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.models if not timm.is_model(m)]
+    if unknown:
+        raise SystemExit(f"training_step: unknown model(s) {', '.join(unknown)}; see timm.list_models()")
+    torch.set_num_threads(args.threads)
+    steady = steady_allocator()
+    machine = machine_description(torch.device("cpu"))
+    lines = [
+        "# One training step at 224 px (images/s), with and without the CPU training kernels",
+        "",
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; "
+        f"allocator {'steady' if steady else 'default'}. Batch {args.batch}; forward, cross-entropy, backward, AdamW; "
+        f"median of {args.rounds} interleaved steps after two warm-up steps; "
+        "`PYTHONPATH=src python benchmarks/training_step.py`. `reference`: PyTorch's linear layers and AdamW's "
+        "per-parameter loop; `fused update`: AdamW's fused update; `kernels`: the fused update and the linear layers "
+        "on oneDNN (what `pdevision train` runs on the CPU). Under bf16 autocast the linear layers are autocast's "
+        "oneDNN products in every form.",
+        "",
+        "| model | dtype | reference | fused update | kernels | kernels over reference |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for dtype_name in args.dtypes:
+        for name in args.models:
+            ips = measure(name, DTYPES[dtype_name], args.batch, args.rounds)
+            lines.append(
+                f"| {name} | {dtype_name} | {ips['reference']:.2f} | {ips['fused update']:.2f} | {ips['kernels']:.2f} "
+                f"| {ips['kernels'] / ips['reference']:.2f}x |"
+            )
+            print(lines[-1], flush=True)
+    args.md.write_text("\n".join(lines) + "\n")
+    print(f"written to {args.md}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
