@@ -1,0 +1,31 @@
+"""benchmarks/bench_cpu_perf/dct_rate.py: the DCT timing script, and its even/odd split against scipy."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.fft
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cpu_perf" / "dct_rate.py"
+spec = importlib.util.spec_from_file_location("dct_rate", SCRIPT)
+dct_rate = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+spec.loader.exec_module(dct_rate)  # type: ignore[union-attr]
+
+
+def test_even_odd_split_is_the_dct_with_frequencies_reordered() -> None:
+    x = torch.randn(2, 10, 6, 3, dtype=torch.float64)
+    want = scipy.fft.dct(x.numpy(), type=2, norm="ortho", axis=1)
+    order = np.r_[0:10:2, 1:10:2]
+    np.testing.assert_allclose(dct_rate.even_odd_dct(x, 1).numpy(), want[:, order], atol=1e-12)
+
+
+def test_tiny_run_writes_a_row_per_shape(tmp_path: Path) -> None:
+    md = tmp_path / "d.md"
+    assert dct_rate.main(["--shapes", "8x6x4", "--repeats", "1", "--threads", "1", "--md", str(md)]) == 0
+    assert "| 8, 6, 4 |" in md.read_text()
+    with pytest.raises(SystemExit, match="dct_rate: shapes are HxWxC with even H and W"):
+        dct_rate.main(["--shapes", "7x6x4", "--md", str(md)])
