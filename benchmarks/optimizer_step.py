@@ -11,15 +11,13 @@ Run: ``PYTHONPATH=src python benchmarks/optimizer_step.py --threads 2``
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from pathlib import Path
 
 import timm
 import torch
 
 import pdevision  # noqa: F401  (registers the models)
-from pdevision.bench.measure import machine_description
+from pdevision.bench.measure import interleaved_medians, machine_description
 
 OUT = Path(__file__).with_name("optimizer_step.md")
 MODELS = ("vheat_tiny", "hcnet_tiny", "pderesnet50", "convnext_tiny", "swin_tiny_patch4_window7_224", "resnet50")
@@ -32,15 +30,8 @@ def step_times(name: str, rounds: int) -> tuple[int, float, dict[str, float]]:
     for p in params:
         p.grad = torch.randn_like(p) * 1e-3
     optimizers = {form: torch.optim.AdamW(params, lr=1e-4, **kw) for form, kw in FORMS.items()}
-    for opt in optimizers.values():  # state allocated, first-call work done
-        opt.step()
-    times: dict[str, list[float]] = {form: [] for form in FORMS}
-    for _ in range(rounds):
-        for form, opt in optimizers.items():
-            start = time.perf_counter()
-            opt.step()
-            times[form].append(time.perf_counter() - start)
-    medians = {form: statistics.median(t) * 1e3 for form, t in times.items()}
+    times = interleaved_medians({f: o.step for f, o in optimizers.items()}, torch.device("cpu"), repeats=rounds)
+    medians = {form: t["median"] * 1e3 for form, t in times.items()}
     return len(params), sum(p.numel() for p in params) / 1e6, medians
 
 

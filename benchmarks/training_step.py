@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import pdevision  # noqa: F401  (registers the models)
-from pdevision.bench.measure import machine_description, steady_allocator
+from pdevision.bench.measure import interleaved_medians, machine_description, steady_allocator
 from pdevision.models._common import fuse_linears
 from pdevision.ops.fused import reference_kernels
 
@@ -58,22 +56,14 @@ def step_fn(model: nn.Module, form: str, x: torch.Tensor, dtype: torch.dtype | N
     return run
 
 
-def measure(name: str, dtype: torch.dtype | None, batch: int, rounds: int) -> dict[str, float]:
+def measure(name: str, dtype: torch.dtype | None, batch: int, rounds: int, img_size: int = 224) -> dict[str, float]:
     """Training images per second of each form (median of ``rounds`` interleaved steps after two warm-up steps)."""
     torch.manual_seed(0)
     model = timm.create_model(name)
-    x = torch.randn(batch, 3, 224, 224)
+    x = torch.randn(batch, 3, img_size, img_size)
     fns = {form: step_fn(model, form, x, dtype) for form in FORMS}
-    for fn in fns.values():
-        fn()
-        fn()
-    times: dict[str, list[float]] = {form: [] for form in FORMS}
-    for _ in range(rounds):
-        for form, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[form].append(time.perf_counter() - start)
-    return {form: batch / statistics.median(t) for form, t in times.items()}
+    times = interleaved_medians(fns, torch.device("cpu"), repeats=rounds, warmup=2)
+    return {form: batch / t["median"] for form, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     parser.add_argument("--md", type=Path, default=OUT)
@@ -92,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     steady = steady_allocator()
     machine = machine_description(torch.device("cpu"))
     lines = [
-        "# One training step at 224 px (images/s), with and without the CPU training kernels",
+        f"# One training step at {args.img_size} px (images/s), with and without the CPU training kernels",
         "",
         f"Machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; "
         f"allocator {'steady' if steady else 'default'}. Batch {args.batch}; forward, cross-entropy, backward, AdamW; "
@@ -107,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for dtype_name in args.dtypes:
         for name in args.models:
-            ips = measure(name, DTYPES[dtype_name], args.batch, args.rounds)
+            ips = measure(name, DTYPES[dtype_name], args.batch, args.rounds, args.img_size)
             lines.append(
                 f"| {name} | {dtype_name} | {ips['reference']:.2f} | {ips['fused update']:.2f} | {ips['kernels']:.2f} "
                 f"| {ips['kernels'] / ips['reference']:.2f}x |"

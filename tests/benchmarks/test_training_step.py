@@ -1,0 +1,29 @@
+"""benchmarks/training_step.py: one training step in three forms, on tiny models."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "training_step.py"
+spec = importlib.util.spec_from_file_location("training_step", SCRIPT)
+training_step = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+spec.loader.exec_module(training_step)  # type: ignore[union-attr]
+
+
+def test_tiny_run_times_each_form(tmp_path: Path) -> None:
+    md = tmp_path / "t.md"
+    argv = ["--models", "vheat_micro", "--rounds", "1", "--batch", "2", "--img-size", "32", "--threads", "1"]
+    assert training_step.main([*argv, "--md", str(md)]) == 0
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| vheat_micro")]
+    assert [r.split("|")[2].strip() for r in rows] == ["fp32", "bf16"]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert all(float(c) > 0 for c in cells[2:5]) and cells[5].endswith("x")
+
+
+def test_an_unknown_model_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"training_step: unknown model\(s\) vheat_tinyy"):
+        training_step.main(["--models", "vheat_tinyy", "--md", str(tmp_path / "t.md")])
