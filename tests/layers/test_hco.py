@@ -188,3 +188,7 @@ def test_folded_bf16_path_keeps_the_decay_cast_once_and_sees_new_values() -> Non
     with reference_kernels():
         torch.testing.assert_close(again, run(), atol=0.05, rtol=0.02)
     assert not torch.allclose(again, got)
+    old = op.k_exp
+    op.fold(fve * 2)  # folding again: no cast of the old factors stays cached
+    run()
+    assert all(entry[0] is not old for entry in op._cast_cache.values())

@@ -109,10 +109,12 @@ class HeatConductionOperator(nn.Module):
         """Precompute the decay factors for the size of ``fve`` (H, W, C) and use them from now on."""
         h, w = fve.shape[:2]
         self.k_exp = self.decay(h, w, fve.detach()).detach().clone()
+        self._cast_cache.clear()  # no cast of earlier factors kept alive (the weights' casts are remade once)
 
     def unfold(self) -> None:
         """Drop precomputed decay factors (back to the general path)."""
         self.k_exp = None
+        self._cast_cache.clear()
 
     def _decay_wh(self, h: int, w: int, fve: torch.Tensor | None) -> torch.Tensor:
         """The decay factors transposed to ``(w, h, C)``, contiguous; cached for the folded ones (keyed on the
