@@ -130,6 +130,10 @@ def test_training_kernel_steps_aside_where_it_must() -> None:
     with FlopCounterMode(display=False) as counter:
         fused.linear(x, w, None).sum().backward()
     assert counter.get_total_flops() == 2 * 2 * 4 * 8 * 6  # the reference forward and weight gradient, counted
+    for empty in (torch.randn(0, 8), torch.randn(2, 0, 8)):  # an empty batch: the reference product, no error
+        y = fused.linear(empty.requires_grad_(), w, torch.zeros(6, requires_grad=True))
+        y.sum().backward()
+        assert y.shape == (*empty.shape[:-1], 6) and empty.grad is not None and empty.grad.shape == empty.shape
     _, jv = torch.func.jvp(lambda t: fused.linear(t, w, None), (x,), (torch.ones_like(x),))  # torch.func works
     torch.testing.assert_close(jv, torch.ones_like(x) @ w.detach().T)
     y = fused.linear(x.requires_grad_(), w, None)

@@ -130,6 +130,8 @@ def _trains_on_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     tensors = (x, weight) if bias is None else (x, weight, bias)
     if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors) or x.ndim < 2:
         return False
+    if x.numel() == 0 or weight.numel() == 0:  # oneDNN has no primitive for an empty product
+        return False
     return _onednn_ok()
 
 
