@@ -29,3 +29,9 @@ def test_tiny_run_writes_a_row_per_shape(tmp_path: Path) -> None:
     assert "| 8, 6, 4 |" in md.read_text()
     with pytest.raises(SystemExit, match="dct_rate: shapes are HxWxC with even H and W"):
         dct_rate.main(["--shapes", "7x6x4", "--md", str(md)])
+
+
+def test_a_count_that_is_not_positive_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        dct_rate.main(["--repeats", "0"])
+    assert exc.value.code == 2 and "must be a positive integer" in capsys.readouterr().err

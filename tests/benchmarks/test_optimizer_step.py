@@ -26,3 +26,9 @@ def test_tiny_run_times_each_form(tmp_path: Path) -> None:
 def test_an_unknown_model_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"optimizer_step: unknown model\(s\) vheat_tinyy"):
         optimizer_step.main(["--models", "vheat_tinyy", "--md", str(tmp_path / "o.md")])
+
+
+def test_a_count_that_is_not_positive_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        optimizer_step.main(["--rounds", "0"])
+    assert exc.value.code == 2 and "must be a positive integer" in capsys.readouterr().err

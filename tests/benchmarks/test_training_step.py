@@ -27,3 +27,9 @@ def test_tiny_run_times_each_form(tmp_path: Path) -> None:
 def test_an_unknown_model_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"training_step: unknown model\(s\) vheat_tinyy"):
         training_step.main(["--models", "vheat_tinyy", "--md", str(tmp_path / "t.md")])
+
+
+def test_a_count_that_is_not_positive_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        training_step.main(["--batch", "-1"])
+    assert exc.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
