@@ -583,6 +583,12 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast (fp16: CUDA only)")
     g.add_argument("--grad-checkpointing", action="store_true")
     g.add_argument("--compile", action="store_true", help="torch.compile the model for training")
+    g.add_argument(
+        "--reference-kernels",
+        dest="fused_kernels",
+        action="store_false",
+        help="CPU: PyTorch's linear layers instead of the oneDNN training kernels (e.g. for second derivatives)",
+    )
     g.add_argument("--seed", type=_seed, default=0)
     g.add_argument("--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
     g.add_argument("--workers", type=_non_negative_int, default=0, help="data loader processes")

@@ -182,3 +182,16 @@ def test_training_on_the_cpu_puts_the_linear_layers_on_the_kernels(
     plain = timm.create_model("vheat_micro", num_classes=10, img_size=32)
     assert set(weights) == set(plain.state_dict())  # the same keys as the unconverted model
     plain.load_state_dict(weights)
+
+
+def test_reference_kernels_flag_keeps_pytorchs_linear_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--reference-kernels`` turns the CPU training kernels off (and config.json says so)."""
+    import pdevision.engine.loop as loop
+
+    calls: list[object] = []
+    monkeypatch.setattr(loop, "fuse_linears", lambda model: calls.append(model) or 0)
+    out = tmp_path / "run"
+    argv = ["train", "--model", "vheat_micro", "--epochs", "1", "--output", str(out), "--reference-kernels", *FAST]
+    assert main(argv) == 0
+    assert calls == []
+    assert json.loads((out / "config.json").read_text())["fused_kernels"] is False

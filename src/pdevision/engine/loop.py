@@ -96,6 +96,7 @@ class LoopConfig:
 # run-time knobs a task's configuration shares with the loop under the same names, passed through unchanged
 RUNTIME_FIELDS = (
     "amp",
+    "fused_kernels",
     "compile",
     "seed",
     "deterministic",

@@ -74,6 +74,7 @@ class TrainConfig:
     drop_path: float | None = None
     amp: str = "none"  # none | bf16 | fp16 (fp16 on CUDA only)
     compile: bool = False  # torch.compile the model for training
+    fused_kernels: bool = True  # CPU: linear layers on the oneDNN kernels (LoopConfig.fused_kernels)
     grad_checkpointing: bool = False
     seed: int = 0
     deterministic: bool = False
