@@ -524,6 +524,34 @@ def _add_restore_parser(sub: argparse._SubParsersAction) -> None:
 # -- end of the restoration block ---------------------------------------------------------------------------
 
 
+def _add_train_runtime_args(p: argparse.ArgumentParser) -> None:
+    """The ``runtime`` group of ``pdevision train``: precision, kernels, seeds, device, resume and stopping."""
+    g = p.add_argument_group("runtime")
+    g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast (fp16: CUDA only)")
+    g.add_argument("--grad-checkpointing", action="store_true")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model for training")
+    g.add_argument(
+        "--reference-kernels",
+        dest="fused_kernels",
+        action="store_false",
+        help="CPU: PyTorch's linear layers instead of the oneDNN training kernels (e.g. for second derivatives)",
+    )
+    g.add_argument("--seed", type=_seed, default=0)
+    g.add_argument("--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
+    g.add_argument("--workers", type=_non_negative_int, default=0, help="data loader processes")
+    g.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    g.add_argument("--resume", type=_path, default=None, help="checkpoint or run folder to resume")
+    g.add_argument("--init-from", type=_path, default=None, help="checkpoint to start from (fine-tuning)")
+    g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
+    g.add_argument(
+        "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
+    )
+    g.add_argument("--stop-after-epochs", type=_positive_int, default=None, help="stop early (resume later)")
+    g.add_argument("--max-train-batches", type=_positive_int, default=None, help="per epoch, for smoke runs")
+    g.add_argument("--time-budget", type=_positive, default=None, help="seconds of training (the schedule follows it)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
 def _add_train_args(p: argparse.ArgumentParser) -> None:
     from pdevision.data import RECIPES
 
@@ -579,30 +607,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label-smoothing", type=_rate_below_one, default=None)
     g.add_argument("--re-prob", type=_fraction, default=None, help="random erasing probability")
     g.add_argument("--hflip", type=_fraction, default=None, help="horizontal flip probability")
-    g = p.add_argument_group("runtime")
-    g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast (fp16: CUDA only)")
-    g.add_argument("--grad-checkpointing", action="store_true")
-    g.add_argument("--compile", action="store_true", help="torch.compile the model for training")
-    g.add_argument(
-        "--reference-kernels",
-        dest="fused_kernels",
-        action="store_false",
-        help="CPU: PyTorch's linear layers instead of the oneDNN training kernels (e.g. for second derivatives)",
-    )
-    g.add_argument("--seed", type=_seed, default=0)
-    g.add_argument("--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
-    g.add_argument("--workers", type=_non_negative_int, default=0, help="data loader processes")
-    g.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    g.add_argument("--resume", type=_path, default=None, help="checkpoint or run folder to resume")
-    g.add_argument("--init-from", type=_path, default=None, help="checkpoint to start from (fine-tuning)")
-    g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
-    g.add_argument(
-        "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
-    )
-    g.add_argument("--stop-after-epochs", type=_positive_int, default=None, help="stop early (resume later)")
-    g.add_argument("--max-train-batches", type=_positive_int, default=None, help="per epoch, for smoke runs")
-    g.add_argument("--time-budget", type=_positive, default=None, help="seconds of training (the schedule follows it)")
-    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    _add_train_runtime_args(p)
     g = p.add_argument_group("dense prediction (--task segment|detect; --data: a mask folder or a COCO folder)")
     g.add_argument("--head", default=None, help="segment: upernet (default), fpn, unet; detect: mask_rcnn, faster_rcnn")
     g.add_argument("--fve-resize", default=None, choices=["interp", "pad", "downstream"], help="vHeat FVE rule")
