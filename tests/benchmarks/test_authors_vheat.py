@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,15 @@ def test_report_names_both_sides_and_the_logit_check() -> None:
     md = authors_vheat.write_report(rows, argparse.Namespace(repeats=5), "bcc4da7", 12.0)
     assert "| 768 | 1 | fp32 | 1.00 | 2.50 | 2.50x | 7.6e-07 |" in md
     assert "MzeroMiko/vHeat at commit bcc4da7" in md and "checkpoint_filter_fn" in md
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"), [("--repeats", "0", "positive integer"), ("--sizes", "8", r"\[32, 16384\]")]
+)
+def test_counts_and_sizes_out_of_range_are_argparse_errors(
+    flag: str, value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        authors_vheat.main(["--authors-code", str(tmp_path), flag, value])
+    assert exc.value.code == 2
+    assert re.search(message, capsys.readouterr().err)

@@ -38,3 +38,11 @@ def test_sizes_are_height_by_width_and_checked() -> None:
 def test_an_unknown_model_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"dense_sizes: .*vheat_tinyy"):
         dense_sizes.main(["--models", "vheat_tinyy", "--sizes", "64x64", "--md", str(tmp_path / "d.md")])
+
+
+@pytest.mark.parametrize("flag", ["--batches", "--repeats", "--threads"])
+def test_a_count_that_is_not_positive_is_an_argparse_error(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, ``--repeats 0`` ended in a traceback and ``--batches 0`` wrote a record of empty batches."""
+    with pytest.raises(SystemExit) as exc:
+        dense_sizes.main([flag, "0"])
+    assert exc.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
