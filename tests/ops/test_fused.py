@@ -183,3 +183,9 @@ def test_a_training_step_on_the_kernels_gives_the_reference_gradients(name: str)
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) == len(list(model.parameters()))
     for k in grads[0]:
         torch.testing.assert_close(grads[1][k], grads[0][k], atol=1e-4, rtol=1e-3, msg=k)
+
+
+def test_fused_update_supported_only_for_floating_cpu_or_cuda_parameters() -> None:
+    assert fused.fused_update_supported([torch.zeros(3), torch.zeros(2, dtype=torch.bfloat16)])
+    assert not fused.fused_update_supported([torch.zeros(3), torch.zeros(2, dtype=torch.long)])
+    assert not fused.fused_update_supported([torch.zeros(3, device="meta")])

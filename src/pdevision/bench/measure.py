@@ -146,7 +146,9 @@ def inference_fn(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = 
 def train_step_fn(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None) -> Callable[[], Any]:
     """One training step: forward, cross-entropy, backward, AdamW step (fused where PyTorch has the fused update
     for the device, as the training loop uses it)."""
-    fused = all(p.device.type in ("cpu", "cuda") for p in model.parameters()) or None
+    from pdevision.ops.fused import fused_update_supported
+
+    fused = fused_update_supported(model.parameters()) or None
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
     target = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
 

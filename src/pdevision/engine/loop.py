@@ -50,6 +50,7 @@ from pdevision.engine.runtime import (
 )
 from pdevision.engine.state import RunState
 from pdevision.models._common import fuse_linears
+from pdevision.ops.fused import fused_update_supported
 
 log = logging.getLogger(__name__)
 
@@ -241,8 +242,8 @@ FUSED_OPTS = ("adam", "adamw", "sgd", "momentum", "nesterov")
 def fused_update_available(opt: str, model: nn.Module) -> bool:
     """Whether ``opt`` has PyTorch's fused update for ``model``'s trainable parameters (floating point, on the CPU
     or a CUDA device); measured against the per-parameter loop in ``benchmarks/optimizer_step.md``."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return opt.lower() in FUSED_OPTS and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    trainable = (p for p in model.parameters() if p.requires_grad)
+    return opt.lower() in FUSED_OPTS and fused_update_supported(trainable)
 
 
 def build_state(model: nn.Module, config: LoopConfig, steps: int, info: DistInfo) -> RunState:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -166,6 +166,12 @@ class _TrainingLinear(torch.autograd.Function):
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = g2.sum(0)
         return grad_x, grad_w, grad_b
+
+
+def fused_update_supported(params: Iterable[torch.Tensor]) -> bool:
+    """Whether PyTorch's fused optimizer update (Adam, AdamW, SGD with ``fused=True``) takes these parameters:
+    floating point, on the CPU or a CUDA device. The training loop and the bench's training step ask the same."""
+    return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
 
 
 def cast_cached(cache: dict[Any, Any], t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
