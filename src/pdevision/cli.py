@@ -378,10 +378,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         models += [f"{m}{FUSED}" for m in models if not ours[m] and not split_variant(m)[1]]
     if args.compile:  # each model once more through torch.compile (the fused kernels step aside there)
         models += [f"{m}{COMPILED}" for m in models if split_variant(m)[0] == m]
-    result = run_bench(
-        models,
-        list(args.resolutions),
-        Path(args.out),
+    kwargs = dict(
+        models=models,
+        resolutions=list(args.resolutions),
         batch=args.batch,
         repeats=args.repeats,
         device=args.device,
@@ -391,6 +390,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         operator_sides=tuple(args.operator_sides),
         allocator=args.allocator,
     )
+    if args.runs > 1:  # each run a fresh process; the folder's record is their median
+        from pdevision.bench.runs import run_in_processes
+
+        result = run_in_processes(args.runs, Path(args.out), args.threads, kwargs)
+    else:
+        result = run_bench(out_dir=Path(args.out), **kwargs)
     print((Path(args.out) / "results.md").read_text())
     print(f"written to {args.out} in {result['seconds']:.0f} s")
     return 0
@@ -787,6 +792,13 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resolutions", nargs="+", type=_side, default=[224, 512, 768, 1024])
     p.add_argument("--batch", type=_positive_int, default=None, help="default: 8 at 224 and below, 1 above")
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats, median reported (default 5)")
+    p.add_argument(
+        "--runs",
+        type=_bounded(int, 1, 20),
+        default=1,
+        help="run the whole bench this many times, each in a fresh process (OUT/run1, ...); OUT's record is the "
+        "median over the runs, each ratio with its range (default 1: one run, in this process)",
+    )
     p.add_argument("--train-resolutions", nargs="*", type=_side, default=[224], help="training-step sizes")
     p.add_argument("--device", type=_device, default="cpu")
     p.add_argument("--dtype", nargs="+", choices=["fp32", "bf16", "fp16"], default=["fp32"], help="autocast dtypes")

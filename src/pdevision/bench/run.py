@@ -205,17 +205,56 @@ def _ratio_table(ratios: list[dict[str, Any]]) -> list[str]:
         return []
     sizes = sorted({r["img_size"] for r in ratios})
     keys = list(dict.fromkeys((r["model"], r["peer"], r["dtype"]) for r in ratios))
-    at = {(r["model"], r["peer"], r["dtype"], r["img_size"]): r["ratio"] for r in ratios}
-    lines = [
-        "Inference throughput as a multiple of the peer's (same run, interleaved):",
-        "",
-        "| model | vs | dtype | " + " | ".join(f"{s} px" for s in sizes) + " |",
-        "|---|---|---|" + "---:|" * len(sizes),
-    ]
+    at = {(r["model"], r["peer"], r["dtype"], r["img_size"]): r for r in ratios}
+    several = any(len(r.get("runs", ())) > 1 for r in ratios)
+    title = (
+        "Inference throughput as a multiple of the peer's: the median over the runs (interleaved within each run), "
+        "and in brackets the lowest and highest run:"
+        if several
+        else "Inference throughput as a multiple of the peer's (same run, interleaved):"
+    )
+    lines = [title, "", "| model | vs | dtype | " + " | ".join(f"{s} px" for s in sizes) + " |"]
+    lines.append("|---|---|---|" + "---:|" * len(sizes))
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "-"
+        return f"{r['ratio']:.2f}x ({r['min']:.2f}-{r['max']:.2f})" if several else f"{r['ratio']:.2f}x"
+
     for model, peer, dt in keys:
-        cells = [f"{at[(model, peer, dt, s)]:.2f}x" if (model, peer, dt, s) in at else "-" for s in sizes]
+        cells = [cell(at.get((model, peer, dt, s))) for s in sizes]
         lines.append(f"| {model} | {peer} | {dt} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def _runs_table(ratios: list[dict[str, Any]]) -> list[str]:
+    """Every run's value of every ratio (a record combined from several runs), unrounded to three places."""
+    runs = max((len(r.get("runs", ())) for r in ratios), default=0)
+    if runs < 2:
+        return []
+    lines = [
+        "Each run's ratios:",
+        "",
+        "| model | vs | dtype | px | " + " | ".join(f"run {i}" for i in range(1, runs + 1)) + " | median |",
+        "|---|---|---|---:|" + "---:|" * (runs + 1),
+    ]
+    for r in ratios:
+        cells = " | ".join(f"{v:.3f}" for v in r["runs"])
+        lines.append(f"| {r['model']} | {r['peer']} | {r['dtype']} | {r['img_size']} | {cells} | {r['ratio']:.3f} |")
+    return [*lines, ""]
+
+
+def _timing_text(result: dict[str, Any]) -> str:
+    """How the figures were timed: in one run, or as the median over several (:mod:`pdevision.bench.runs`)."""
+    within = f"median of {result['repeats']} interleaved repeats after warm-up"
+    runs = result.get("runs", 1)
+    if runs < 2:
+        return within[0].upper() + within[1:]
+    each = ", ".join(f"{s:.0f}" for s in result["run_seconds"])
+    return (
+        f"{runs} runs of the same command, one after the other, each a fresh process ({each} s); every figure below "
+        f"is the median over the runs, the machine line is the first run's; within each run, {within}"
+    )
 
 
 def _settings_text(machine: dict[str, Any], rows: list[dict[str, Any]]) -> str:
@@ -239,13 +278,14 @@ def markdown_table(result: dict[str, Any]) -> str:
     lines = [
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads, torch {m['torch']}, device {m['device']}"
         + (f" ({m['gpu']})" if "gpu" in m else "")
-        + f"; {_rates_text(m)}. Median of {result['repeats']} interleaved"
-        " repeats after warm-up; inference on folded models (peers' BatchNorms folded into their convolutions);"
+        + f"; {_rates_text(m)}. {_timing_text(result)}; inference on folded models"
+        " (peers' BatchNorms folded into their convolutions);"
         " memory = peak growth of a fresh process during one fp32 forward; GFLOP/s share = achieved GFLOP/s over"
         " the faster measured matrix-multiply rate of the same dtype" + _settings_text(m, result["rows"]) + ".",
         "",
     ]
     lines += _ratio_table(result.get("ratios", []))
+    lines += _runs_table(result.get("ratios", []))
     lines += [
         "| model | px | batch | dtype | params (M) | GMACs | infer img/s | train img/s | GFLOP/s (% of matmul) "
         "| peak MiB |",

@@ -1,0 +1,159 @@
+"""``pdevision bench --runs N``: the same bench run N times, each in a fresh process, and their spread.
+
+Within one run the models are interleaved and every figure is a median of the timed repeats, so the machine's drift
+moves both sides of a ratio alike. A fresh process still lays out its memory differently, and on a small machine a
+ratio moves by several percent from one process to the next. :func:`run_in_processes` runs the bench in ``N``
+fresh processes, one after the other (``run1`` ... ``runN`` under the output folder, each a complete record), and
+:func:`combine_runs` makes the folder's own record from them: every throughput is the median over the runs, and
+every ratio is the median of the runs' ratios with its minimum, maximum and the value of each run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pdevision.bench.operators import fit_exponent
+
+# per-row measurements that are medians over the runs; the rest (parameters, MACs, batch) are the same in every run
+_TIMED = ("infer_img_s", "infer_ms_per_batch", "train_img_s", "achieved_gflops", "fraction_of_matmul", "peak_mem_mib")
+
+
+def _median(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _combined_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = [(r["model"], r["img_size"], r["dtype"]) for r in results[0]["rows"]]
+    for i, result in enumerate(results[1:], 2):
+        if sorted(keys) != sorted((r["model"], r["img_size"], r["dtype"]) for r in result["rows"]):
+            raise ValueError(f"bench run {i} measured other models, sizes or dtypes than run 1: not one command")
+    by_run = [{(r["model"], r["img_size"], r["dtype"]): r for r in result["rows"]} for result in results]
+    rows = []
+    for key in keys:
+        row = dict(by_run[0][key])
+        for field in _TIMED:
+            row[field] = _median([run[key].get(field) for run in by_run])
+        rows.append(row)
+    return rows
+
+
+def _combined_ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each ratio of run 1, as the median of the runs' values (the ratio of one run is the figure that drift does
+    not move; a median of ratios keeps that), with ``min``, ``max`` and ``runs`` (every run's value)."""
+    at = [{(r["model"], r["peer"], r["img_size"], r["dtype"]): r["ratio"] for r in res["ratios"]} for res in results]
+    out = []
+    for ratio in results[0]["ratios"]:
+        key = (ratio["model"], ratio["peer"], ratio["img_size"], ratio["dtype"])
+        values = [run[key] for run in at if key in run]
+        row = dict(ratio, ratio=statistics.median(values), min=min(values), max=max(values), runs=values)
+        out.append(row)
+    return out
+
+
+def _combined_operators(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not all(res.get("operators") for res in results):
+        return None
+    ops = dict(results[0]["operators"])
+    seconds: dict[tuple[str, int], list[float]] = {}
+    for res in results:
+        for r in res["operators"]["rows"]:
+            seconds.setdefault((r["operator"], r["side"]), []).append(r["seconds"])
+    rows = [dict(r, seconds=statistics.median(seconds[(r["operator"], r["side"])])) for r in ops["rows"]]
+    exponents = {}
+    for name in ops["exponents"]:
+        pts = [r for r in rows if r["operator"] == name]
+        exponents[name] = fit_exponent([r["tokens"] for r in pts], [r["seconds"] for r in pts])
+    faster = {}
+    for side in {r["side"] for r in rows}:
+        at = {r["operator"]: r["seconds"] for r in rows if r["side"] == side}
+        faster[str(side)] = min(("hco_matrix", "hco_fft"), key=lambda k: at[k])
+    return dict(ops, rows=rows, exponents=exponents, faster_hco=faster)
+
+
+def combine_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from the records of several runs of the same command (``results.json`` of each, in run order):
+    the median over runs of every timed figure, and of every ratio with its range; the machine of the first run.
+    ``runs`` is the number of runs, ``run_seconds`` the time of each."""
+    if not results:
+        raise ValueError("no bench runs to combine")
+    combined: dict[str, Any] = {
+        "machine": results[0]["machine"],
+        "repeats": results[0]["repeats"],
+        "runs": len(results),
+        "run_seconds": [res["seconds"] for res in results],
+        "rows": _combined_rows(results),
+        "ratios": _combined_ratios(results),
+    }
+    operators = _combined_operators(results)
+    if operators is not None:
+        combined["operators"] = operators
+    combined["seconds"] = sum(combined["run_seconds"])
+    return combined
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Run :func:`~pdevision.bench.run.run_bench` with ``bench_kwargs`` ``runs`` times, each in a fresh Python
+    process, one after the other, into ``out_dir / "run{i}"``; write the combined record (:func:`combine_runs`) to
+    ``out_dir`` and return it. A run that fails stops the series with one error naming it; the runs written before
+    stay on disk, and the folder's own record is not touched."""
+    from pdevision.bench.run import write_results
+
+    if runs < 1:
+        raise ValueError(f"runs must be a positive number, got {runs}")
+    results = []
+    series_start = time.perf_counter()
+    for i in range(1, runs + 1):
+        run_dir = out_dir / f"run{i}"
+        job = {"out_dir": str(run_dir), "threads": threads, "kwargs": bench_kwargs}
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pdevision.bench.runs", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench run {i} of {runs} failed: {_last_line(proc.stderr)}")
+        results.append(json.loads((run_dir / "results.json").read_text()))
+        print(f"bench run {i} of {runs}: {run_dir} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    combined = combine_runs(results)
+    combined["seconds"] = time.perf_counter() - series_start  # the whole series, process starts included
+    write_results(combined, out_dir)
+    return combined
+
+
+def _child(job: dict[str, Any]) -> int:
+    import torch
+
+    from pdevision.bench.run import run_bench
+
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    kwargs = dict(job["kwargs"])
+    for key in ("train_resolutions", "operator_sides"):  # tuples, which JSON carries as lists
+        if key in kwargs:
+            kwargs[key] = tuple(kwargs[key])
+    try:
+        run_bench(out_dir=Path(job["out_dir"]), **kwargs)
+    except Exception as exc:  # one line for the parent's error message
+        print(f"{type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child(json.loads(sys.argv[1])))
