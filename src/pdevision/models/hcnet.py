@@ -248,6 +248,8 @@ class HcNet(StagedBackbone):
         same parameters, state dict and function). ``img_size`` is accepted for the common folding call and unused."""
         fuse_linears(self)
         self.stem.to(memory_format=torch.channels_last)  # its LayerNorms then read NHWC memory without a copy
+        for stage in self.stages:  # the downsampling convolutions read NHWC maps: weights in that layout too, or
+            stage.downsample.to(memory_format=torch.channels_last)  # the convolution copies them on every call
 
 
 # -- registry ------------------------------------------------------------------------------------

@@ -224,6 +224,8 @@ class VHeat(StagedBackbone):
             stage.reparameterize((conv_out_size(size[0], 2 + i), conv_out_size(size[1], 2 + i)))
         fuse_linears(self)
         self.stem.to(memory_format=torch.channels_last)  # its LayerNorms then read NHWC memory without a copy
+        for stage in self.stages:  # the downsampling convolutions read NHWC maps: weights in that layout too, or
+            stage.downsample.to(memory_format=torch.channels_last)  # the convolution copies them on every call
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
