@@ -252,8 +252,9 @@ def _timing_text(result: dict[str, Any]) -> str:
         return within[0].upper() + within[1:]
     each = ", ".join(f"{s:.0f}" for s in result["run_seconds"])
     return (
-        f"{runs} runs of the same command, one after the other, each a fresh process ({each} s); every figure below "
-        f"is the median over the runs, the machine line is the first run's; within each run, {within}"
+        f"{runs} runs of the same command, one after the other, each a fresh process ({each} s); every figure "
+        "below is the median over the runs (the machine line is the first run's, its matrix-multiply rates the "
+        f"median); within each run, {within}"
     )
 
 

@@ -78,14 +78,29 @@ def _combined_operators(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     return dict(ops, rows=rows, exponents=exponents, faster_hco=faster)
 
 
+def _combined_machine(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first run's machine, with the measured matrix-multiply rates the median over the runs (one measurement
+    of a few products moves more between processes than the model timings do)."""
+    machine = dict(results[0]["machine"])
+    machine["matmul_gflops"] = statistics.median(res["machine"]["matmul_gflops"] for res in results)
+    by_dtype = machine.get("matmul_gflops_by_dtype")
+    if by_dtype:
+        rates_of = [res["machine"]["matmul_gflops_by_dtype"] for res in results]
+        machine["matmul_gflops_by_dtype"] = {
+            dt: {k: statistics.median(r[dt][k] for r in rates_of) for k in rates} for dt, rates in by_dtype.items()
+        }
+    return machine
+
+
 def combine_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One record from the records of several runs of the same command (``results.json`` of each, in run order):
-    the median over runs of every timed figure, and of every ratio with its range; the machine of the first run.
+    the median over runs of every timed figure, and of every ratio with its range; the machine of the first run, with
+    the median of the runs' matrix-multiply rates.
     ``runs`` is the number of runs, ``run_seconds`` the time of each."""
     if not results:
         raise ValueError("no bench runs to combine")
     combined: dict[str, Any] = {
-        "machine": results[0]["machine"],
+        "machine": _combined_machine(results),
         "repeats": results[0]["repeats"],
         "runs": len(results),
         "run_seconds": [res["seconds"] for res in results],
