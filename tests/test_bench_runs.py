@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pdevision.bench.run import markdown_table
-from pdevision.bench.runs import combine_runs
+from pdevision.bench.runs import combine_runs, failure_message
 from pdevision.cli import main
 
 
@@ -122,3 +124,12 @@ def test_bench_runs_out_of_range_is_a_usage_error(runs: str, capsys: pytest.Capt
         main(["bench", "--runs", runs])
     assert exc.value.code == 2
     assert "--runs" in capsys.readouterr().err
+
+
+def test_a_killed_run_says_how_it_ended() -> None:
+    """A run killed by a signal (the out-of-memory killer) writes nothing; the message still says what happened."""
+    kill = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    proc = subprocess.run([sys.executable, "-c", kill], capture_output=True, text=True, check=False)
+    assert failure_message(2, 3, proc) == "bench run 2 of 3 failed: killed by SIGKILL, no message (out of memory?)"
+    silent = subprocess.run([sys.executable, "-c", "raise SystemExit(3)"], capture_output=True, text=True, check=False)
+    assert failure_message(1, 3, silent) == "bench run 1 of 3 failed: exit code 3, no message"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -114,9 +115,16 @@ def combine_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
     return combined
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
+def failure_message(i: int, runs: int, proc: subprocess.CompletedProcess[str]) -> str:
+    """One line for a run whose process failed: the last line it wrote to stderr, or how it ended."""
+    lines = [line for line in (proc.stderr or "").strip().splitlines() if line.strip()]
+    if lines:
+        why = lines[-1]
+    elif proc.returncode < 0:
+        why = f"killed by {signal.Signals(-proc.returncode).name}, no message (out of memory?)"
+    else:
+        why = f"exit code {proc.returncode}, no message"
+    return f"bench run {i} of {runs} failed: {why}"
 
 
 def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +150,7 @@ def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         if proc.returncode != 0:
-            raise RuntimeError(f"bench run {i} of {runs} failed: {_last_line(proc.stderr)}")
+            raise RuntimeError(failure_message(i, runs, proc))
         results.append(json.loads((run_dir / "results.json").read_text()))
         print(f"bench run {i} of {runs}: {run_dir} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     combined = combine_runs(results)
