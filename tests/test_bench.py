@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from pdevision.bench.operators import fit_exponent
 from pdevision.bench.run import _ratio_table, ratio_rows
@@ -188,3 +189,12 @@ def test_steady_allocator_keeps_freed_memory_mapped() -> None:
     faults), where glibc's default unmaps them. Each side in a fresh process, so that no heap history decides it."""
     assert _returned_on_free("steady") < 2 * 2**20
     assert _returned_on_free("default") >= 16 * 2**20
+
+
+def test_bench_device_auto_runs_where_the_parser_accepts_it(tmp_path: Path) -> None:
+    """``--device auto`` passed the parser but failed inside the bench (torch has no device "auto")."""
+    argv = ["bench", "--models", "resnet18", "--resolutions", "64", "--batch", "1", "--repeats", "1"]
+    argv += ["--train-resolutions", "--no-operators", "--device", "auto", "--out", str(tmp_path / "b")]
+    assert main(argv) == 0
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["machine"]["device"] == want

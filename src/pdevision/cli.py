@@ -365,6 +365,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS, split_variant
     from pdevision.bench.run import DEFAULT_OURS, run_bench
+    from pdevision.engine.runtime import resolve_device
     from pdevision.models.factory import build_model
 
     if args.threads:
@@ -383,7 +384,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         resolutions=list(args.resolutions),
         batch=args.batch,
         repeats=args.repeats,
-        device=args.device,
+        device=str(resolve_device(args.device)),  # "auto": the GPU where there is one, else the CPU
         dtype=args.dtype,
         train_resolutions=tuple(args.train_resolutions),
         operators=not args.no_operators,

@@ -228,7 +228,7 @@ def _ratio_table(ratios: list[dict[str, Any]]) -> list[str]:
 
 
 def _runs_table(ratios: list[dict[str, Any]]) -> list[str]:
-    """Every run's value of every ratio (a record combined from several runs), unrounded to three places."""
+    """Every run's value of every ratio, to three decimals (a record combined from several runs)."""
     runs = max((len(r.get("runs", ())) for r in ratios), default=0)
     if runs < 2:
         return []
