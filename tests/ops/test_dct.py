@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import scipy.fft
@@ -150,3 +152,31 @@ def test_basis_batch_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dct_module, "_BASIS_BATCH_MAX_VALUES", 588)
     torch.testing.assert_close(dct2(x, dims=(1, 2), method="matrix"), y, rtol=0, atol=0)  # same values either way
     assert cache.cache_info().currsize == 2
+
+
+@pytest.mark.parametrize("transform", [dct2, idct2])
+@pytest.mark.parametrize("method", ["matrix", "fft"])
+def test_what_the_transform_cannot_take_is_a_clear_error(transform, method: str) -> None:
+    # an integer tensor used to meet an integer basis on the matrix path: every coefficient truncated to 0
+    for dtype in (torch.int64, torch.uint8, torch.bool, torch.complex64):
+        with pytest.raises(TypeError, match=re.escape(f"real floating-point tensor, got {dtype}")):
+            transform(torch.ones(1, 1, 4, 4, dtype=dtype), method=method)
+    with pytest.raises(TypeError, match=r"takes a torch\.Tensor, got list"):
+        transform([[1.0, 2.0], [3.0, 4.0]], method=method)
+    x = torch.randn(2, 3, 8, 8)
+    # out-of-range dims used to wrap around (5, 6 became 1, 2: channels and height transformed)
+    with pytest.raises(ValueError, match=r"dims \(5, 6\) out of range for a 4-D tensor"):
+        transform(x, dims=(5, 6), method=method)
+    with pytest.raises(ValueError, match=r"dims \(-5, -1\) out of range"):
+        transform(x, dims=(-5, -1), method=method)
+    with pytest.raises(ValueError, match=r"out of range for a 0-D tensor"):
+        transform(torch.tensor(1.0), method=method)
+    with pytest.raises(ValueError, match="spatial dimensions must not be empty, got 0x8"):
+        transform(torch.randn(2, 3, 0, 8), method=method)
+
+
+@pytest.mark.parametrize("method", ["matrix", "fft"])
+def test_an_empty_batch_transforms_to_an_empty_batch(method: str) -> None:
+    for transform in (dct2, idct2):
+        out = transform(torch.randn(0, 3, 8, 8), method=method)
+        assert out.shape == (0, 3, 8, 8) and out.dtype == torch.float32

@@ -136,3 +136,20 @@ def test_resize_spectrum_identity_interp_and_pad() -> None:
     np.testing.assert_array_equal(resize_spectrum(spec, (3, 2), mode="pad").numpy(), spec[:3, :2].numpy())
     with pytest.raises(ValueError, match="'interp' or 'pad'"):
         resize_spectrum(spec, (3, 3), mode="nearest")
+
+
+def test_invalid_diffusivity_time_or_shape_is_a_clear_error() -> None:
+    u = torch.randn(2, 3, 8, 8)
+    for k, t in ((-10.0, 1.0), (1.0, -5.0), (float("nan"), 1.0), (1.0, float("inf")), (1 + 1j, 1.0)):
+        with pytest.raises(ValueError, match="finite, non-negative"):
+            heat_conduct(u, k, t)
+    with pytest.raises(ValueError, match="finite, non-negative k"):
+        heat_conduct(u, torch.tensor([1.0, -1.0, 1.0]).view(3, 1, 1))
+    # a k that broadcasts u0 to a larger shape used to return a result of another shape
+    with pytest.raises(
+        ValueError, match=r"without adding to their shape; the decay factors have shape \(2, 1, 1, 8, 8\)"
+    ):
+        heat_conduct(u, torch.ones(2, 1, 1, 1, 1))
+    with pytest.raises(TypeError, match="real floating-point tensor"):
+        heat_conduct(torch.full((1, 1, 4, 4), 5), 0.1)
+    assert torch.equal(heat_conduct(u, 0.0), heat_conduct(u, 1.0, t=0.0))  # zero time or diffusivity: allowed

@@ -116,11 +116,21 @@ def dct_matrix(n: int, device: torch.device | str | None = None, dtype: torch.dt
 
 
 def _norm_dims(x: torch.Tensor, dims: tuple[int, int]) -> tuple[int, int]:
+    """``dims`` as two non-negative dimension indices of ``x``; a clear error for what the transforms cannot take (an
+    integer tensor would otherwise be multiplied with an integer basis, every coefficient truncated to 0)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"the DCT takes a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"the DCT needs a real floating-point tensor, got {x.dtype} (convert it with .float())")
     if len(dims) != 2:
         raise ValueError(f"dims must name two spatial dimensions, got {dims}")
+    if any(not -x.ndim <= d < x.ndim for d in dims):
+        raise ValueError(f"dims {tuple(dims)} out of range for a {x.ndim}-D tensor")
     d0, d1 = (d % x.ndim for d in dims)
     if d0 == d1:
         raise ValueError(f"dims must be two different dimensions, got {dims}")
+    if x.shape[d0] == 0 or x.shape[d1] == 0:
+        raise ValueError(f"the spatial dimensions must not be empty, got {x.shape[d0]}x{x.shape[d1]}")
     return d0, d1
 
 
@@ -219,6 +229,8 @@ def dct2(x: torch.Tensor, dims: tuple[int, int] = (-2, -1), method: DctMethod = 
     """Orthonormal 2-D DCT-II of ``x`` over ``dims`` (NCHW: ``(-2, -1)``, NHWC: ``(1, 2)``)."""
     d0, d1 = _norm_dims(x, dims)
     impl = resolve_method(method, x.shape[d0], x.shape[d1])
+    if x.numel() == 0:  # an empty batch: nothing to transform (the FFT path has no plan for it)
+        return x.clone()
     if impl == "matrix":
         return _apply_basis(_apply_basis(x, d0, inverse=False), d1, inverse=False)
     return _dct1_fft(_dct1_fft(x, d0), d1)
@@ -228,6 +240,8 @@ def idct2(x: torch.Tensor, dims: tuple[int, int] = (-2, -1), method: DctMethod =
     """Inverse of :func:`dct2` (orthonormal 2-D DCT-III) over ``dims``."""
     d0, d1 = _norm_dims(x, dims)
     impl = resolve_method(method, x.shape[d0], x.shape[d1])
+    if x.numel() == 0:
+        return x.clone()
     if impl == "matrix":
         return _apply_basis(_apply_basis(x, d0, inverse=True), d1, inverse=True)
     return _idct1_fft(_idct1_fft(x, d0), d1)

@@ -64,6 +64,14 @@ def heat_conduct(
         ``u(t)``, same shape and layout as ``u0``.
     """
     d0, d1 = _norm_dims(u0, dims)
+    for name, value in (("k", k), ("t", t)):
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+            bad = value.is_complex() or not bool(torch.isfinite(value).all() and (value >= 0).all())
+        else:
+            bad = isinstance(value, complex) or not (math.isfinite(value) and value >= 0)
+        if bad:
+            raise ValueError(f"heat_conduct needs a finite, non-negative {name}, got {value}")
     h, w = u0.shape[d0], u0.shape[d1]
     energy = frequency_energy(h, w, u0.device, torch.promote_types(u0.dtype, torch.float32))
     view = [1] * u0.ndim
@@ -71,6 +79,11 @@ def heat_conduct(
     if d0 > d1:
         energy = energy.t()
     decay = torch.exp(-(k * t) * energy.reshape(view))
+    if torch.broadcast_shapes(decay.shape, u0.shape) != u0.shape:
+        raise ValueError(
+            f"k and t must broadcast against the DCT coefficients of u0 {tuple(u0.shape)} without adding to their "
+            f"shape; the decay factors have shape {tuple(decay.shape)}"
+        )
     return idct2(dct2(u0, dims, method) * decay, dims, method).to(u0.dtype)
 
 
