@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pdevision.bench.run import markdown_table
-from pdevision.bench.runs import combine_runs, failure_message
+from pdevision.bench.runs import STAGING, combine_runs, failure_message, run_in_processes
 from pdevision.cli import main
 
 
@@ -90,6 +92,8 @@ def test_runs_of_different_commands_are_not_combined() -> None:
 
 def test_bench_runs_in_fresh_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench"
+    (out / "run3").mkdir(parents=True)  # a run folder of an earlier, longer series
+    (out / STAGING).write_text("left by an interrupted series")
     argv = ["bench", "--models", "vheat_micro", "--resolutions", "64", "--batch", "2", "--repeats", "1"]
     argv += ["--train-resolutions", "--no-operators", "--runs", "2", "--threads", "1", "--out", str(out)]
     assert main(argv) == 0
@@ -100,22 +104,40 @@ def test_bench_runs_in_fresh_processes(tmp_path: Path, capsys: pytest.CaptureFix
     for row in combined["rows"]:
         each = [next(r for r in run["rows"] if r["model"] == row["model"])["infer_img_s"] for run in runs]
         assert row["infer_img_s"] == pytest.approx(sum(each) / 2)  # the median of two
+    # the folder holds this series only: no run of the earlier one, no staging folder
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["run1", "run2"]
     assert (out / "results.md").read_text().startswith("Machine:")
     assert (out / "cost_vs_resolution.png").stat().st_size > 100
     err = capsys.readouterr().err
-    assert "bench run 1 of 2:" in err and "bench run 2 of 2:" in err
+    assert "bench run 1 of 2: done" in err and "bench run 2 of 2: done" in err
 
 
-def test_a_failed_run_is_one_error_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failed_run_stops_the_series_and_leaves_the_record(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    (out / "run1").mkdir(parents=True)
+    (out / "results.json").write_text('{"the record of": "an earlier series"}')
+    kwargs = {"models": ["no_such_model"], "resolutions": [64], "repeats": 1, "train_resolutions": ()}
+    with pytest.raises(RuntimeError, match=r"bench run 1 of 2 failed: .*no_such_model.*the runs finished before it"):
+        run_in_processes(2, out, 1, {**kwargs, "operators": False})
+    assert json.loads((out / "results.json").read_text()) == {"the record of": "an earlier series"}
+    assert (out / "run1").is_dir() and not (out / "run2").exists()
+
+
+def test_ctrl_c_during_a_series_is_one_line_and_keeps_the_record(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     out.mkdir()
-    (out / "run1").write_text("a file where the first run's folder goes")
-    argv = ["bench", "--models", "resnet18", "--resolutions", "64", "--repeats", "1", "--train-resolutions"]
-    argv += ["--no-operators", "--runs", "2", "--out", str(out)]
-    assert main(argv) == 1
-    err = capsys.readouterr().err
-    assert "bench run 1 of 2 failed: FileExistsError" in err and "Traceback" not in err
-    assert not (out / "results.json").exists() and not (out / "run2").exists()
+    (out / "results.json").write_text("{}")
+    argv = ["bench", "--models", "vheat_micro", "--resolutions", "64", "--batch", "1", "--repeats", "1"]
+    argv += ["--train-resolutions", "--no-operators", "--runs", "2", "--threads", "1", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "pdevision.cli", *argv], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / STAGING / "run1").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the first run's process is at work
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "pdevision bench: interrupted" in err and "Traceback" not in err
+    assert (out / "results.json").read_text() == "{}"  # the record of the earlier series is untouched
 
 
 @pytest.mark.parametrize("runs", ["0", "21", "two"])

@@ -373,8 +373,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     models = list(args.models or [*DEFAULT_OURS, *DEFAULT_PEERS])
     if args.peers:
         models += [m for m in LARGER_PEERS[args.peers] if m not in models]
-    # unknown names fail here, with suggestions, before any timing
-    ours = {name: type(build_model(split_variant(name)[0])).__module__.startswith("pdevision.") for name in models}
+    # unknown names and sizes a model cannot take fail here, before any timing
+    built = {name: build_model(split_variant(name)[0]) for name in models}
+    ours = {name: type(model).__module__.startswith("pdevision.") for name, model in built.items()}
+    sizes = {*args.resolutions, *args.train_resolutions}
+    for name, model in built.items():
+        low = getattr(model, "min_input_size", 1)
+        if min(sizes) < low:
+            raise UsageError(f"{name} takes images of at least {low} px, got a resolution of {min(sizes)}")
+    if not args.no_operators and len(set(args.operator_sides)) < 2:
+        raise UsageError("--operator-sides needs at least two different sides to fit an exponent (or --no-operators)")
+    del built
     if args.fused_peers:  # each timm peer once more with its linear layers on the library's fused kernels
         models += [f"{m}{FUSED}" for m in models if not ours[m] and not split_variant(m)[1]]
     if args.compile:  # each model once more through torch.compile (the fused kernels step aside there)
@@ -388,7 +397,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         train_resolutions=tuple(args.train_resolutions),
         operators=not args.no_operators,
-        operator_sides=tuple(args.operator_sides),
+        operator_sides=tuple(sorted(set(args.operator_sides))),
         allocator=args.allocator,
     )
     if args.runs > 1:  # each run a fresh process; the folder's record is their median
@@ -913,6 +922,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DistributedTimeoutError as exc:
         print(f"pdevision {args.command}: stopped: {one_line(exc)}", file=sys.stderr)
         exit_after_timeout(1)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
+        print(f"pdevision {args.command}: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # anything else: still one line; the traceback on request
         if os.environ.get("PDEVISION_TRACEBACK"):
             raise

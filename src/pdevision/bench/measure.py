@@ -203,7 +203,8 @@ def probe_model(
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     if out.returncode != 0:
-        raise RuntimeError(f"probe of {model_name} failed: {out.stderr.strip()[-2000:]}")
+        lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
+        raise RuntimeError(f"probe of {model_name} failed: {lines[-1] if lines else f'exit code {out.returncode}'}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -127,19 +129,41 @@ def failure_message(i: int, runs: int, proc: subprocess.CompletedProcess[str]) -
     return f"bench run {i} of {runs} failed: {why}"
 
 
+STAGING = ".runs-in-progress"  # the runs of a series that has not finished, inside the output folder
+
+
+def _install_runs(staging: Path, out_dir: Path, runs: int) -> None:
+    """Replace the output folder's run folders of an earlier series by the ``runs`` finished ones in ``staging``."""
+    for old in out_dir.iterdir():
+        if old.is_dir() and re.fullmatch(r"run\d+", old.name):
+            shutil.rmtree(old)
+    for i in range(1, runs + 1):
+        (staging / f"run{i}").rename(out_dir / f"run{i}")
+    shutil.rmtree(staging)
+
+
 def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs: dict[str, Any]) -> dict[str, Any]:
     """Run :func:`~pdevision.bench.run.run_bench` with ``bench_kwargs`` ``runs`` times, each in a fresh Python
-    process, one after the other, into ``out_dir / "run{i}"``; write the combined record (:func:`combine_runs`) to
-    ``out_dir`` and return it. A run that fails stops the series with one error naming it; the runs written before
-    stay on disk, and the folder's own record is not touched."""
+    process, one after the other; write the combined record (:func:`combine_runs`) to ``out_dir`` and return it.
+
+    The runs are made in ``out_dir / STAGING`` and moved to ``out_dir / "run{i}"`` (replacing the run folders of an
+    earlier series) only when all have finished, so the folder's record and its run folders always belong to one
+    series. A run that fails stops the series with one error naming it, and an interrupted series stops too: the
+    folder's record and run folders are untouched, the finished runs stay in the staging folder until the next
+    series starts."""
     from pdevision.bench.run import write_results
 
     if runs < 1:
         raise ValueError(f"runs must be a positive number, got {runs}")
+    staging = out_dir / STAGING
+    if staging.is_dir():  # the runs of an unfinished earlier series
+        shutil.rmtree(staging)
+    elif staging.exists():
+        staging.unlink()
     results = []
     series_start = time.perf_counter()
     for i in range(1, runs + 1):
-        run_dir = out_dir / f"run{i}"
+        run_dir = staging / f"run{i}"
         job = {"out_dir": str(run_dir), "threads": threads, "kwargs": bench_kwargs}
         start = time.perf_counter()
         proc = subprocess.run(
@@ -150,11 +174,12 @@ def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         if proc.returncode != 0:
-            raise RuntimeError(failure_message(i, runs, proc))
+            raise RuntimeError(failure_message(i, runs, proc) + f"; the runs finished before it are in {staging}")
         results.append(json.loads((run_dir / "results.json").read_text()))
-        print(f"bench run {i} of {runs}: {run_dir} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        print(f"bench run {i} of {runs}: done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     combined = combine_runs(results)
     combined["seconds"] = time.perf_counter() - series_start  # the whole series, process starts included
+    _install_runs(staging, out_dir, runs)
     write_results(combined, out_dir)
     return combined
 
