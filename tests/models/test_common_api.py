@@ -122,3 +122,42 @@ def test_bfloat16_autocast_and_weights(micro: torch.nn.Module) -> None:
             out = micro(x)
         assert torch.isfinite(out).all()
         assert torch.corrcoef(torch.stack([out.float().flatten(), ref.flatten()]))[0, 1] > 0.9
+
+
+@pytest.mark.parametrize("name", MICROS)
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dims": 0}, r"dims must be positive channel counts, got \[0, 0, 0, 0\]"),
+        ({"dims": -8}, "dims must be positive channel counts"),
+        ({"in_chans": 0}, "in_chans must be a positive number of input channels, got 0"),
+        ({"num_classes": -1}, r"num_classes must be 0 \(no classifier\) or more, got -1"),
+        ({"depths": ()}, "depths must be a non-empty list of block counts"),
+        ({"depths": (1, -1, 1, 1)}, r"depths must be a non-empty list of block counts >= ., got \(1, -1, 1, 1\)"),
+    ],
+)
+def test_bad_architecture_arguments_are_one_clear_error(name: str, kwargs: dict[str, object], match: str) -> None:
+    """They used to build a model that failed at its first forward, or to fail deep inside torch's layers."""
+    with pytest.raises(ValueError, match=match):
+        timm.create_model(name, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["vheat_micro", "hcnet_micro"])
+@pytest.mark.parametrize(
+    ("img_size", "match"),
+    [(-32, "must be positive, got -32"), (64.5, "pair of ints, got 64.5"), ("64", "pair of ints, got '64'")],
+)
+def test_bad_image_size_is_one_clear_error(name: str, img_size: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        timm.create_model(name, img_size=img_size)
+    model = timm.create_model(name).eval()
+    with pytest.raises(ValueError, match=match):  # "64" used to fold for a 6x4 image
+        model.reparameterize(img_size=img_size)
+
+
+@pytest.mark.parametrize("name", MICROS)
+def test_an_integer_image_tensor_is_a_clear_error(name: str) -> None:
+    model = timm.create_model(name, num_classes=3).eval()
+    for dtype in (torch.uint8, torch.int64, torch.bool):
+        with pytest.raises(TypeError, match=rf"floating-point image tensor, got {dtype}.*x.float\(\) / 255"):
+            model(torch.zeros(1, 3, 64, 64, dtype=dtype))

@@ -10,13 +10,50 @@ import torch
 from torch import nn
 
 
+def _is_int(v: object) -> bool:
+    """A Python, numpy or 0-d tensor integer (not a bool): what an image size may be."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return True
+    dtype = getattr(v, "dtype", None)  # numpy integers and 0-d integer tensors, read from shapes and arrays
+    return dtype is not None and getattr(v, "ndim", 0) == 0 and "int" in str(dtype)
+
+
 def to_2tuple_size(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    """``224 -> (224, 224)``; a pair is returned as a tuple of ints."""
-    if isinstance(size, int):
-        return size, size
-    if len(size) != 2:
-        raise ValueError(f"an image size is an int or a (height, width) pair, got {size!r}")
-    return int(size[0]), int(size[1])
+    """``224 -> (224, 224)``; a pair is returned as a tuple of ints. Anything else (a string, a float, a size of 0 or
+    less) is a ``ValueError`` naming it."""
+    pair = (size, size) if _is_int(size) else size
+    if isinstance(pair, (str, bytes)) or not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise ValueError(f"an image size is an int or a (height, width) pair of ints, got {size!r}")
+    if not all(_is_int(v) for v in pair):
+        raise ValueError(f"an image size is an int or a (height, width) pair of ints, got {size!r}")
+    if any(int(v) < 1 for v in pair):  # type: ignore[call-overload]
+        raise ValueError(f"an image size must be positive, got {size!r}")
+    return int(pair[0]), int(pair[1])  # type: ignore[call-overload]
+
+
+def stage_widths(
+    depths: list[int] | tuple[int, ...],
+    dims: int | list[int] | tuple[int, ...],
+    in_chans: int,
+    num_classes: int,
+    min_depth: int = 0,
+) -> list[int]:
+    """The channels of each stage (an int ``dims`` doubles per stage), after checking the architecture arguments
+    that a staged backbone shares; a ``ValueError`` names the one that is wrong."""
+    if len(depths) < 1 or any(not _is_int(d) or d < min_depth for d in depths):
+        raise ValueError(f"depths must be a non-empty list of block counts >= {min_depth}, got {depths!r}")
+    if not _is_int(in_chans) or in_chans < 1:
+        raise ValueError(f"in_chans must be a positive number of input channels, got {in_chans!r}")
+    if not _is_int(num_classes) or num_classes < 0:
+        raise ValueError(f"num_classes must be 0 (no classifier) or more, got {num_classes!r}")
+    widths = [dims * 2**i for i in range(len(depths))] if _is_int(dims) else list(dims)  # type: ignore[operator]
+    if len(widths) != len(depths):
+        raise ValueError(f"dims and depths need one entry per stage, got {len(widths)} and {len(depths)}")
+    if any(not _is_int(d) or d < 1 for d in widths):
+        raise ValueError(f"dims must be positive channel counts, got {widths!r}")
+    return [int(d) for d in widths]
 
 
 def conv_out_size(size: int, times: int) -> int:
@@ -36,6 +73,8 @@ def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> torch.Te
         raise ValueError(
             f"expected a 4-D tensor of shape (batch, {in_chans}, height, width), got {x.ndim}-D shape {tuple(x.shape)}"
         )
+    if not x.is_floating_point():
+        raise TypeError(f"expected a floating-point image tensor, got {x.dtype} (for 8-bit images: x.float() / 255)")
     if x.shape[1] != in_chans:
         raise ValueError(
             f"expected {in_chans} input channels, shape (batch, {in_chans}, height, width), "
@@ -156,10 +195,7 @@ class StagedBackbone(nn.Module):
         """Common attributes of a four-stage NHWC backbone (stride 4, then 2 per stage); returns the
         per-stage widths (an int ``dims`` doubles per stage)."""
         num_stages = len(depths)
-        if isinstance(dims, int):
-            dims = [dims * 2**i for i in range(num_stages)]
-        if len(dims) != num_stages:
-            raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {num_stages}")
+        dims = stage_widths(depths, dims, in_chans, num_classes)
         self.img_size = to_2tuple_size(img_size)
         self.in_chans = in_chans
         self.num_classes = num_classes

@@ -69,7 +69,7 @@ from pdevision.layers.hcl import (
     matched_hidden,
     refinement_act_layer,
 )
-from pdevision.models._common import StagedBackbone, default_cfg, fuse_linears, resolve_local_head
+from pdevision.models._common import StagedBackbone, default_cfg, fuse_linears, resolve_local_head, to_2tuple_size
 from pdevision.ops.fdm import Boundary
 
 __all__ = ["LAYOUTS", "HcNet", "HcNetStage", "PatchStem"]
@@ -245,7 +245,10 @@ class HcNet(StagedBackbone):
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
         """Inference folding: the linear layers on the fused kernels (:func:`~pdevision.models._common.fuse_linears`;
-        same parameters, state dict and function). ``img_size`` is accepted for the common folding call and unused."""
+        same parameters, state dict and function). ``img_size`` is accepted for the common folding call (checked, then
+        unused)."""
+        if img_size is not None:
+            to_2tuple_size(img_size)
         fuse_linears(self)
         self.stem.to(memory_format=torch.channels_last)  # its LayerNorms then read NHWC memory without a copy
         for stage in self.stages:  # the downsampling convolutions read NHWC maps: weights in that layout too, or

@@ -59,7 +59,13 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._common import StagedBackbone, check_image_batch, default_cfg, resolve_local_head
+from pdevision.models._common import (
+    StagedBackbone,
+    check_image_batch,
+    default_cfg,
+    resolve_local_head,
+    stage_widths,
+)
 
 torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._common)
 
@@ -184,10 +190,7 @@ class PDEResNet(StagedBackbone):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         num_stages = len(depths)
-        if isinstance(dims, int):
-            dims = [dims * 2**i for i in range(num_stages)]
-        if len(dims) != num_stages:
-            raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {num_stages}")
+        dims = stage_widths(depths, dims, in_chans, num_classes, min_depth=1)  # each stage opens with its block
         self.in_chans = in_chans
         self.num_classes = num_classes
         self.global_pool = global_pool
