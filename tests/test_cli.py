@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +44,26 @@ def test_console_script_entry_point() -> None:
         [sys.executable, "-m", "pdevision.cli", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout.startswith("pdevision ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["viz", "erf", "--models", "vheat_micro", "--device", "banana"], "unknown device 'banana'"),
+        (["viz", "gradcam", "--checkpoint", "x", "--device", "cuda:99"], "--device"),
+        (["viz", "heat", "--model", "vheat_micro", "--output", "<file>"], "exists and is not a folder"),
+        (["viz", "heat", "--model", "vheat_micro", "--times", "nan"], "--times: must be a finite number"),
+        (["viz", "heat", "--model", "vheat_micro", "--times", "-1"], "--times: must be a number in"),
+        (["predict", "--checkpoint", "x", "a.png", "--output", "<file>"], "exists and is not a folder"),
+    ],
+)
+def test_viz_and_predict_flags_are_usage_errors(
+    argv: list[str], match: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They were accepted, then failed at run time (exit 1), or ran with times nan or negative."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    with pytest.raises(SystemExit) as exc:
+        main([str(a_file) if a == "<file>" else a for a in argv])
+    assert exc.value.code == 2
+    assert match in capsys.readouterr().err

@@ -761,15 +761,17 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--data", default=None, help=data_help)
     q.add_argument("--img-size", type=_positive_int, default=128, help="input size for --models (default 128)")
     q.add_argument("--images", type=_positive_int, default=16, help="images to average over (default 16)")
-    q.add_argument("--device", default="cpu")
-    q.add_argument("--output", default="runs/viz/erf", help="folder for erf.png and erf.json")
+    q.add_argument("--device", type=_device, default="cpu")
+    q.add_argument("--output", type=_output_folder, default="runs/viz/erf", help="folder for erf.png and erf.json")
     q = vsub.add_parser("gradcam", help="Grad-CAM per stage of a trained checkpoint (grad-cam package)")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("images", nargs="*", help="image files (default: validation images of the run's data)")
     q.add_argument("--data", default=None, help=data_help)
     q.add_argument("--num-images", type=_positive_int, default=4, help="validation images without files (default 4)")
-    q.add_argument("--device", default="cpu")
-    q.add_argument("--output", default="runs/viz/gradcam", help="folder for gradcam.png and gradcam.json")
+    q.add_argument("--device", type=_device, default="cpu")
+    q.add_argument(
+        "--output", type=_output_folder, default="runs/viz/gradcam", help="folder for gradcam.png and gradcam.json"
+    )
     q = vsub.add_parser("heat", help="vHeat k(w) and point sources, HcNet k and stencils, PDE-ResNet point responses")
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--model", default=None, help="model name, random weights")
@@ -777,22 +779,30 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--data", default=None, help=data_help)
     q.add_argument("--img-size", type=_positive_int, default=64, help="input size for --model (default 64)")
     q.add_argument("--images", type=_positive_int, default=32, help="images for HcNet / PDE-ResNet (default 32)")
-    q.add_argument("--times", nargs="+", type=float, default=[0.25, 0.5, 1.0, 2.0, 4.0], help="point-source times")
+    q.add_argument(
+        "--times",
+        nargs="+",
+        type=_bounded(float, 0, None, low_open=True),
+        default=[0.25, 0.5, 1.0, 2.0, 4.0],
+        help="point-source times",
+    )
     q.add_argument("--gif", action="store_true", help="also vheat_point_source.gif")
-    q.add_argument("--output", default="runs/viz/heat")
+    q.add_argument("--output", type=_output_folder, default="runs/viz/heat")
     q = vsub.add_parser("symmetry", help="PDE-ResNet weights under a group element and sparsify; logits difference")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
     q.add_argument("--images", type=_positive_int, default=32, help="images for the logits difference (default 32)")
     q.add_argument("--steps", type=_positive_int, default=100, help="sparsify steps (default 100)")
     q.add_argument("--seed", type=int, default=0, help="seed of the random group element")
-    q.add_argument("--output", default="runs/viz/symmetry")
+    q.add_argument("--output", type=_output_folder, default="runs/viz/symmetry")
     q = vsub.add_parser("report", help="one index.html: curves, metrics, confusion matrix and the figures above")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
     q.add_argument("--images", type=_positive_int, default=8, help="images for the figures (default 8)")
     q.add_argument("--steps", type=_positive_int, default=50, help="sparsify steps for PDE-ResNet (default 50)")
-    q.add_argument("--output", default="runs/viz/report", help="folder for index.html and its files")
+    q.add_argument(
+        "--output", type=_output_folder, default="runs/viz/report", help="folder for index.html and its files"
+    )
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
@@ -884,7 +894,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topk", type=_positive_int, default=5)
     p.add_argument("--device", type=_device, default="auto")
     p.add_argument("--json", action="store_true", help="also print the result as JSON")
-    p.add_argument("--output", default=None, help="segment/detect checkpoints: folder (default runs/predict)")
+    p.add_argument(
+        "--output", type=_output_folder, default=None, help="segment/detect checkpoints: folder (default runs/predict)"
+    )
     p.add_argument("--score-threshold", type=float, default=0.5, help="detect checkpoints: lowest score kept")
     p.set_defaults(func=cmd_predict)
     _add_viz_parser(sub)

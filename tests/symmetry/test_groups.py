@@ -100,3 +100,14 @@ def test_random_element_with_explicit_groups() -> None:
     assert is_member(els[0], "O") and is_member(els[1], "perm")
     with pytest.raises(ValueError, match="one group per stage"):
         random_element(model, ["O"])
+
+
+def test_random_group_element_refuses_what_is_not_an_element() -> None:
+    for cond in (float("nan"), float("inf"), 0.5):  # nan gave a matrix of nan, inf one of nan and inf
+        with pytest.raises(ValueError, match="cond must be a finite number of at least 1"):
+            random_group_element(3, "GL", cond=cond)
+    with pytest.raises(TypeError, match=r"floating-point dtype, got torch\.int64"):  # it was truncated to integers
+        random_group_element(3, "GL", cond=10.0, dtype=torch.int64)
+    for n in (-1, 0, 3.5):
+        with pytest.raises(ValueError, match="n must be a positive number of channels"):
+            random_group_element(n, "GL")  # type: ignore[arg-type]

@@ -125,8 +125,12 @@ def random_group_element(
     groups: a uniform permutation times scalings log-uniform in ``[cond^-1/2, cond^1/2]`` (random signs where
     the group has them)."""
     _check_group(group)
-    if cond < 1:
-        raise ValueError(f"cond must be at least 1, got {cond}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive number of channels, got {n!r}")
+    if not math.isfinite(cond) or cond < 1:  # a nan passed "cond < 1" and gave a matrix of nan
+        raise ValueError(f"cond must be a finite number of at least 1, got {cond}")
+    if not dtype.is_floating_point:  # an integer dtype truncated the element to another matrix
+        raise TypeError(f"a group element needs a floating-point dtype, got {dtype}")
     gen = torch.Generator().manual_seed(seed)
     if group == "O":
         return _haar_orthogonal(n, gen, dtype)
