@@ -111,3 +111,23 @@ def test_random_group_element_refuses_what_is_not_an_element() -> None:
     for n in (-1, 0, 3.5):
         with pytest.raises(ValueError, match="n must be a positive number of channels"):
             random_group_element(n, "GL")  # type: ignore[arg-type]
+
+
+def test_the_symmetry_tools_name_a_model_that_is_not_a_pde_resnet() -> None:
+    import timm
+
+    from pdevision import symmetry
+
+    vheat = timm.create_model("vheat_micro", num_classes=3)
+    calls = [
+        lambda: symmetry.stage_groups(vheat),
+        lambda: symmetry.stage_dims(vheat),
+        lambda: symmetry.random_element(vheat),
+        lambda: symmetry.transform(vheat, [None] * 4),
+        lambda: symmetry.fraction_below(vheat),
+        lambda: symmetry.prune_small_weights(vheat),
+        lambda: symmetry.sparsify(vheat, steps=1),
+    ]
+    for call in calls:  # each used to fail inside with an AttributeError on a vHeat block
+        with pytest.raises(TypeError, match="VHeat is not a PDE-ResNet"):
+            call()

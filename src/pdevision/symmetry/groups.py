@@ -65,14 +65,23 @@ def form_group(equation: str) -> str:
     return "GL" if equation in MIXED_EQUATIONS else "monomial"
 
 
+def require_pderesnet(model: nn.Module) -> None:
+    """A ``TypeError`` unless ``model`` is a PDE-ResNet (the symmetry tools read its equation, activation and
+    blocks); without it another model failed deep inside with an ``AttributeError``."""
+    if not all(hasattr(model, name) for name in ("equation", "activation", "stages")):
+        raise TypeError(f"{type(model).__name__} is not a PDE-ResNet: the symmetry tools act on pderesnet models")
+
+
 def stage_groups(model: nn.Module) -> list[str]:
     """The group acting on each stage's residual stream of a PDE-ResNet (the same for every stage)."""
+    require_pderesnet(model)
     group = intersect(form_group(model.equation), ACTIVATION_GROUP[model.activation])
     return [group] * len(model.stages)
 
 
 def stage_dims(model: nn.Module) -> list[int]:
     """Channels of each stage's residual stream."""
+    require_pderesnet(model)
     return [stage.blocks[0].out_chs for stage in model.stages]
 
 

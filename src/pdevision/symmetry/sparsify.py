@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from pdevision.symmetry.fold import fold_batchnorm
-from pdevision.symmetry.groups import intersect, stage_dims, stage_groups
+from pdevision.symmetry.groups import intersect, require_pderesnet, stage_dims, stage_groups
 from pdevision.symmetry.transform import BlockMatrices, act_on_block, check_invariance, stream_blocks, transform
 
 logger = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ __all__ = ["SparsifyResult", "fraction_below", "one_by_one_weights", "prune_smal
 def one_by_one_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The 1x1 channel-mixing weights of every block, ``(name, (out, in, 1, 1) tensor)``: the coefficient conv
     ``W``, the mixing conv ``A`` and the shortcut ``S`` (a projection, or after folding a dense matrix)."""
+    require_pderesnet(model)
     out = []
     for i, stage in enumerate(model.stages):
         for j, block in enumerate(stage.blocks):

@@ -12,7 +12,7 @@ from torch import nn
 
 from pdevision.layers.hyperbolic import BILINEAR_FORMS, MIXED_EQUATIONS, HyperbolicBlock
 from pdevision.symmetry.fold import fold_batchnorm
-from pdevision.symmetry.groups import GROUPS, is_member, monomial_parts, stage_dims, stage_groups
+from pdevision.symmetry.groups import GROUPS, is_member, monomial_parts, require_pderesnet, stage_dims, stage_groups
 
 
 @dataclass
@@ -92,6 +92,7 @@ def act_on_block(
 
 def stream_blocks(model: nn.Module) -> list[tuple[HyperbolicBlock, int | None, int]]:
     """Every block with the stage index of its input stream (``None``: the stem) and of its output stream."""
+    require_pderesnet(model)
     out = []
     for i, stage in enumerate(model.stages):
         for j, block in enumerate(stage.blocks):
