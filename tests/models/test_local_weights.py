@@ -51,3 +51,32 @@ def test_save_for_hf_and_local_dir_round_trip(tmp_path: Path) -> None:
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(restored(x), model(x), rtol=0, atol=0)
+
+
+def test_a_local_file_that_is_not_weights_is_one_clear_error(tmp_path: Path) -> None:
+    model = timm.create_model("vheat_micro", num_classes=5)
+    torch.save(model.state_dict(), tmp_path / "good.pth")
+    save_file(model.state_dict(), str(tmp_path / "good.safetensors"))
+    good_pth, good_st = (tmp_path / "good.pth").read_bytes(), (tmp_path / "good.safetensors").read_bytes()
+    (tmp_path / "empty.pth").write_bytes(b"")
+    (tmp_path / "truncated.pth").write_bytes(good_pth[: len(good_pth) // 2])
+    (tmp_path / "truncated.safetensors").write_bytes(good_st[: len(good_st) // 2])
+    torch.save([1, 2, 3], tmp_path / "list.pth")
+    (tmp_path / "folder.pth").mkdir()
+    cases = [  # timm's loader raised these with an empty message, an unnamed file or an AttributeError
+        ("missing.pth", FileNotFoundError, "missing.pth not found"),
+        ("folder.pth", FileNotFoundError, r"folder.pth not found \(it is a folder\)"),
+        ("empty.pth", ValueError, "empty.pth is empty"),
+        ("truncated.pth", ValueError, "truncated.pth cannot be read as weights"),
+        ("truncated.safetensors", ValueError, "truncated.safetensors cannot be read as weights"),
+        ("list.pth", ValueError, "list.pth cannot be read as weights.*holds a list, not a state dict"),
+    ]
+    for name, error, match in cases:
+        with pytest.raises(error, match=match):
+            timm.create_model("vheat_micro", pretrained=True, pretrained_cfg_overlay=dict(file=str(tmp_path / name)))
+    # the legacy (non-zip) format still loads, its 5-class head kept
+    torch.save(model.state_dict(), tmp_path / "legacy.pth", _use_new_zipfile_serialization=False)
+    legacy = timm.create_model(
+        "vheat_micro", pretrained=True, pretrained_cfg_overlay=dict(file=str(tmp_path / "legacy.pth"))
+    )
+    assert legacy.num_classes == 5

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -109,7 +111,14 @@ def _file_num_classes(path: str) -> int | None:
 
         # timm's train.py checkpoints also hold its argparse.Namespace of arguments
         with torch.serialization.safe_globals([argparse.Namespace]):
-            sd = torch.load(str(path), map_location="cpu", mmap=True, weights_only=True)
+            try:
+                sd = torch.load(str(path), map_location="cpu", mmap=True, weights_only=True)
+            except RuntimeError as exc:  # the legacy (non-zip) format cannot be memory-mapped
+                if "mmap can only be used" not in str(exc):
+                    raise
+                sd = torch.load(str(path), map_location="cpu", weights_only=True)
+        if not isinstance(sd, dict):
+            raise ValueError(f"it holds a {type(sd).__name__}, not a state dict")
         for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
             if isinstance(sd, dict) and isinstance(sd.get(key), dict):
                 sd = sd[key]
@@ -137,10 +146,17 @@ def resolve_local_head(pretrained: bool, kwargs: dict[str, Any]) -> dict[str, An
     path = overlay.get("file")
     if not path:
         return kwargs
+    file = Path(path)
+    if not file.is_file():  # timm's loader raised a FileNotFoundError without a message
+        raise FileNotFoundError(f"checkpoint file {path} not found" + (" (it is a folder)" if file.is_dir() else ""))
+    if file.stat().st_size == 0:
+        raise ValueError(f"checkpoint file {path} is empty")
     try:
         classes = _file_num_classes(path)
-    except Exception:  # unreadable here (e.g. not weights-only): timm's loader decides and reports
+    except pickle.UnpicklingError:  # not weights-only (or not a pickle at all): timm's loader decides and reports
         return kwargs
+    except Exception as exc:  # a truncated archive or safetensors header, or no state dict inside
+        raise ValueError(f"checkpoint file {path} cannot be read as weights ({type(exc).__name__}: {exc})") from None
     if classes is not None:
         kwargs["pretrained_cfg_overlay"] = {**overlay, "num_classes": classes}
     return kwargs
