@@ -131,3 +131,17 @@ def test_the_symmetry_tools_name_a_model_that_is_not_a_pde_resnet() -> None:
     for call in calls:  # each used to fail inside with an AttributeError on a vHeat block
         with pytest.raises(TypeError, match="VHeat is not a PDE-ResNet"):
             call()
+
+
+def test_sparsify_and_pruning_refuse_meaningless_settings() -> None:
+    import timm
+
+    from pdevision import symmetry
+
+    model = timm.create_model("pderesnet_micro", num_classes=3)
+    for steps in (0, -5, 2.5):  # 0 and -5 used to return the model as "sparsified"
+        with pytest.raises(ValueError, match="steps must be a positive number"):
+            symmetry.sparsify(model, steps=steps)  # type: ignore[arg-type]
+    for threshold in (float("nan"), -1.0, float("inf")):  # they used to report 0.0 pruned
+        with pytest.raises(ValueError, match="threshold must be a finite number >= 0"):
+            symmetry.prune_small_weights(model, threshold)

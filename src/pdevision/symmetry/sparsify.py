@@ -44,6 +44,11 @@ def one_by_one_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+def _check_threshold(threshold: float) -> None:
+    if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
+        raise ValueError(f"threshold must be a finite number >= 0 (a multiple of the RMS), got {threshold!r}")
+
+
 def _small(w: torch.Tensor, threshold: float) -> torch.Tensor:
     rms = w.double().square().mean().sqrt()
     return w.double().abs() < threshold * rms
@@ -51,6 +56,7 @@ def _small(w: torch.Tensor, threshold: float) -> torch.Tensor:
 
 def fraction_below(model: nn.Module, threshold: float = 0.1) -> float:
     """Fraction of all 1x1 weights whose magnitude is below ``threshold`` times their matrix's RMS."""
+    _check_threshold(threshold)
     small = total = 0
     for _, w in one_by_one_weights(model):
         small += int(_small(w, threshold).sum())
@@ -168,6 +174,9 @@ def sparsify(
         :class:`SparsifyResult`; ``result.model`` is the transformed, folded, unpruned model (exactly the same
         function), ``prune_small_weights(result.model, threshold)`` prunes it.
     """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive number of optimiser steps, got {steps!r}")
+    _check_threshold(threshold)
     acting = stage_groups(model)
     groups = acting if group is None else [intersect(group, a) for a in acting]
     if group is not None and any(g != group for g in groups):
