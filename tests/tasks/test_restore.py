@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 
 import numpy as np
@@ -283,6 +284,28 @@ def test_restore_rejects_bad_files_and_checkpoints_in_one_line(run, tmp_path, ca
         assert main(["restore", "--checkpoint", str(ckpt), str(ok), str(tmp_path / "o.png")]) == 2
         assert expected in _one_line_error(capsys)
     assert not (tmp_path / "o.png").exists()
+
+
+def test_a_failed_restore_keeps_the_file_it_would_replace(run, tmp_path, capsys) -> None:
+    """Saving straight onto the output emptied a file already there when the save failed (RGBA into JPEG)."""
+    Image.new("RGBA", (9, 9)).save(tmp_path / "rgba.png")
+    Image.new("RGB", (9, 9), (10, 20, 30)).save(tmp_path / "keep.jpg")
+    before = (tmp_path / "keep.jpg").read_bytes()
+    argv = ["restore", "--checkpoint", f"{run}/best", str(tmp_path / "rgba.png"), str(tmp_path / "keep.jpg")]
+    assert main(argv) == 2
+    assert "cannot write a RGBA image" in _one_line_error(capsys)
+    assert (tmp_path / "keep.jpg").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.jpg", "rgba.png"]  # no temporary file left
+    # in place: the input replaced by its restoration, which is written completely before the rename
+    restore_file(run, tmp_path / "keep.jpg", tmp_path / "keep.jpg")
+    assert Image.open(tmp_path / "keep.jpg").size == (9, 9)
+
+
+def test_restore_refuses_a_fifo_instead_of_waiting_on_it(run, tmp_path, capsys) -> None:
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    assert main(["restore", "--checkpoint", f"{run}/best", str(fifo), str(tmp_path / "o.png")]) == 2
+    assert "is not a file" in _one_line_error(capsys)
 
 
 def test_restore_keeps_16_bit_grey_at_16_bits(run, tmp_path) -> None:

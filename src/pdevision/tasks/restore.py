@@ -12,9 +12,11 @@ baselines run once on the same degraded images. ``best/`` is picked by PSNR.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -478,6 +480,8 @@ def restore_file(
     src, dst = Path(src), Path(dst)
     if src.is_dir():
         raise DataError(f"{src} is a folder; restore takes one image file")
+    if src.exists() and not src.is_file():  # a FIFO or a device: reading it would wait forever
+        raise DataError(f"{src} is not a file; restore takes one image file")
     if dst.is_dir():
         raise DataError(f"{dst} is a folder; give the output image's file name (e.g. {dst / src.name})")
     model, meta = load_restoration_model(checkpoint, device)
@@ -500,10 +504,16 @@ def restore_file(
         out = np.concatenate([out, alpha], -1)
     q = np.clip(np.rint(out * scale), 0, scale).astype(np.uint16 if scale > 255 else np.uint8)
     result = Image.fromarray(q[..., 0] if q.shape[-1] == 1 else q)
+    # written beside dst under a temporary name (same extension, so the same format) and renamed over it: a
+    # failed or killed save leaves a file that was already at dst as it was (saving onto dst emptied it first)
+    tmp = dst.with_name(f".{dst.stem}.tmp-{os.getpid()}{dst.suffix}")
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        result.save(dst)
+        result.save(tmp)
+        os.replace(tmp, dst)
     except (KeyError, ValueError, OSError) as exc:
+        with contextlib.suppress(OSError):  # (its folder may not exist: the error above says why)
+            tmp.unlink(missing_ok=True)
         text = " ".join(str(exc).split()) or type(exc).__name__
         raise DataError(f"cannot write a {mode} image to {dst} ({type(exc).__name__}: {text})") from exc
     return {
