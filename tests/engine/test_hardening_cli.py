@@ -256,3 +256,21 @@ def test_output_naming_an_existing_file(tmp_path: Path, command: str, capsys) ->
     file.write_text("x")
     extra = ["--checkpoint", str(tmp_path)] if command == "eval" else []
     assert "exists and is not a folder" in _parse_error([command, *extra, "--output", str(file)], capsys)
+
+
+def test_a_refused_resume_leaves_the_run_folder_as_it_was(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Resuming an AdamW run with --opt sgd failed at the first step with a bare KeyError ('momentum'), and a run
+    refused for its --amp had already rewritten the folder's config.json."""
+    out = tmp_path / "run"
+    base = ["train", "--model", "vheat_micro", "--epochs", "3", "--img-size", "32", "--batch-size", "16"]
+    base += ["--max-train-batches", "2", "--no-progress", "--output", str(out)]
+    assert main([*base, "--stop-after-epochs", "1"]) == 0
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and "tensorboard" not in p.parts}
+    capsys.readouterr()
+    assert main([*base, "--resume", str(out), "--opt", "sgd"]) == 2
+    err = capsys.readouterr().err
+    assert "was trained with another optimizer" in err and "--opt it was trained with" in err and "\n" == err[-1]
+    assert main([*base, "--resume", str(out), "--amp", "fp16"]) == 2
+    assert "--amp fp16 needs a CUDA device" in capsys.readouterr().err
+    after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and "tensorboard" not in p.parts}
+    assert after == before

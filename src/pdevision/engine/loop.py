@@ -162,6 +162,7 @@ def fit(task: Any, config: LoopConfig) -> dict[str, Any]:
     if config.time_budget is not None and config.time_budget <= 0:
         raise ValueError(f"time budget must be positive seconds, got {config.time_budget}")
     device = resolve_device(config.device)
+    autocast(device, config.amp)  # an --amp this device cannot run fails here, before the run folder is touched
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)

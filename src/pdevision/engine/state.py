@@ -22,7 +22,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from pdevision.engine.checkpoint import load_trainer_state, load_weights, read_meta, resolve_checkpoint, save_checkpoint
+from pdevision.engine.checkpoint import (
+    CheckpointError,
+    load_trainer_state,
+    load_weights,
+    read_meta,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.runtime import NonFiniteLossError, rng_state, set_rng_state
 
@@ -117,6 +124,7 @@ class RunState:
         task.load_for_resume(self.model, folder)
         if self.ema is not None:
             self.ema.module.load_state_dict(load_weights(folder, ema=True))
+        _check_same_optimizer(self.optimizer, state["optimizer"], folder)
         self.optimizer.load_state_dict(state["optimizer"])
         if "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
@@ -133,6 +141,19 @@ class RunState:
             "resumed from %s after epoch %d (%d updates, %.0f s)", folder, self.epoch, self.num_updates, self.elapsed
         )
         return folder
+
+
+def _check_same_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], folder: Path) -> None:
+    """A ``CheckpointError`` when the saved optimizer state is another optimizer's: its settings and this one's
+    each hold names the other lacks (SGD's ``momentum`` against AdamW's ``betas``), which failed at the first
+    step with a bare ``KeyError``. A newer PyTorch only adds settings, so one-sided differences pass."""
+    groups = saved.get("param_groups") or [{}]
+    have, want = set(groups[0]) - {"params"}, set(optimizer.param_groups[0]) - {"params"}
+    if groups[0] and (want - have) and (have - want):
+        raise CheckpointError(
+            f"{folder} was trained with another optimizer (its settings {sorted(have - want)} against this run's "
+            f"{sorted(want - have)}); resume with the --opt it was trained with"
+        )
 
 
 __all__ = ["RunState"]
