@@ -16,7 +16,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/pdevision demo
-	$(VENV)/bin/pdevision train --model vheat_micro --output runs/demo
+	$(VENV)/bin/pdevision train --model vheat_micro --output runs/demo --overwrite
 	$(VENV)/bin/pdevision eval --checkpoint runs/demo
 
 test: $(STAMP)

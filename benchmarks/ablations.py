@@ -254,6 +254,7 @@ def run_training(key: str, folder: str, device: str, workers: int, threads: int)
         model=spec["model"],
         data=spec["data"],
         output=folder,
+        overwrite=True,  # the folder is this run's own: a run killed before it was recorded starts over in it
         recipe=spec["recipe"],
         epochs=spec["epochs"],
         batch_size=spec["batch_size"],

@@ -105,6 +105,7 @@ def pretrain_config(key: str, seed: int, steps: int, work: Path, epochs: int) ->
         batch_size=64,
         seed=seed,
         output=str(work / f"{key}_s{seed}"),
+        overwrite=True,  # the script's own folder: a run killed before it was recorded starts over in it
         progress=False,
         device="cpu",
     )
@@ -194,6 +195,7 @@ def fine_tune(encoder: Path, model: str, out: Path, seed: int, epochs: int, batc
             batch_size=64,
             seed=seed,
             output=str(out),
+            overwrite=True,
             progress=False,
             device="cpu",
         )

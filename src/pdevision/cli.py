@@ -556,6 +556,7 @@ def _add_train_runtime_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=_non_negative_int, default=0, help="data loader processes")
     g.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda, cuda:1, ...")
     g.add_argument("--resume", type=_path, default=None, help="checkpoint or run folder to resume")
+    g.add_argument("--overwrite", action="store_true", help="start a new run in an --output that holds one")
     g.add_argument("--init-from", type=_path, default=None, help="checkpoint to start from (fine-tuning)")
     g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
     g.add_argument(
@@ -693,6 +694,7 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--resume", type=_path, default=None, help="pretraining checkpoint (RUN/last) or run folder to resume"
     )
+    g.add_argument("--overwrite", action="store_true", help="start a new run in an --output that holds one")
     g.add_argument("--stop-after-epochs", type=_positive_int, default=None)
     g.add_argument("--max-train-batches", type=_positive_int, default=None)
     g.add_argument("--no-progress", dest="progress", action="store_false")

@@ -274,3 +274,36 @@ def test_a_refused_resume_leaves_the_run_folder_as_it_was(tmp_path: Path, capsys
     assert "--amp fp16 needs a CUDA device" in capsys.readouterr().err
     after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and "tensorboard" not in p.parts}
     assert after == before
+
+
+def test_a_new_run_does_not_replace_a_run_folder_unasked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second run into the same --output replaced the first one's checkpoints file by file, without a word."""
+    out = tmp_path / "run"
+    base = ["train", "--model", "vheat_micro", "--epochs", "2", "--img-size", "32", "--batch-size", "16"]
+    base += ["--max-train-batches", "1", "--no-progress", "--output", str(out)]
+    assert main([*base, "--stop-after-epochs", "1"]) == 0
+    weights = (out / "best" / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    for argv in (
+        ["train", "--model", "pderesnet_micro", *base[3:]],
+        [
+            "pretrain",
+            "--epochs",
+            "1",
+            "--crops-per-epoch",
+            "16",
+            "--batch-size",
+            "16",
+            "--no-progress",
+            "--output",
+            str(out),
+        ],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{out} already holds a run (last, best, config.json, summary.json)" in err
+        assert f"--resume {out}" in err and "--overwrite" in err and err.count("\n") == 1
+    assert (out / "best" / "model.safetensors").read_bytes() == weights
+    assert main([*base, "--resume", str(out)]) == 0  # continuing it is what --resume is for
+    assert main([*base, "--overwrite", "--seed", "1"]) == 0  # and starting over, when asked
+    assert json.loads((out / "config.json").read_text())["seed"] == 1

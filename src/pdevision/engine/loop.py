@@ -85,6 +85,7 @@ class LoopConfig:
     workers: int = 0
     device: str = "auto"
     resume: str | None = None
+    overwrite: bool = False  # start a new run in a folder that holds one (else that is refused, see held_run)
     stop_after_epochs: int | None = None  # stop (as if interrupted) after this many epochs of the schedule
     max_train_batches: int | None = None  # per epoch, for smoke runs
     time_budget: float | None = None  # seconds of training steps; stops early, the schedule follows it
@@ -104,6 +105,7 @@ RUNTIME_FIELDS = (
     "workers",
     "device",
     "resume",
+    "overwrite",
     "stop_after_epochs",
     "max_train_batches",
     "time_budget",
@@ -173,9 +175,22 @@ def fit(task: Any, config: LoopConfig) -> dict[str, Any]:
         cleanup_distributed(info)
 
 
+def held_run(run_dir: Path) -> str | None:
+    """What of an earlier run ``run_dir`` holds (its checkpoints or its recipe), or ``None``."""
+    held = [name for name in ("last", "best", "encoder") if (run_dir / name).is_dir()]
+    held += [name for name in ("config.json", "summary.json") if (run_dir / name).is_file()]
+    return ", ".join(held) or None
+
+
 def _fit(task: Any, config: LoopConfig, device: torch.device, info: DistInfo) -> dict[str, Any]:
-    seed_everything(config.seed, config.deterministic)
     run_dir = Path(config.output)
+    held = held_run(run_dir)
+    if held and not config.resume and not config.overwrite:  # a new run would replace that run's files one by one
+        raise ValueError(
+            f"{run_dir} already holds a run ({held}); continue it with --resume {run_dir}, start over in it with "
+            "--overwrite, or give another --output"
+        )
+    seed_everything(config.seed, config.deterministic)
     ctx = RunContext(device, info, config.amp, config.batch_size, config.workers, run_dir, task.collate_fn)
     train_set, val_set = task.datasets()
     task.train_set, task.val_set = train_set, val_set

@@ -83,6 +83,7 @@ class TrainConfig:
     verify_images: bool = True
     shuffle_buffer: int = 1000  # WebDataset shards: samples in the shuffle buffer
     resume: str | None = None  # a checkpoint folder or run folder
+    overwrite: bool = False  # start a new run in an output folder that holds one
     init_from: str | None = None  # weights to start from (fine-tuning); an encoder checkpoint gets a new head
     reset_head: bool = False  # with init_from: replace the classifier
     linear_probe: bool = False  # freeze everything but the classifier (kept in eval mode), train the classifier

@@ -81,6 +81,7 @@ class PretrainConfig:
     workers: int = 0
     device: str = "auto"
     resume: str | None = None
+    overwrite: bool = False  # start a new run in an output folder that holds one
     stop_after_epochs: int | None = None
     max_train_batches: int | None = None
     progress: bool = True

@@ -110,6 +110,7 @@ class DenseConfig:
     device: str = "auto"
     workers: int = 0
     resume: str | None = None
+    overwrite: bool = False  # start a new run in an output folder that holds one
     time_budget: float | None = None
     stop_after_epochs: int | None = None
     max_train_batches: int | None = None
