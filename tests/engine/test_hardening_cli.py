@@ -307,3 +307,31 @@ def test_a_new_run_does_not_replace_a_run_folder_unasked(tmp_path: Path, capsys:
     assert main([*base, "--resume", str(out)]) == 0  # continuing it is what --resume is for
     assert main([*base, "--overwrite", "--seed", "1"]) == 0  # and starting over, when asked
     assert json.loads((out / "config.json").read_text())["seed"] == 1
+
+
+def test_crafted_checkpoint_metadata_is_one_clear_error(
+    run: Path, digit_png: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Edited metadata or a removed tensor: they gave a TypeError, a KeyError, a 2,000-character list of missing
+    keys, or (an image size of 100,000) a hang."""
+    weights = safetensors.torch.load_file(str(run / "best" / "model.safetensors"))
+    meta = read_meta(run / "best")
+
+    def craft(name: str, tensors: dict, **changes: object) -> Path:
+        folder = tmp_path / name / "best"
+        folder.mkdir(parents=True)
+        metadata = {k: json.dumps(v) for k, v in {**meta, **changes}.items()}
+        safetensors.torch.save_file(tensors, str(folder / "model.safetensors"), metadata=metadata)
+        return folder
+
+    fewer = {k: v for k, v in weights.items() if k != "head.fc.weight"}
+    cases = [
+        (craft("classes", weights, classes=5), "its classes must be a list of names, got 5"),
+        (craft("kind", weights, kind="segment"), "is a segment checkpoint without its head"),
+        (craft("missing", fewer), r"does not fit vheat_micro: 1 weights missing ['head.fc.weight']"),
+        (craft("huge", weights, img_size=100000, model_args={}), "is not an integer from 1 to 16384"),
+    ]
+    for folder, expected in cases:
+        assert main(["predict", "--checkpoint", str(folder), str(digit_png)]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and err.count("\n") == 1 and len(err) < 600, err

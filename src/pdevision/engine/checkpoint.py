@@ -189,9 +189,15 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     except Exception as exc:  # safetensors raises its own error type for truncated or garbage files
         raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({_first_line(exc)})") from exc
     try:
-        return {k: json.loads(v) for k, v in raw.items()}
+        meta = {k: json.loads(v) for k, v in raw.items()}
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"checkpoint file {file} has metadata that is not JSON ({exc})") from exc
+    classes = meta.get("classes")
+    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+        raise CheckpointError(f"checkpoint file {file}: its classes must be a list of names, got {classes!r:.80}")
+    if meta.get("kind") in ("segment", "detect") and not isinstance(meta.get("head"), str):
+        raise CheckpointError(f"checkpoint file {file} is a {meta['kind']} checkpoint without its head in the metadata")
+    return meta
 
 
 def load_weights(path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]:
