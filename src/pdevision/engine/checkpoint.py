@@ -219,13 +219,19 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        lines = str(exc).splitlines()
-        reason = next((ln.split("error:", 1)[-1].strip() for ln in lines if "Unpickler error:" in ln), "")
+        lines = [ln.strip() for ln in str(exc).splitlines()]
+        # PyTorch writes "WeightsUnpickler error:" with the reason on the same line or on a later one
+        at = next((i for i, ln in enumerate(lines) if "Unpickler error:" in ln), None)
+        after = [ln.split("error:", 1)[-1].strip() if i == at else ln for i, ln in enumerate(lines)][at or 0 :]
+        reason = next((ln for ln in after if ln), "") if at is not None else ""
         if "global" in reason.lower():
             raise CheckpointError(
                 f"checkpoint file {file} holds objects other than tensors and plain containers; it was not loaded "
                 f"(weights-only load refused: {reason})"
             ) from exc
-        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({reason or _first_line(exc)})") from exc
+        # (never PyTorch's first line: it advises loading with weights_only=False, which would run the file's code)
+        raise CheckpointError(
+            f"checkpoint file {file} is corrupt or truncated ({reason or 'not a weights file'})"
+        ) from exc
     except Exception as exc:  # truncated zip archive, garbage bytes
         raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({_first_line(exc)})") from exc
