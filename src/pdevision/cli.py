@@ -429,7 +429,7 @@ def _add_restore_task_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quality", type=int, default=10, help="dejpeg: JPEG quality (10, 20, 30, 40; default 10)")
     g.add_argument("--color", action="store_true", help="colour images (default grey); PSNR/SSIM on Y")
     g.add_argument("--val-data", default=None, help="folder of held-out clean images (e.g. Set12)")
-    g.add_argument("--patch-size", type=_positive_int, default=32, help="training patch side (default 32)")
+    g.add_argument("--patch-size", type=_bounded(int, 8, 1024), default=32, help="training patch side (default 32)")
     g.add_argument("--patches-per-epoch", type=_positive_int, default=16384, help="default 16384")
     g.add_argument("--loss", default="l1", choices=["l1", "charbonnier"], help="default l1")
     g.add_argument("--model-args", type=_json_dict, default={}, help="JSON model arguments")

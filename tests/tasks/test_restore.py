@@ -120,11 +120,35 @@ def test_train_task_flags_reject_bad_values(capsys) -> None:
     assert parse_sigma("25") == 25.0 and parse_sigma("0-55") == (0.0, 55.0)
     assert main(["train", "--task", "denoise", "--sigma", "abc"]) == 2  # one-line error, no traceback
     assert "sigma must be a number" in capsys.readouterr().err
-    for bad in (["--task", "deblur"], ["--task", "denoise", "--loss", "l2"]):
-        with pytest.raises(SystemExit) as exc:
+    for bad in (
+        ["--task", "deblur"],
+        ["--task", "denoise", "--loss", "l2"],
+        ["--task", "denoise", "--patch-size", "1"],
+    ):
+        with pytest.raises(SystemExit) as exc:  # --patch-size 1 failed inside numpy (a negative stride)
             main(["train", *bad])
         assert exc.value.code == 2
         assert "error" in capsys.readouterr().err
+    # no noise to remove: the noisy input's PSNR was infinite and the run stopped on a "non-finite" metric
+    for sigma, expected in (("0", "a fixed sigma must be above 0"), ("0-0", "high > 0")):
+        assert main(["train", "--task", "denoise", "--sigma", sigma]) == 2
+        assert expected in capsys.readouterr().err
+    with pytest.raises(ValueError, match="a fixed sigma must be above 0"):
+        parse_sigma("0")
+    with pytest.raises(ValueError, match="high > 0"):
+        parse_sigma("0-0")
+
+
+def test_a_held_out_image_smaller_than_the_ssim_window_is_named(tmp_path, capsys) -> None:
+    """A 1x1 held-out image failed inside skimage's SSIM ("win_size exceeds image extent"), naming no file."""
+    from pdevision.data.datasets import DataError
+    from pdevision.data.restoration import restoration_images
+
+    (tmp_path / "val").mkdir()
+    Image.new("L", (1, 1)).save(tmp_path / "val" / "tiny.png")
+    held = HeldOutImages(restoration_images(None, str(tmp_path / "val")), Degradation("noise", 25.0))
+    with pytest.raises(DataError, match=r"held-out image .*tiny.png is 1x1; held-out images need at least 7 px"):
+        held.pair(0)
 
 
 # -- resume: a stopped run continues with the same state ------------------------------------------------

@@ -78,8 +78,8 @@ def parse_sigma(text: str | float) -> float | tuple[float, float]:
                 out = (float(low), float(high))
             except ValueError:
                 break
-            if not (all(math.isfinite(v) for v in out) and 0 <= out[0] <= out[1] <= MAX_SIGMA):
-                raise ValueError(f"a blind sigma range needs 0 <= low <= high <= 255, got {text!r}")
+            if not (all(math.isfinite(v) for v in out) and 0 <= out[0] <= out[1] <= MAX_SIGMA and out[1] > 0):
+                raise ValueError(f"a blind sigma range needs 0 <= low <= high <= 255 and high > 0, got {text!r}")
             return out
     try:
         value = float(text)
@@ -87,6 +87,8 @@ def parse_sigma(text: str | float) -> float | tuple[float, float]:
         raise ValueError(f"sigma must be a number (e.g. 25) or a range (e.g. 0-55), got {text!r}") from exc
     if not (math.isfinite(value) and 0 <= value <= MAX_SIGMA):
         raise ValueError(f"sigma must be in [0, 255] (the 0-255 scale), got {text!r}")
+    if value == 0:  # nothing to remove: the held-out PSNR of the noisy input is infinite and the run stops
+        raise ValueError("a fixed sigma must be above 0 (a blind range such as 0-55 may start at 0)")
     return value
 
 
@@ -120,6 +122,9 @@ class RestoreConfig:
         raise ValueError(f"unknown restoration task {self.task!r}; choose from {', '.join(RESTORE_TASKS)}")
 
 
+MIN_HELD_OUT_SIDE = 7  # the window of the held-out SSIM
+
+
 class HeldOutImages(Dataset):
     """Held-out images at full size (or their centre ``crop``) with one fixed degradation each (seed
     ``1000 + index``): item ``i`` is ``(degraded, clean)`` as CHW tensors."""
@@ -138,6 +143,11 @@ class HeldOutImages(Dataset):
     def pair(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """``(degraded, clean)`` as ``(H, W, C)`` arrays in [0, 1]."""
         clean = self.images.load(self.names[index])
+        if min(clean.shape[:2]) < MIN_HELD_OUT_SIDE:  # SSIM's 7x7 window does not fit (skimage's error named no file)
+            raise DataError(
+                f"held-out image {self.names[index]} is {clean.shape[1]}x{clean.shape[0]}; held-out images need at "
+                f"least {MIN_HELD_OUT_SIDE} px per side"
+            )
         if self.crop is not None:
             h, w = clean.shape[:2]
             y, x = max(0, (h - self.crop) // 2), max(0, (w - self.crop) // 2)
