@@ -67,3 +67,17 @@ def test_viz_and_predict_flags_are_usage_errors(
         main([str(a_file) if a == "<file>" else a for a in argv])
     assert exc.value.code == 2
     assert match in capsys.readouterr().err
+
+
+def test_unknown_augmentation_policy_and_model_arguments_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """timm raised a bare AssertionError for the policy, the model a TypeError: both ended as "failed", exit 1."""
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--auto-augment", "garbage"])
+    assert exc.value.code == 2 and "'garbage' is not an augmentation policy timm knows" in capsys.readouterr().err
+    for command in ("train", "pretrain"):
+        argv = [command, "--model-args", '{"depth": 1}', "--epochs", "1", "--output", str(tmp_path / command)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "vheat_micro does not take the arguments" in err and "['depth']" in err and err.count("\n") == 1

@@ -180,6 +180,28 @@ def _path(text: str) -> str:
     return text
 
 
+def _auto_augment(text: str) -> str:
+    """A policy timm's transform factory builds (``rand-m9-mstd0.5-inc1``, ``augmix-m5-w4-d2``, ``original``, ...):
+    checked by building it, since timm reports an unknown one with a bare ``AssertionError``."""
+    from timm.data.auto_augment import augment_and_mix_transform, auto_augment_transform, rand_augment_transform
+
+    if text.startswith("rand"):
+        build = rand_augment_transform
+    elif text.startswith("augmix"):
+        build = augment_and_mix_transform
+    else:
+        build = auto_augment_transform
+    try:
+        build(text, {"translate_const": 100, "img_mean": (124, 116, 104)})
+    except (AssertionError, ValueError, KeyError, IndexError) as exc:
+        why = str(exc) or "unknown policy"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an augmentation policy timm knows ({why}); e.g. rand-m9-mstd0.5-inc1, augmix-m5-w4-d2, "
+            "original, v0"
+        ) from None
+    return text
+
+
 def _output_folder(text: str) -> str:
     """A folder to write into: may exist (as a folder) or not, but must not be a file."""
     if not text:
@@ -617,7 +639,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
         "--drop-path", type=_rate_below_one, default=None, help="stochastic depth rate (default: the model's)"
     )
     g = p.add_argument_group("augmentation and regularisation (timm)")
-    g.add_argument("--auto-augment", default=None, help="e.g. rand-m9-mstd0.5-inc1 (RandAugment)")
+    g.add_argument("--auto-augment", type=_auto_augment, default=None, help="e.g. rand-m9-mstd0.5-inc1 (RandAugment)")
     g.add_argument("--mixup", type=_non_negative, default=None, help="mixup alpha")
     g.add_argument("--cutmix", type=_non_negative, default=None, help="cutmix alpha")
     g.add_argument("--label-smoothing", type=_rate_below_one, default=None)

@@ -28,8 +28,16 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
             return timm.create_model(name, img_size=img_size, **kwargs)
         except TypeError as exc:
             if "img_size" not in str(exc):
-                raise
-    return timm.create_model(name, **kwargs)
+                raise ModelArgumentError(f"{name} does not take the arguments {sorted(kwargs)}: {exc}") from exc
+    try:
+        return timm.create_model(name, **kwargs)
+    except TypeError as exc:  # e.g. --model-args '{"depth": 1}' for a model that takes "depths"
+        raise ModelArgumentError(f"{name} does not take the arguments {sorted(kwargs)}: {exc}") from exc
+
+
+class ModelArgumentError(TypeError, ValueError):
+    """An argument the model's constructor does not take: a ``TypeError`` as Python raises it, and a ``ValueError``
+    so that the command line reports it as bad input (one line, exit 2)."""
 
 
 def fold_for_inference(
