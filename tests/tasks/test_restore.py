@@ -399,3 +399,11 @@ def test_init_from_starts_from_a_restoration_checkpoint_of_the_same_network(run,
                      str(tmp_path / "x"), "--no-progress", *extra])  # fmt: skip
         err = capsys.readouterr().err.strip()
         assert code == 2 and "--init-from" in err and len(err.splitlines()) == 1, err
+
+
+def test_eval_and_predict_name_a_restoration_checkpoint(run, tmp_path, capsys) -> None:
+    """They said "does not list its classes", which did not tell what the checkpoint was or what to use."""
+    Image.new("L", (9, 9)).save(tmp_path / "ok.png")
+    for argv in (["eval", "--checkpoint", str(run)], ["predict", "--checkpoint", str(run), str(tmp_path / "ok.png")]):
+        assert main(argv) == 2
+        assert "is a denoise model; restore images with `pdevision restore`" in _one_line_error(capsys)

@@ -26,7 +26,13 @@ def _model_from_checkpoint(checkpoint: str | Path, model_name: str | None, devic
     meta = read_meta(folder)
     classes = meta.get("classes")
     if not classes:
-        raise CheckpointError(f"checkpoint {folder} does not list its classes")
+        task = meta.get("task")
+        if task in ("denoise", "dejpeg"):
+            raise CheckpointError(f"checkpoint {folder} is a {task} model; restore images with `pdevision restore`")
+        if meta.get("kind") == "pretrain" or task == "pretrain":
+            encoder = folder.parent / "encoder"
+            raise CheckpointError(f"checkpoint {folder} is a pretraining checkpoint; evaluate {encoder}")
+        raise CheckpointError(f"checkpoint {folder} does not list its classes (a bare encoder?); it needs a classifier")
     name = model_name or meta.get("model") or ""
     model = model_from_meta(meta, len(classes), name or None)
     load_into_model(model, folder, name, classes)
