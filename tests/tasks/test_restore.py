@@ -406,4 +406,4 @@ def test_eval_and_predict_name_a_restoration_checkpoint(run, tmp_path, capsys) -
     Image.new("L", (9, 9)).save(tmp_path / "ok.png")
     for argv in (["eval", "--checkpoint", str(run)], ["predict", "--checkpoint", str(run), str(tmp_path / "ok.png")]):
         assert main(argv) == 2
-        assert "is a denoise model; restore images with `pdevision restore`" in _one_line_error(capsys)
+        assert "is a denoise model; restore images with `pdevision restore`" in _one_line_error(capsys, argv[0])
