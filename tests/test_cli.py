@@ -81,3 +81,11 @@ def test_unknown_augmentation_policy_and_model_arguments_are_usage_errors(
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert "vheat_micro does not take the arguments" in err and "['depth']" in err and err.count("\n") == 1
+
+
+def test_workers_are_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    """--workers 1000 started a thousand loader processes and hung instead of failing."""
+    for command in ("train", "pretrain"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--workers", "1000"])
+        assert exc.value.code == 2 and "--workers: must be an integer in [0, 128]" in capsys.readouterr().err

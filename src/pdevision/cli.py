@@ -146,6 +146,7 @@ _rate_below_one = _bounded(float, 0.0, 1.0, high_open=True)
 _non_negative = _bounded(float, 0.0)
 _positive = _bounded(float, 0.0, low_open=True)
 _non_negative_int = _bounded(int, 0)
+_workers = _bounded(int, 0, 128)  # data loader processes: a thousand of them hung the machine instead of failing
 _seed = _bounded(int, 0, 2**32 - 1)
 _side = _bounded(int, 1, 16384)  # image sides in pixels: beyond this, memory runs out before anything useful
 _width = _bounded(int, 1, 8192)  # channels
@@ -575,7 +576,7 @@ def _add_train_runtime_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--seed", type=_seed, default=0)
     g.add_argument("--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
-    g.add_argument("--workers", type=_non_negative_int, default=0, help="data loader processes")
+    g.add_argument("--workers", type=_workers, default=0, help="data loader processes")
     g.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda, cuda:1, ...")
     g.add_argument("--resume", type=_path, default=None, help="checkpoint or run folder to resume")
     g.add_argument("--overwrite", action="store_true", help="start a new run in an --output that holds one")
@@ -711,7 +712,7 @@ def _add_pretrain_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"])
     g.add_argument("--seed", type=_seed, default=0)
     g.add_argument("--deterministic", action="store_true")
-    g.add_argument("--workers", type=_non_negative_int, default=0)
+    g.add_argument("--workers", type=_workers, default=0)
     g.add_argument("--device", type=_device, default="auto")
     g.add_argument(
         "--resume", type=_path, default=None, help="pretraining checkpoint (RUN/last) or run folder to resume"
