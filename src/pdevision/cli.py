@@ -915,7 +915,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("predict", help="top-k labels of image files from a checkpoint")
     p.add_argument("--checkpoint", type=_path, required=True)
-    p.add_argument("images", nargs="+", help="image files or folders of images")
+    p.add_argument("images", nargs="+", type=_path, help="image files or folders of images")
     p.add_argument("--topk", type=_positive_int, default=5)
     p.add_argument("--device", type=_device, default="auto")
     p.add_argument("--json", action="store_true", help="also print the result as JSON")
