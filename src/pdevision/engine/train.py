@@ -162,8 +162,6 @@ def train(config: TrainConfig) -> dict[str, Any]:
     # the classification task sits above the engine (it builds data and models); imported here, at call time
     from pdevision.tasks.classify import ClassifyTask, loop_config
 
-    if config.init_from and config.resume:  # --resume restores every weight, so --init-from would be ignored
-        raise ValueError("--init-from starts a new run from trained weights, --resume continues a run: give one")
     return fit(ClassifyTask(config), loop_config(config))
 
 
