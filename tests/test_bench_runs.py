@@ -129,7 +129,14 @@ def test_ctrl_c_during_a_series_is_one_line_and_keeps_the_record(tmp_path: Path)
     (out / "results.json").write_text("{}")
     argv = ["bench", "--models", "vheat_micro", "--resolutions", "64", "--batch", "1", "--repeats", "1"]
     argv += ["--train-resolutions", "--no-operators", "--runs", "2", "--threads", "1", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "pdevision.cli", *argv], stderr=subprocess.PIPE, text=True)
+    # a shell that starts the tests in the background hands SIGINT down ignored, and Python then never raises
+    # KeyboardInterrupt: the command gets the disposition of an interactive terminal
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pdevision.cli", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while not (out / STAGING / "run1").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)  # until the first run's process is at work
