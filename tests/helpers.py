@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 import torch
 from torch import nn
 
@@ -22,4 +26,14 @@ def randomise_bn_and_kernels(module: nn.Module, seed: int = 0, kernel_scale: flo
                 m.running_var.copy_(torch.rand(n, generator=gen) + 0.5)
             if isinstance(m, DerivativeConv):
                 m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * kernel_scale)
+    return module
+
+
+def load_benchmark(path: str, name: str | None = None) -> ModuleType:
+    """A script under ``benchmarks/`` (``path`` relative to it, e.g. ``"bench_cpu_perf/dct_rate.py"``) imported as
+    a module, for tests of its functions and ``main``."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / path
+    spec = importlib.util.spec_from_file_location(name or script.stem, script)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module

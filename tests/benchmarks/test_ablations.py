@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ablations.py"
-spec = importlib.util.spec_from_file_location("ablations", SCRIPT)
-ablations = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-spec.loader.exec_module(ablations)  # type: ignore[union-attr]
+from tests.helpers import load_benchmark
+
+ablations = load_benchmark("ablations.py")
 
 BUDGET = {
     "data": "scenes",

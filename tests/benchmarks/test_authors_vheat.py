@@ -4,16 +4,14 @@ what was compared. (The comparison itself needs a clone of the authors' reposito
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "authors_vheat.py"
-spec = importlib.util.spec_from_file_location("authors_vheat", SCRIPT)
-authors_vheat = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-spec.loader.exec_module(authors_vheat)  # type: ignore[union-attr]
+from tests.helpers import load_benchmark
+
+authors_vheat = load_benchmark("authors_vheat.py")
 
 
 def test_a_folder_without_the_authors_code_is_one_clear_error(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +9,9 @@ import pytest
 import scipy.fft
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cpu_perf" / "dct_rate.py"
-spec = importlib.util.spec_from_file_location("dct_rate", SCRIPT)
-dct_rate = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-spec.loader.exec_module(dct_rate)  # type: ignore[union-attr]
+from tests.helpers import load_benchmark
+
+dct_rate = load_benchmark("bench_cpu_perf/dct_rate.py")
 
 
 def test_even_odd_split_is_the_dct_with_frequencies_reordered() -> None:

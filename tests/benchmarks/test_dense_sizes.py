@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dense_sizes.py"
-spec = importlib.util.spec_from_file_location("dense_sizes", SCRIPT)
-dense_sizes = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-spec.loader.exec_module(dense_sizes)  # type: ignore[union-attr]
+from tests.helpers import load_benchmark
+
+dense_sizes = load_benchmark("dense_sizes.py")
 
 
 def test_tiny_run_times_and_probes_each_backbone(tmp_path: Path) -> None:

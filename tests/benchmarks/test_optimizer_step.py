@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "optimizer_step.py"
-spec = importlib.util.spec_from_file_location("optimizer_step", SCRIPT)
-optimizer_step = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-spec.loader.exec_module(optimizer_step)  # type: ignore[union-attr]
+from tests.helpers import load_benchmark
+
+optimizer_step = load_benchmark("optimizer_step.py")
 
 
 def test_tiny_run_times_each_form(tmp_path: Path) -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "qbheat_vs_mae.py"
-spec = importlib.util.spec_from_file_location("qbheat_vs_mae", SCRIPT)
-bench = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-spec.loader.exec_module(bench)  # type: ignore[union-attr]
+from tests.helpers import load_benchmark
+
+bench = load_benchmark("qbheat_vs_mae.py")
 
 
 def _row(lp: float, knn: float, ft: float) -> dict[str, float]:

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from pdevision.models.restoration import count_params, create_restoration_model
+from tests.helpers import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "restoration.py"
-spec = importlib.util.spec_from_file_location("restoration_bench", SCRIPT)
-bench = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-spec.loader.exec_module(bench)  # type: ignore[union-attr]
+bench = load_benchmark("restoration.py", "restoration_bench")
 
 
 def test_nets_are_sized_within_two_percent_of_vheatir() -> None:

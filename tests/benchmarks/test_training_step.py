@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "training_step.py"
-spec = importlib.util.spec_from_file_location("training_step", SCRIPT)
-training_step = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-spec.loader.exec_module(training_step)  # type: ignore[union-attr]
+from tests.helpers import load_benchmark
+
+training_step = load_benchmark("training_step.py")
 
 
 def test_tiny_run_times_each_form(tmp_path: Path) -> None:
