@@ -198,3 +198,35 @@ def test_bench_device_auto_runs_where_the_parser_accepts_it(tmp_path: Path) -> N
     assert main(argv) == 0
     want = "cuda" if torch.cuda.is_available() else "cpu"
     assert json.loads((tmp_path / "b" / "results.json").read_text())["machine"]["device"] == want
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--resolutions", "16"], "vheat_micro takes images of at least 32 px, got a resolution of 16"),
+        (["--train-resolutions", "24"], "vheat_micro takes images of at least 32 px, got a resolution of 24"),
+        (["--operator-sides", "14", "14"], "--operator-sides needs at least two different sides"),
+    ],
+)
+def test_bench_refuses_sizes_it_cannot_measure_before_timing(
+    extra: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A size below a model's minimum failed minutes into the run with the probe's whole traceback; one operator
+    side fitted an exponent to a single point."""
+    out = tmp_path / "b"
+    argv = ["bench", "--models", "vheat_micro", "--resolutions", "64", "--train-resolutions", "--out", str(out)]
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+    assert not out.exists()  # nothing measured, nothing written
+
+
+def test_a_failed_memory_probe_is_one_line() -> None:
+    """It passed on the last 2,000 characters of the probe process's traceback, cut mid-word."""
+    from pdevision.bench.measure import probe_model
+
+    with pytest.raises(RuntimeError) as exc:
+        probe_model("vheat_micro", [(16, 1)], torch.device("cpu"))  # below the model's minimum size
+    message = str(exc.value)
+    assert message.startswith("probe of vheat_micro failed: ValueError: expected height and width of at least 32")
+    assert "\n" not in message and "Traceback" not in message

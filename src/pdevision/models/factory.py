@@ -13,6 +13,11 @@ class ModelNameError(ValueError):
     """An unknown model name."""
 
 
+class ModelArgumentError(TypeError, ValueError):
+    """An argument the model's constructor does not take: a ``TypeError`` as Python raises it, and a ``ValueError``
+    so that the command line reports it as bad input (one line, exit 2)."""
+
+
 def build_model(name: str, num_classes: int | None = None, img_size: int | None = None, **kwargs: Any) -> nn.Module:
     """``timm.create_model`` for this library's models and timm's; passes ``img_size`` where the
     model takes it (it sets vHeat's FVE size, Swin's and DeiT's grids), and suggests close names
@@ -33,11 +38,6 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
         return timm.create_model(name, **kwargs)
     except TypeError as exc:  # e.g. --model-args '{"depth": 1}' for a model that takes "depths"
         raise ModelArgumentError(f"{name} does not take the arguments {sorted(kwargs)}: {exc}") from exc
-
-
-class ModelArgumentError(TypeError, ValueError):
-    """An argument the model's constructor does not take: a ``TypeError`` as Python raises it, and a ``ValueError``
-    so that the command line reports it as bad input (one line, exit 2)."""
 
 
 def fold_for_inference(
