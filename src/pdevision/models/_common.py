@@ -26,9 +26,7 @@ def to_2tuple_size(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     """``224 -> (224, 224)``; a pair is returned as a tuple of ints. Anything else (a string, a float, a size of 0 or
     less) is a ``ValueError`` naming it."""
     pair = (size, size) if _is_int(size) else size
-    if isinstance(pair, (str, bytes)) or not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise ValueError(f"an image size is an int or a (height, width) pair of ints, got {size!r}")
-    if not all(_is_int(v) for v in pair):
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(_is_int(v) for v in pair):
         raise ValueError(f"an image size is an int or a (height, width) pair of ints, got {size!r}")
     if any(int(v) < 1 for v in pair):  # type: ignore[call-overload]
         raise ValueError(f"an image size must be positive, got {size!r}")
