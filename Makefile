@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/pdevision eval --checkpoint runs/demo
 
 test: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "not slow"
 
 test-all: $(STAMP)

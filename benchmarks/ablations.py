@@ -1,6 +1,6 @@
 """The papers' ablations at CPU scale on the embedded ``scenes`` benchmark, several seeds, equal budgets.
 
-Every run trains through :func:`pdevision.engine.train.train` with the same budget (data, image size,
+Every run trains through :func:`pdevision.tasks.classify.train` with the same budget (data, image size,
 epochs, batch size, recipe, and optionally an absolute ``--lr`` and an ``--opt``) for every row of a
 group; only the model and its arguments differ. Each (row, seed) is one training run; runs are keyed by
 everything that defines them, so a training shared by two groups (each family's default model) runs once
@@ -21,7 +21,7 @@ Row groups (``--rows GROUP [GROUP ...]``, default all but ``robustness``):
   hardtanh/hardball/softball@ds, no ws, no ws x6, Eqs. 4-6, Eq. 7 no ws x6).
 * ``families``: the micro families against resnet18, convnext_atto and a small Swin.
 * ``robustness``: the ``families`` trainings evaluated under ImageNet-C corruptions
-  (:mod:`pdevision.engine.robustness`), mCE relative to resnet18 of the same seed.
+  (:mod:`pdevision.tasks.classify.robustness`), mCE relative to resnet18 of the same seed.
 * ``qbheat_mae``: not run by this script; the report points to ``benchmarks/qbheat_vs_mae.md``.
 
 Rows are data (:data:`GROUPS`): a row whose model arguments the installed models reject is skipped
@@ -246,27 +246,30 @@ def run_training(key: str, folder: str, device: str, workers: int, threads: int)
     import torch
 
     from pdevision.bench import count_params
-    from pdevision.engine.train import TrainConfig, train
+    from pdevision.engine import RunConfig
+    from pdevision.tasks.classify import ClassifyConfig, train
 
     torch.set_num_threads(threads)
     spec = json.loads(key)
-    config = TrainConfig(
+    config = ClassifyConfig(
         model=spec["model"],
         data=spec["data"],
-        output=folder,
-        overwrite=True,  # the folder is this run's own: a run killed before it was recorded starts over in it
         recipe=spec["recipe"],
-        epochs=spec["epochs"],
-        batch_size=spec["batch_size"],
         img_size=spec["img_size"],
-        seed=spec["seed"],
-        device=device,
-        workers=workers,
-        progress=False,
         model_args=dict(spec["model_args"]),
-        max_train_batches=spec.get("max_train_batches"),
-        lr=spec.get("lr"),
-        opt=spec.get("opt"),
+        run=RunConfig(
+            output=folder,
+            overwrite=True,
+            epochs=spec["epochs"],
+            batch_size=spec["batch_size"],
+            seed=spec["seed"],
+            device=device,
+            workers=workers,
+            progress=False,
+            max_train_batches=spec.get("max_train_batches"),
+            lr=spec.get("lr"),
+            opt=spec.get("opt"),
+        ),
     )
     _warm_data(spec["data"], spec["img_size"])
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -310,7 +313,7 @@ def evaluate_sizes(
     from pdevision.engine.checkpoint import read_meta, resolve_checkpoint
     from pdevision.engine.modeling import load_into_model, model_from_meta
     from pdevision.engine.runtime import resolve_device
-    from pdevision.engine.train import evaluate_model
+    from pdevision.tasks.classify import evaluate_model
 
     ckpt = resolve_checkpoint(folder)
     meta = read_meta(ckpt)
@@ -470,7 +473,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if GROUPS[group].get("robustness"):
             ekey = robustness_key(train_key(row, seed, budget), args.corruptions, args.severities, args.max_images)
             if ekey not in results["evals"]:
-                from pdevision.engine.robustness import corruption_accuracy, parse_corruptions, parse_severities
+                from pdevision.tasks.classify.robustness import corruption_accuracy, parse_corruptions, parse_severities
 
                 r = corruption_accuracy(
                     run_rec["folder"],
@@ -722,7 +725,7 @@ def _robustness_table(
 ) -> list[str]:
     """Clean, mean corruption top-1 and mCE against resnet18 of the same seed; ``per_seed`` gets the mean
     corruption top-1."""
-    from pdevision.engine.robustness import mean_corruption_error, top1_errors
+    from pdevision.tasks.classify.robustness import mean_corruption_error, top1_errors
 
     images = spec.get("max_images") or "all"
     lines = [

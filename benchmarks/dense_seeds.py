@@ -31,10 +31,12 @@ from typing import Any
 
 def run_one(model: str, seed: int, epochs: int) -> dict[str, Any]:
     """Train one segmentation run in this process; its summary's numbers and its CPU seconds."""
-    from pdevision.tasks.segment import DenseConfig, train_dense
+    from pdevision.engine import RunConfig
+    from pdevision.tasks.dense import DenseConfig
+    from pdevision.tasks.segment import train as train_dense
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = DenseConfig(task="segment", model=model, epochs=epochs, seed=seed, output=tmp, progress=False)
+        config = DenseConfig(model=model, run=RunConfig(epochs=epochs, seed=seed, output=tmp, progress=False))
         cpu0, wall0 = time.process_time(), time.perf_counter()
         summary = train_dense(config)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

@@ -48,14 +48,15 @@ import torch
 
 import pdevision  # noqa: F401
 from pdevision.data import build_datasets, eval_transform_for
-from pdevision.engine import TrainConfig, save_checkpoint, train
+from pdevision.data.crops import build_pretrain_dataset
+from pdevision.engine import RunConfig, save_checkpoint
 from pdevision.engine.checkpoint import load_weights, read_meta
 from pdevision.engine.modeling import build_model
-from pdevision.ssl import PretrainConfig, build_pretrainer, pretrain
-from pdevision.ssl.data import build_pretrain_dataset
-from pdevision.ssl.evaluate import embed, knn_predict, load_encoder
 from pdevision.ssl.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL
-from pdevision.ssl.visualize import save_reconstruction_grid
+from pdevision.tasks.classify import ClassifyConfig, train
+from pdevision.tasks.pretrain import PretrainConfig, build_pretrainer, pretrain
+from pdevision.tasks.pretrain.figures import save_reconstruction_grid
+from pdevision.tasks.pretrain.knn import embed, knn_predict, load_encoder
 
 ROOT = Path(__file__).resolve().parent
 IMG = 64
@@ -100,14 +101,16 @@ def pretrain_config(key: str, seed: int, steps: int, work: Path, epochs: int) ->
         model_args=dict(args),
         data=DATA,
         img_size=IMG,
-        epochs=epochs,
         crops_per_epoch=64 * (steps // epochs),
-        batch_size=64,
-        seed=seed,
-        output=str(work / f"{key}_s{seed}"),
-        overwrite=True,  # the script's own folder: a run killed before it was recorded starts over in it
-        progress=False,
-        device="cpu",
+        run=RunConfig(
+            epochs=epochs,
+            batch_size=64,
+            seed=seed,
+            output=str(work / f"{key}_s{seed}"),
+            overwrite=True,
+            progress=False,
+            device="cpu",
+        ),
     )
 
 
@@ -184,20 +187,22 @@ def linear_probe_and_knn(encoder: Path, n_train: int) -> dict[str, float]:
 def fine_tune(encoder: Path, model: str, out: Path, seed: int, epochs: int, batches: int | None) -> dict[str, float]:
     t0 = time.process_time()
     summary = train(
-        TrainConfig(
+        ClassifyConfig(
             model=model,
             init_from=str(encoder),
             data=DATA,
             img_size=IMG,
-            epochs=epochs,
-            warmup_epochs=1 if epochs > 1 else 0,
-            max_train_batches=batches,
-            batch_size=64,
-            seed=seed,
-            output=str(out),
-            overwrite=True,
-            progress=False,
-            device="cpu",
+            run=RunConfig(
+                epochs=epochs,
+                warmup_epochs=1 if epochs > 1 else 0,
+                max_train_batches=batches,
+                batch_size=64,
+                seed=seed,
+                output=str(out),
+                overwrite=True,
+                progress=False,
+                device="cpu",
+            ),
         )
     )
     return {"ft": float(summary["final"]["val_top1"]), "ft_cpu_s": time.process_time() - t0}

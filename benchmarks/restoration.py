@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from pdevision.data.restoration import classical_baselines, embedded_images, psnr, ssim
-from pdevision.engine.loop import LoopConfig, fit
+from pdevision.engine import RunConfig, fit
 from pdevision.models.restoration import count_params, create_restoration_model, match_params
 from pdevision.tasks.restore import HeldOutImages, RestoreConfig, RestoreTask, load_restoration_model, restore_image
 
@@ -161,7 +161,7 @@ def _train_one(
     task = RestoreTask(cfg)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=work) as tmp:
-        loop = LoopConfig(
+        loop = RunConfig(
             output=tmp, epochs=1, batch_size=args.batch_size, lr=args.lr, weight_decay=0.0, min_lr=1e-5,
             max_train_batches=steps, device="cpu", progress=False, seed=seed, rank_seed=True,
         )  # fmt: skip

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pdevision.engine.robustness import format_table, mean_corruption_error, top1_errors
+from pdevision.tasks.classify.robustness import format_table, mean_corruption_error, top1_errors
 
 HERE = Path(__file__).resolve().parent
 

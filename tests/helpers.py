@@ -37,3 +37,26 @@ def load_benchmark(path: str, name: str | None = None) -> ModuleType:
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+def make(config_cls: type, **settings: object) -> object:
+    """``config_cls`` (a task's configuration) from flat settings: those named like a ``RunConfig`` field go to its
+    ``run`` (a test convenience for settings shared by several runs)."""
+    import dataclasses
+
+    from pdevision.engine import RunConfig
+
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    run = {k: v for k, v in settings.items() if k in run_fields}
+    own = {k: v for k, v in settings.items() if k not in run_fields}
+    return config_cls(**own, run=RunConfig(**run))
+
+
+def exit_code(argv: list[str]) -> int:
+    """``pdevision`` with ``argv``: its exit code, whether the parser exits (bad flags) or the command returns."""
+    from pdevision.cli import main
+
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)

@@ -125,10 +125,13 @@ def test_unknown_split_is_an_error() -> None:
 
 @pytest.mark.slow
 def test_micro_model_learns_scenes_above_chance(tmp_path) -> None:
-    from pdevision.engine.train import TrainConfig, train
+    from pdevision.engine import RunConfig
+    from pdevision.tasks.classify import ClassifyConfig, train
 
     summary = train(
-        TrainConfig(model="vheat_micro", data="scenes", epochs=10, output=str(tmp_path / "run"), progress=False)
+        ClassifyConfig(
+            model="vheat_micro", data="scenes", run=RunConfig(epochs=10, output=str(tmp_path / "run"), progress=False)
+        )
     )
     assert summary["val_images"] == 1000
     assert summary["best_val_top1"] > 20.0  # chance: 10%

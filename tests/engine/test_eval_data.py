@@ -9,8 +9,8 @@ import torch
 
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import save_checkpoint
-from pdevision.engine.evaluate import evaluate_checkpoint
 from pdevision.engine.modeling import build_model
+from pdevision.tasks.classify.evaluate import evaluate_checkpoint
 
 
 def test_embedded_data_of_accepts_only_embedded_names() -> None:

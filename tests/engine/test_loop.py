@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from pdevision.cli import main
-from pdevision.engine import TrainConfig
+from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import load_trainer_state, load_weights
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.loop import build_state
-from pdevision.tasks.classify import loop_config
+from pdevision.tasks.classify import ClassifyConfig, ClassifyTask
 
 FAST = ["--img-size", "32", "--batch-size", "32", "--max-train-batches", "2", "--no-progress"]
 
@@ -26,7 +26,7 @@ def test_pderesnet_recipe_trains_with_sgd_and_writes_it_to_config(tmp_path: Path
     assert main([*argv, *FAST]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["opt"] == "sgd" and config["momentum"] == 0.9 and config["recipe_name"] == "pderesnet"
-    assert config["recipe_lr"] == 0.3 and config["recipe_lr_batch"] == 192 and config["warmup_epochs"] == 5
+    assert config["lr_base"] == 0.3 and config["lr_base_batch"] == 192 and config["warmup_epochs"] == 5
     group = load_trainer_state(out / "last")["optimizer"]["param_groups"][0]
     assert group["nesterov"] is True and group["momentum"] == 0.9  # timm's "sgd": SGD with Nesterov momentum
     assert group["initial_lr"] == pytest.approx(0.3 * 32 / 192)  # scaled with the recipe's own reference batch
@@ -39,21 +39,21 @@ def test_pderesnet_recipe_trains_with_sgd_and_writes_it_to_config(tmp_path: Path
 def test_recipes_resolve_to_their_optimizer_and_scaled_lr(
     recipe: str, opt: str, lr: float, batch: int, weight_decay: float
 ) -> None:
-    config = TrainConfig(recipe=recipe, batch_size=64)
-    resolved = config.resolved()
-    assert (resolved["opt"], resolved["recipe_lr"], resolved["recipe_lr_batch"]) == (opt, lr, batch)
-    assert resolved["weight_decay"] == weight_decay
-    state = build_state(torch.nn.Linear(4, 2), loop_config(config), steps=10, info=DistInfo())
+    config = ClassifyConfig(recipe=recipe, run=RunConfig(batch_size=64))
+    resolved = config.resolved_run()
+    assert (resolved.opt, resolved.lr_base, resolved.lr_base_batch) == (opt, lr, batch)
+    assert resolved.weight_decay == weight_decay
+    state = build_state(torch.nn.Linear(4, 2), config.resolved_run(), steps=10, info=DistInfo())
     assert type(state.optimizer).__name__ == "AdamW"
     assert state.optimizer.param_groups[0]["initial_lr"] == pytest.approx(lr * 64 / batch)
-    assert TrainConfig(recipe="imagenet").resolved()["recipe_name"] == "vheat"  # the alias
+    assert ClassifyConfig(recipe="imagenet").resolved()["recipe_name"] == "vheat"  # the alias
 
 
 @pytest.mark.parametrize("opt", ["adamw", "momentum"])
 def test_fused_update_is_used_and_gives_the_per_parameter_result(opt: str) -> None:
     """AdamW and SGD take PyTorch's fused update by default; ``fused_opt=False`` keeps the per-parameter loop;
     both give the same weights after a few steps (to float32 rounding)."""
-    from pdevision.engine.loop import LoopConfig
+    from pdevision.engine import RunConfig
 
     torch.manual_seed(0)
     base = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3))
@@ -61,7 +61,7 @@ def test_fused_update_is_used_and_gives_the_per_parameter_result(opt: str) -> No
     weights = []
     for fused in (True, False):
         model = copy.deepcopy(base)
-        config = LoopConfig(opt=opt, lr=0.05, weight_decay=0.05, fused_opt=fused)
+        config = RunConfig(opt=opt, lr=0.05, weight_decay=0.05, fused_opt=fused)
         optimizer = build_state(model, config, steps=4, info=DistInfo()).optimizer
         assert optimizer.param_groups[0]["fused"] is (True if fused else None)
         for x, y in data:
@@ -74,30 +74,33 @@ def test_fused_update_is_used_and_gives_the_per_parameter_result(opt: str) -> No
 
 
 def test_an_optimizer_without_a_fused_update_is_built_without_one() -> None:
-    from pdevision.engine.loop import LoopConfig
+    from pdevision.engine import RunConfig
 
-    state = build_state(torch.nn.Linear(4, 2), LoopConfig(opt="lamb", lr=1e-3), steps=4, info=DistInfo())
+    state = build_state(torch.nn.Linear(4, 2), RunConfig(opt="lamb", lr=1e-3), steps=4, info=DistInfo())
     assert type(state.optimizer).__name__ == "Lamb" and "fused" not in state.optimizer.param_groups[0]
 
 
 def test_opt_and_momentum_flags_override_the_recipe() -> None:
-    config = TrainConfig(opt="momentum", momentum=0.5, lr=0.1)
-    state = build_state(torch.nn.Linear(4, 2), loop_config(config), steps=10, info=DistInfo())
+    config = ClassifyConfig(run=RunConfig(opt="momentum", momentum=0.5, lr=0.1))
+    state = build_state(torch.nn.Linear(4, 2), config.resolved_run(), steps=10, info=DistInfo())
     group = state.optimizer.param_groups[0]
     assert type(state.optimizer).__name__ == "SGD" and group["momentum"] == 0.5 and group["nesterov"] is False
-    assert json.loads(json.dumps(config.resolved()))["opt"] == "momentum"
+    assert config.resolved_run().opt == "momentum"
 
 
 @pytest.mark.parametrize(("batches", "what"), [(1, "non-finite weights"), (2, "non-finite training loss")])
 def test_lr_inf_stops_without_writing_a_checkpoint(tmp_path: Path, batches: int, what: str) -> None:
     """The API takes any float (the CLI refuses ``--lr inf`` as a usage error, see tests/test_cli_fuzz.py)."""
-    from pdevision.engine import NonFiniteLossError, train
+    from pdevision.engine import NonFiniteLossError
+    from pdevision.tasks.classify import train
 
     out = tmp_path / "run"
-    config = TrainConfig(
-        output=str(out), lr=float("inf"), epochs=2, img_size=32, batch_size=32, max_train_batches=batches,
-        progress=False,
-    )  # fmt: skip
+    config = ClassifyConfig(
+        img_size=32,
+        run=RunConfig(
+            output=str(out), lr=float("inf"), epochs=2, batch_size=32, max_train_batches=batches, progress=False
+        ),
+    )
     with pytest.raises(NonFiniteLossError) as info:
         train(config)
     assert what in str(info.value) and "no intact checkpoint exists yet" in str(info.value)
@@ -119,8 +122,9 @@ def test_non_finite_weights_after_a_good_epoch_keep_the_good_checkpoint(
     import safetensors.torch
 
     import pdevision.engine.loop as loop_module
-    from pdevision.engine import NonFiniteLossError, train
+    from pdevision.engine import NonFiniteLossError
     from pdevision.engine.checkpoint import read_meta
+    from pdevision.tasks.classify import train
 
     out = tmp_path / "run"
     original = loop_module._update
@@ -132,7 +136,9 @@ def test_non_finite_weights_after_a_good_epoch_keep_the_good_checkpoint(
                 next(state.model.parameters()).fill_(float("nan"))
 
     monkeypatch.setattr(loop_module, "_update", poisoned)
-    config = TrainConfig(output=str(out), epochs=3, img_size=32, batch_size=32, max_train_batches=2, progress=False)
+    config = ClassifyConfig(
+        img_size=32, run=RunConfig(output=str(out), epochs=3, batch_size=32, max_train_batches=2, progress=False)
+    )
     with pytest.raises(
         NonFiniteLossError, match=r"non-finite weights.*after epoch 2.*last intact checkpoint is .*last"
     ):
@@ -152,12 +158,17 @@ def test_non_finite_weights_after_a_good_epoch_keep_the_good_checkpoint(
     ],
 )
 def test_compiled_training_runs(tmp_path: Path, model: str) -> None:
-    from pdevision.engine import train
+    from pdevision.tasks.classify import train
 
     summary = train(
-        TrainConfig(model=model, output=str(tmp_path / model), epochs=1, compile=True, img_size=32, batch_size=16,
-                    max_train_batches=2, progress=False)
-    )  # fmt: skip
+        ClassifyConfig(
+            model=model,
+            img_size=32,
+            run=RunConfig(
+                output=str(tmp_path / model), epochs=1, compile=True, batch_size=16, max_train_batches=2, progress=False
+            ),
+        )
+    )
     assert summary["status"] == "completed" and summary["final"]["train_loss"] > 0
     assert json.loads((tmp_path / model / "config.json").read_text())["compile"] is True
 
@@ -195,3 +206,33 @@ def test_reference_kernels_flag_keeps_pytorchs_linear_layers(tmp_path: Path, mon
     assert main(argv) == 0
     assert calls == []
     assert json.loads((out / "config.json").read_text())["fused_kernels"] is False
+
+
+def test_the_cpu_kernel_swap_leaves_other_models_alone(tmp_path: Path) -> None:
+    """The loop puts the linear layers of this library's own models on the fused kernels (CPU), and trains any other
+    model (a timm model, a user's) with its modules as they are."""
+    from pdevision.engine.loop import is_library_model
+    from pdevision.engine.modeling import build_model
+    from pdevision.layers import InferenceLinear
+
+    ours, theirs = build_model("vheat_micro", num_classes=3), build_model("resnet18", num_classes=3)
+    assert is_library_model(ours) and not is_library_model(theirs)
+    assert not is_library_model(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    for name in ("vit_tiny_patch16_224", "vheat_micro"):
+        out = tmp_path / name
+        argv = ["train", "--model", name, "--epochs", "1", "--output", str(out), *FAST]
+        seen: list[type] = []
+        original = ClassifyTask.build_model
+
+        def spy(self, _original=original, _seen=seen):  # records the model the loop then trains
+            model = _original(self)
+            _seen.append(model)
+            return model
+
+        ClassifyTask.build_model = spy
+        try:
+            assert main(argv) == 0
+        finally:
+            ClassifyTask.build_model = original
+        swapped = any(isinstance(m, InferenceLinear) for m in seen[0].modules())
+        assert swapped == (name == "vheat_micro"), name

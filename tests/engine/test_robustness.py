@@ -13,7 +13,7 @@ from pdevision.cli import main
 from pdevision.data import DigitsDataset, eval_transform_for
 from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.engine.modeling import build_model
-from pdevision.engine.robustness import (
+from pdevision.tasks.classify.robustness import (
     CORRUPTIONS,
     corrupt,
     evaluate_corruptions,

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 
 from pdevision.data import DigitsDataset
 from pdevision.data.shards import ShardDataset, is_shard_folder, shard_datasets, write_shards
-from pdevision.engine import TrainConfig, train
+from pdevision.tasks.classify import ClassifyConfig, train
+from tests.helpers import make
 
 FAST = dict(img_size=32, batch_size=32, max_train_batches=3, progress=False)
 
@@ -60,10 +61,10 @@ def test_training_on_shards_and_resume_after_an_epoch(shards: Path, tmp_path: Pa
     import safetensors.torch
 
     common = dict(data=str(shards), epochs=2, deterministic=True, **FAST)
-    summary = train(TrainConfig(output=str(tmp_path / "full"), **common))
+    summary = train(make(ClassifyConfig, **common, output=str(tmp_path / "full")))
     assert summary["classes"][0] == "digit-0" and summary["val_images"] == 360 and summary["train_images"] == 1437
-    train(TrainConfig(output=str(tmp_path / "part"), stop_after_epochs=1, **common))
-    train(TrainConfig(output=str(tmp_path / "part"), resume=str(tmp_path / "part"), **common))
+    train(make(ClassifyConfig, **common, output=str(tmp_path / "part"), stop_after_epochs=1))
+    train(make(ClassifyConfig, **common, output=str(tmp_path / "part"), resume=str(tmp_path / "part")))
     full = safetensors.torch.load_file(str(tmp_path / "full" / "last" / "model.safetensors"))
     part = safetensors.torch.load_file(str(tmp_path / "part" / "last" / "model.safetensors"))
     assert all(torch.equal(full[k], part[k]) for k in full)  # the resumed stream read the same samples
@@ -81,7 +82,7 @@ def test_shards_reach_the_accuracy_of_the_same_images_as_a_folder_tree(shards: P
     args = dict(epochs=2, warmup_epochs=0, img_size=32, batch_size=64, progress=False)
     tops = {}
     for name, data in (("shards", shards), ("tree", root)):
-        tops[name] = train(TrainConfig(data=str(data), output=str(tmp_path / name), **args))["best_val_top1"]
+        tops[name] = train(make(ClassifyConfig, data=str(data), **args, output=str(tmp_path / name)))["best_val_top1"]
     print(f"best val top-1: shards {tops['shards']:.2f}%, folder tree {tops['tree']:.2f}%")
     assert tops["tree"] > 50.0  # the digits are being learnt (chance: 10%)
     assert abs(tops["shards"] - tops["tree"]) < 6.0, tops  # same data, another order: within noise

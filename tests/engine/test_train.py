@@ -10,8 +10,10 @@ import pytest
 import safetensors.torch
 import torch
 
-from pdevision.engine import CheckpointError, NonFiniteLossError, TrainConfig, train
+from pdevision.engine import CheckpointError, NonFiniteLossError, RunConfig
 from pdevision.engine.checkpoint import load_trainer_state, read_meta
+from pdevision.tasks.classify import ClassifyConfig, train
+from tests.helpers import make
 
 FAST = dict(img_size=32, batch_size=32, max_train_batches=3, progress=False)
 
@@ -22,7 +24,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def test_run_writes_metrics_checkpoints_summary_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    summary = train(TrainConfig(output=str(out), epochs=2, ema_decay=0.9, **FAST))
+    summary = train(make(ClassifyConfig, **FAST, output=str(out), epochs=2, ema_decay=0.9))
     assert summary["epochs_run"] == 2 and summary["status"] == "completed"
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert [int(r["epoch"]) for r in rows] == [1, 2]
@@ -42,10 +44,10 @@ def test_run_writes_metrics_checkpoints_summary_and_plot(tmp_path: Path) -> None
 
 def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
     common = dict(epochs=3, deterministic=True, ema_decay=0.9, mixup=0.2, **FAST)
-    train(TrainConfig(output=str(tmp_path / "full"), **common))
-    train(TrainConfig(output=str(tmp_path / "part"), stop_after_epochs=1, **common))
+    train(make(ClassifyConfig, **common, output=str(tmp_path / "full")))
+    train(make(ClassifyConfig, **common, output=str(tmp_path / "part"), stop_after_epochs=1))
     assert read_meta(tmp_path / "part" / "last")["epoch"] == 1
-    summary = train(TrainConfig(output=str(tmp_path / "part"), resume=str(tmp_path / "part"), **common))
+    summary = train(make(ClassifyConfig, **common, output=str(tmp_path / "part"), resume=str(tmp_path / "part")))
     assert summary["epochs_run"] == 3
     rows = list(csv.DictReader(open(tmp_path / "part" / "metrics.csv")))
     assert [int(r["epoch"]) for r in rows] == [1, 2, 3]
@@ -60,7 +62,7 @@ def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "run"
-    train(TrainConfig(output=str(out), epochs=1, **FAST))
+    train(make(ClassifyConfig, **FAST, output=str(out), epochs=1))
     before = _weights(out / "last")
     calls = {"n": 0}
     original = torch.nn.CrossEntropyLoss.forward
@@ -72,7 +74,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path, mo
 
     monkeypatch.setattr(torch.nn.CrossEntropyLoss, "forward", poisoned)
     with pytest.raises(NonFiniteLossError, match=r"non-finite training loss .* epoch 2, step 2.*intact"):
-        train(TrainConfig(output=str(out), epochs=3, resume=str(out / "last"), **FAST))
+        train(make(ClassifyConfig, **FAST, output=str(out), epochs=3, resume=str(out / "last")))
     after = _weights(out / "last")
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert read_meta(out / "last")["epoch"] == 1
@@ -80,7 +82,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path, mo
 
 def test_fine_tune_with_reset_head_and_class_mismatch(tmp_path: Path) -> None:
     src = tmp_path / "src"
-    train(TrainConfig(output=str(src), epochs=1, **FAST))
+    train(make(ClassifyConfig, **FAST, output=str(src), epochs=1))
     root = tmp_path / "folder"
     from PIL import Image
 
@@ -90,29 +92,33 @@ def test_fine_tune_with_reset_head_and_class_mismatch(tmp_path: Path) -> None:
             Image.new("RGB", (40, 40), color=(40 * i, 100 if c == "a" else 0, 0)).save(root / c / f"{i}.png")
     args = dict(data=str(root), epochs=1, img_size=32, batch_size=4, progress=False, val_split=0.5)
     with pytest.raises(CheckpointError, match=r"trained for 10 classes.*--reset-head"):
-        train(TrainConfig(output=str(tmp_path / "ft"), init_from=str(src / "last"), **args))
-    summary = train(TrainConfig(output=str(tmp_path / "ft"), init_from=str(src / "last"), reset_head=True, **args))
+        train(make(ClassifyConfig, init_from=str(src / "last"), **args, output=str(tmp_path / "ft")))
+    summary = train(
+        make(ClassifyConfig, init_from=str(src / "last"), reset_head=True, **args, output=str(tmp_path / "ft"))
+    )
     assert summary["classes"] == ["a", "b"]
     tuned, source = _weights(tmp_path / "ft" / "last"), _weights(src / "last")
     assert tuned["head.fc.weight"].shape == (2, source["head.fc.weight"].shape[1])
     with pytest.raises(CheckpointError, match="holds a 'vheat_micro' model, not 'resnet18'"):
-        train(TrainConfig(output=str(tmp_path / "x"), model="resnet18", init_from=str(src / "last"), **FAST))
+        train(make(ClassifyConfig, model="resnet18", init_from=str(src / "last"), **FAST, output=str(tmp_path / "x")))
 
 
 def test_timm_peer_and_full_recipe_flags(tmp_path: Path) -> None:
     summary = train(
-        TrainConfig(
+        ClassifyConfig(
             model="resnet18",
-            output=str(tmp_path / "r18"),
             recipe="imagenet",
-            epochs=1,
-            warmup_epochs=0,
-            amp="bf16",
             grad_checkpointing=False,
             img_size=32,
-            batch_size=16,
-            max_train_batches=2,
-            progress=False,
+            run=RunConfig(
+                output=str(tmp_path / "r18"),
+                epochs=1,
+                warmup_epochs=0,
+                amp="bf16",
+                batch_size=16,
+                max_train_batches=2,
+                progress=False,
+            ),
         )
     )
     assert summary["epochs_run"] == 1 and summary["model"] == "resnet18"
@@ -128,5 +134,5 @@ def test_grad_checkpointing_option(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(
         VHeat, "set_grad_checkpointing", lambda self, enable=True: (calls.append(enable), original(self, enable))
     )
-    summary = train(TrainConfig(output=str(tmp_path / "gc"), epochs=1, grad_checkpointing=True, **FAST))
+    summary = train(make(ClassifyConfig, grad_checkpointing=True, **FAST, output=str(tmp_path / "gc"), epochs=1))
     assert summary["epochs_run"] == 1 and calls == [True]

@@ -11,11 +11,13 @@ import torch
 from torch import nn
 
 from pdevision.cli import main
+from pdevision.data.crops import build_pretrain_dataset
+from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import read_meta
 from pdevision.engine.modeling import build_model
-from pdevision.ssl import MAE, PretrainConfig, QBHeat, load_encoder, pretrain
-from pdevision.ssl.data import build_pretrain_dataset
+from pdevision.ssl import MAE, QBHeat
 from pdevision.ssl.encoders import vit_block_tokens
+from pdevision.tasks.pretrain import PretrainConfig, load_encoder, pretrain
 
 VIT = "vit_tiny_patch16_224"
 VIT_ARGS = {"patch_size": 8, "depth": 2, "embed_dim": 64, "num_heads": 2, "global_pool": "avg"}
@@ -75,10 +77,17 @@ def test_shapes_gradients_and_only_the_block_reaches_the_encoder(model: str, arg
 @pytest.mark.parametrize(("model", "args"), [(VIT, VIT_ARGS), ("resnet18", {})])
 def test_tiny_pretraining_exports_an_encoder_that_fine_tunes(model: str, args: dict, tmp_path: Path) -> None:
     cfg = PretrainConfig(
-        model=model, model_args=args, data="digits", img_size=64, epochs=1, crops_per_epoch=16, batch_size=8,
-        decoder_depth=1, decoder_width=32, decoder_heads=2, pred_dim=32, output=str(tmp_path / "run"),
-        progress=False, device="cpu",
-    )  # fmt: skip
+        model=model,
+        model_args=args,
+        data="digits",
+        img_size=64,
+        crops_per_epoch=16,
+        decoder_depth=1,
+        decoder_width=32,
+        decoder_heads=2,
+        pred_dim=32,
+        run=RunConfig(epochs=1, batch_size=8, output=str(tmp_path / "run"), progress=False, device="cpu"),
+    )
     summary = pretrain(cfg)
     assert summary["steps"] == 2 and summary["status"] == "completed" and summary["final_loss"] > 0
     meta = read_meta(tmp_path / "run" / "encoder")
@@ -90,7 +99,7 @@ def test_tiny_pretraining_exports_an_encoder_that_fine_tunes(model: str, args: d
 
 
 def test_published_form_through_the_config() -> None:
-    from pdevision.ssl import build_pretrainer
+    from pdevision.tasks.pretrain import build_pretrainer
 
     assert build_pretrainer(PretrainConfig(constraint="none", decoder_depth=1)).predictor.max_rate is None
     assert build_pretrainer(PretrainConfig(decoder_depth=1)).predictor.max_rate == 0.25

@@ -16,9 +16,11 @@ import safetensors.torch
 import torch
 
 from pdevision.cli import main
-from pdevision.engine import TrainConfig, train
+from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import load_trainer_state, read_meta
-from pdevision.ssl import PretrainConfig, pretrain
+from pdevision.tasks.classify import ClassifyConfig, train
+from pdevision.tasks.pretrain import PretrainConfig, pretrain
+from tests.helpers import make
 
 TINY = ["--crops-per-epoch", "32", "--batch-size", "16", "--decoder-depth", "1", "--no-progress"]
 PROBE = ["--epochs", "1", "--batch-size", "32", "--max-train-batches", "2", "--no-progress"]
@@ -75,9 +77,9 @@ def test_linear_probe_resume_is_bitwise_identical(qbheat_run: Path, tmp_path: Pa
         init_from=str(qbheat_run / "encoder"), linear_probe=True, epochs=2, batch_size=32, max_train_batches=2,
         ema_decay=0.9, deterministic=True, progress=False,
     )  # fmt: skip
-    train(TrainConfig(output=str(tmp_path / "full"), **common))
-    train(TrainConfig(output=str(tmp_path / "part"), stop_after_epochs=1, **common))
-    train(TrainConfig(output=str(tmp_path / "part"), resume=str(tmp_path / "part" / "last"), **common))
+    train(make(ClassifyConfig, **common, output=str(tmp_path / "full")))
+    train(make(ClassifyConfig, **common, output=str(tmp_path / "part"), stop_after_epochs=1))
+    train(make(ClassifyConfig, **common, output=str(tmp_path / "part"), resume=str(tmp_path / "part" / "last")))
     for name in ("model", "ema"):
         full = safetensors.torch.load_file(str(tmp_path / "full" / "last" / f"{name}.safetensors"))
         part = safetensors.torch.load_file(str(tmp_path / "part" / "last" / f"{name}.safetensors"))
@@ -118,35 +120,45 @@ def test_mae_pretrain_then_fine_tune_restores_the_vit_arguments(tmp_path: Path) 
 
 def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
     common = dict(crops_per_epoch=16, batch_size=8, decoder_depth=1, epochs=2, deterministic=True, progress=False)
-    pretrain(PretrainConfig(output=str(tmp_path / "full"), block_position="random", **common))
-    pretrain(PretrainConfig(output=str(tmp_path / "part"), block_position="random", stop_after_epochs=1, **common))
+    pretrain(make(PretrainConfig, block_position="random", **common, output=str(tmp_path / "full")))
+    pretrain(
+        make(PretrainConfig, block_position="random", **common, output=str(tmp_path / "part"), stop_after_epochs=1)
+    )
     summary = pretrain(
-        PretrainConfig(output=str(tmp_path / "part"), block_position="random", resume=str(tmp_path / "part"), **common)
+        make(
+            PretrainConfig,
+            block_position="random",
+            **common,
+            output=str(tmp_path / "part"),
+            resume=str(tmp_path / "part"),
+        )
     )
     assert summary["epochs_run"] == 2 and summary["steps"] == 4
     full, part = _weights(tmp_path / "full" / "last"), _weights(tmp_path / "part" / "last")
     for key in full:
         assert torch.equal(full[key], part[key]), key
     with pytest.raises(ValueError, match="pretrained with --method qbheat --model vheat_micro"):
-        pretrain(PretrainConfig(output=str(tmp_path / "x"), method="mae", resume=str(tmp_path / "part"), **common))
+        pretrain(
+            make(PretrainConfig, method="mae", **common, output=str(tmp_path / "x"), resume=str(tmp_path / "part"))
+        )
 
 
 def test_time_budget_stops_the_run(tmp_path: Path) -> None:
     summary = pretrain(
         PretrainConfig(
-            output=str(tmp_path / "t"), crops_per_epoch=16, batch_size=8, decoder_depth=1, epochs=1000,
-            time_budget=1e-3, progress=False,
+            crops_per_epoch=16,
+            decoder_depth=1,
+            run=RunConfig(output=str(tmp_path / "t"), batch_size=8, epochs=1000, time_budget=1e-3, progress=False),
         )
-    )  # fmt: skip
+    )
     assert summary["status"] == "time budget of 0 s spent" and summary["steps"] == 1 and summary["epochs_run"] == 1
 
 
 def test_schedule_is_timms_warmup_then_cosine() -> None:
     from pdevision.engine.distributed import DistInfo
     from pdevision.engine.loop import build_state
-    from pdevision.tasks.pretrain import loop_config
 
-    config = loop_config(PretrainConfig(epochs=10, warmup=0.1, lr=1.0, min_lr=1e-3))
+    config = PretrainConfig(warmup=0.1, run=RunConfig(epochs=10, lr=1.0, min_lr=1e-3)).resolved_run()
     state = build_state(torch.nn.Linear(2, 2), config, steps=10, info=DistInfo())
     lrs = []
     for update in (0, 10, 100):
@@ -174,10 +186,10 @@ def test_killed_while_exporting_the_encoder_resume_redoes_the_export(
 
     monkeypatch.setattr(state_module, "save_checkpoint", killed)
     with pytest.raises(KeyboardInterrupt):
-        pretrain(PretrainConfig(**common))
+        pretrain(make(PretrainConfig, **common))
     monkeypatch.setattr(state_module, "save_checkpoint", original)
     assert read_meta(out / "encoder")["epoch"] == 1 and read_meta(out / "last")["epoch"] == 1
-    summary = pretrain(PretrainConfig(resume=str(out), **common))
+    summary = pretrain(make(PretrainConfig, **common, resume=str(out)))
     assert summary["status"] == "completed"
     assert read_meta(out / "encoder")["epoch"] == 2 and read_meta(out / "last")["epoch"] == 2
     full, encoder = _weights(out / "last"), _weights(out / "encoder")

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import torch
 
+from pdevision.engine import RunConfig, Task, fit
 from pdevision.engine.checkpoint import read_meta
-from pdevision.engine.loop import LoopConfig, fit
-from pdevision.tasks.base import Task
 
 
 class Regress(Task):
@@ -45,7 +44,7 @@ class Regress(Task):
 
 def test_minimal_task_trains_and_writes_the_run_folder(tmp_path: Path) -> None:
     out = tmp_path / "regress"
-    config = LoopConfig(output=str(out), epochs=5, lr=0.05, opt="sgd", weight_decay=0.0, batch_size=32, progress=False)
+    config = RunConfig(output=str(out), epochs=5, lr=0.05, opt="sgd", weight_decay=0.0, batch_size=32, progress=False)
     summary = fit(Regress(), config)
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4, 5]

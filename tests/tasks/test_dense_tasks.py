@@ -16,9 +16,11 @@ from sklearn.metrics import confusion_matrix as sk_confusion
 
 import pdevision.models  # noqa: F401
 from pdevision.cli import main
+from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import save_checkpoint
+from pdevision.tasks.dense import DenseConfig
 from pdevision.tasks.detect import DetectTask
-from pdevision.tasks.segment import DenseConfig, confusion_matrix, segmentation_scores
+from pdevision.tasks.segment import confusion_matrix, segmentation_scores
 from tests.data.test_dense_data import _coco, _write_mask_folder
 
 
@@ -113,7 +115,7 @@ def _coco_box_map(dataset, shift: float) -> float:
 
 @pytest.mark.parametrize("shift", [0.0, 2.7])  # not a whole pixel: no IoU sits exactly on a threshold
 def test_detection_map_matches_pycocotools(shift: float) -> None:
-    task = DetectTask(DenseConfig(task="detect", val_scenes=6))
+    task = DetectTask(DenseConfig(val_scenes=6))
     task.datasets()
     r = task.evaluate(_Oracle(task.val_set, shift), _Ctx(task.collate_fn))
     assert r["map"] == pytest.approx(_coco_box_map(task.val_set, shift), abs=1e-4)  # float32 boxes there
@@ -186,11 +188,14 @@ def test_cli_train_detect_init_from_and_predict(tmp_path: Path) -> None:
 
 
 def test_cli_dense_errors(tmp_path: Path, capsys) -> None:
-    assert _run(["train", "--task", "segment", "--recipe", "mask_rcnn_swin_1x", "--output", tmp_path]) == 2
-    assert "segmentation recipe must be one of" in capsys.readouterr().err
-    assert _run(["train", "--task", "detect", "--head", "upernet", "--output", tmp_path]) == 2
-    assert "detection head" in capsys.readouterr().err
-    assert _run(["train", "--recipe", "upernet_swin", "--output", tmp_path]) == 2
+    for argv, expected in [
+        (["--task", "segment", "--recipe", "mask_rcnn_swin_1x"], "--recipe: invalid choice: 'mask_rcnn_swin_1x'"),
+        (["--task", "detect", "--head", "upernet"], "--head: invalid choice: 'upernet'"),
+        (["--recipe", "upernet_swin"], "--recipe: invalid choice: 'upernet_swin'"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            _run(["train", *argv, "--output", tmp_path])
+        assert exit_info.value.code == 2 and expected in capsys.readouterr().err
     clf = timm.create_model("hcnet_micro", num_classes=2)
     save_checkpoint(tmp_path, "clf", clf, {"model": "hcnet_micro"})
     argv = ["train", "--task", "segment", "--model", "vheat_micro", "--init-from", tmp_path / "clf"]
@@ -200,13 +205,14 @@ def test_cli_dense_errors(tmp_path: Path, capsys) -> None:
 
 def test_embedded_default_runs_its_fixed_epochs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No --data, --epochs or --time-budget: the run is the embedded default's fixed number of epochs."""
+    import pdevision.tasks.dense as dense
     import pdevision.tasks.segment as segment
 
-    monkeypatch.setitem(segment.EMBEDDED_EPOCHS, "segment", 2)
+    monkeypatch.setitem(dense.EMBEDDED_EPOCHS, "segment", 2)
     config = DenseConfig(
-        task="segment", model="pderesnet_micro", head="fpn", train_scenes=16, val_scenes=4, output=str(tmp_path)
+        model="pderesnet_micro", head="fpn", train_scenes=16, val_scenes=4, run=RunConfig(output=str(tmp_path))
     )
-    summary = segment.train_dense(config)
+    summary = segment.train(config)
     assert summary["status"] == "completed"
     assert summary["epochs_run"] == 2 and summary["steps"] == 4
 
@@ -216,8 +222,8 @@ def test_seed_moves_the_training_not_the_scenes() -> None:
     from pdevision.tasks.detect import DetectTask
     from pdevision.tasks.segment import SegmentTask
 
-    for task in (SegmentTask(DenseConfig(seed=5)), DetectTask(DenseConfig(task="detect", seed=5))):
+    for task in (SegmentTask(DenseConfig(run=RunConfig(seed=5))), DetectTask(DenseConfig(run=RunConfig(seed=5)))):
         train, val = task.datasets()
         assert train.seed == val.seed == 0
-    other = SegmentTask(DenseConfig(seed=5, scene_seed=2))
+    other = SegmentTask(DenseConfig(scene_seed=2, run=RunConfig(seed=5)))
     assert other.datasets()[0].seed == 2

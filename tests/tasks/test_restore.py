@@ -21,6 +21,7 @@ from pdevision.tasks.restore import (
     restore_file,
     restore_image,
 )
+from tests.helpers import exit_code, make
 
 TINY = {"embed_dim": 8, "depths": [1]}
 
@@ -118,7 +119,7 @@ def test_restore_cli_errors_are_one_line(run, tmp_path, capsys) -> None:
 
 def test_train_task_flags_reject_bad_values(capsys) -> None:
     assert parse_sigma("25") == 25.0 and parse_sigma("0-55") == (0.0, 55.0)
-    assert main(["train", "--task", "denoise", "--sigma", "abc"]) == 2  # one-line error, no traceback
+    assert exit_code(["train", "--task", "denoise", "--sigma", "abc"]) == 2  # one-line error, no traceback
     assert "sigma must be a number" in capsys.readouterr().err
     for bad in (
         ["--task", "deblur"],
@@ -131,7 +132,7 @@ def test_train_task_flags_reject_bad_values(capsys) -> None:
         assert "error" in capsys.readouterr().err
     # no noise to remove: the noisy input's PSNR was infinite and the run stopped on a "non-finite" metric
     for sigma, expected in (("0", "a fixed sigma must be above 0"), ("0-0", "high > 0")):
-        assert main(["train", "--task", "denoise", "--sigma", sigma]) == 2
+        assert exit_code(["train", "--task", "denoise", "--sigma", sigma]) == 2
         assert expected in capsys.readouterr().err
     with pytest.raises(ValueError, match="a fixed sigma must be above 0"):
         parse_sigma("0")
@@ -155,14 +156,19 @@ def test_a_held_out_image_smaller_than_the_ssim_window_is_named(tmp_path, capsys
 
 
 def _fit_denoise(photos: str, out, **loop):
-    from pdevision.engine.loop import LoopConfig, fit
+    from pdevision.engine import RunConfig, fit
     from pdevision.tasks.restore import RestoreConfig, RestoreTask
 
     cfg = RestoreConfig(
-        task="denoise", sigma=25.0, data=photos, patch_size=16, model_args=TINY, patches_per_epoch=16,
+        task="denoise",
+        sigma=25.0,
+        data=photos,
+        patch_size=16,
+        model_args=TINY,
+        patches_per_epoch=16,
         baselines=("noisy",),
-    )  # fmt: skip
-    loop_cfg = LoopConfig(
+    )
+    loop_cfg = RunConfig(
         output=str(out), epochs=3, batch_size=8, lr=2e-3, weight_decay=0.0, deterministic=True, progress=False,
         rank_seed=True, device="cpu", **loop,
     )  # fmt: skip
@@ -304,7 +310,7 @@ def test_restore_rejects_bad_files_and_checkpoints_in_one_line(run, tmp_path, ca
     bad = tmp_path / "bad"
     shutil.copytree(f"{run}/best", bad)
     (bad / "model.safetensors").write_bytes((bad / "model.safetensors").read_bytes()[:100])
-    for ckpt, expected in ((tmp_path / "cls" / "last", "not a restoration checkpoint"), (bad, "corrupt")):
+    for ckpt, expected in ((tmp_path / "cls" / "last", "this takes denoise or dejpeg checkpoints"), (bad, "corrupt")):
         assert main(["restore", "--checkpoint", str(ckpt), str(ok), str(tmp_path / "o.png")]) == 2
         assert expected in _one_line_error(capsys)
     assert not (tmp_path / "o.png").exists()
@@ -352,24 +358,24 @@ def test_train_rejects_bad_values_and_checkpoints_in_one_line(run, photos, tmp_p
     small = ["--data", photos, "--patch-size", "16", "--model-args", json.dumps(TINY), "--patches-per-epoch", "16",
              "--batch-size", "8", "--epochs", "1", "--baselines", "noisy", "--no-progress"]  # fmt: skip
     for sigma in ("nan", "inf", "-5", "300", "0-inf", "30-10"):
-        assert main(["train", "--task", "denoise", "--sigma", sigma, *small]) == 2, sigma
+        assert exit_code(["train", "--task", "denoise", "--sigma", sigma, *small]) == 2, sigma
         assert "sigma" in _one_line_error(capsys, "train")
     for quality in ("0", "101"):
-        assert main(["train", "--task", "dejpeg", "--quality", quality, *small]) == 2
-        assert "quality must be" in _one_line_error(capsys, "train")
+        assert exit_code(["train", "--task", "dejpeg", "--quality", quality, *small]) == 2
+        assert "--quality: must be" in _one_line_error(capsys, "train")
     bad = {
-        "unknown baseline": ["--baselines", "median"],
+        "invalid choice: 'median'": ["--baselines", "median"],
         "does not take the model arguments": ["--model-args", '{"no_such_arg": 1}'],
         "not a restoration model": ["--model", "vheat_micro"],
     }
     for expected, extra in bad.items():
-        assert main(["train", "--task", "denoise", *small, *extra, "--output", str(tmp_path / "x")]) == 2
+        assert exit_code(["train", "--task", "denoise", *small, *extra, "--output", str(tmp_path / "x")]) == 2
         assert expected in _one_line_error(capsys, "train")
     # resuming a checkpoint of another task, or of another degradation
     save_checkpoint(tmp_path / "cls", "last", torch.nn.Linear(2, 2), {"model": "vheat_micro", "classes": ["a"]})
     args = ["train", "--task", "denoise", *small, "--output", str(tmp_path / "r")]
     assert main([*args, "--resume", str(tmp_path / "cls" / "last")]) == 2
-    assert "not a restoration checkpoint" in _one_line_error(capsys, "train")
+    assert "is a classify checkpoint, not a denoise one" in _one_line_error(capsys, "train")
     assert main([*args, "--sigma", "50", "--resume", f"{run}/last"]) == 2
     err = _one_line_error(capsys, "train")
     assert "other settings" in err and "sigma 25" in err and "sigma 50" in err
@@ -385,11 +391,11 @@ def test_init_from_starts_from_a_restoration_checkpoint_of_the_same_network(run,
     from pdevision.tasks.restore import RestoreConfig, RestoreTask
 
     base = dict(task="dejpeg", quality=10, model_args=TINY, data=photos, patch_size=16, baselines=("noisy",))
-    model = RestoreTask(RestoreConfig(**base, init_from=f"{run}/best")).build_model()
+    model = RestoreTask(make(RestoreConfig, **base, init_from=f"{run}/best")).build_model()
     stored, _ = load_restoration_model(f"{run}/best")
     for (name, a), b in zip(model.state_dict().items(), stored.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
-    fresh = RestoreTask(RestoreConfig(**base)).build_model()
+    fresh = RestoreTask(make(RestoreConfig, **base)).build_model()
     pairs = zip(fresh.state_dict().values(), stored.state_dict().values(), strict=True)
     assert any(not torch.equal(a, b) for a, b in pairs)
     # other network arguments, or colour instead of grey: one line, exit 2
@@ -406,4 +412,4 @@ def test_eval_and_predict_name_a_restoration_checkpoint(run, tmp_path, capsys) -
     Image.new("L", (9, 9)).save(tmp_path / "ok.png")
     for argv in (["eval", "--checkpoint", str(run)], ["predict", "--checkpoint", str(run), str(tmp_path / "ok.png")]):
         assert main(argv) == 2
-        assert "is a denoise model; restore images with `pdevision restore`" in _one_line_error(capsys, argv[0])
+        assert "is a denoise checkpoint; restore images with `pdevision restore" in _one_line_error(capsys, argv[0])

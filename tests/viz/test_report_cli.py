@@ -9,23 +9,20 @@ from pathlib import Path
 import pytest
 
 from pdevision.cli import main
-from pdevision.engine import TrainConfig, train
+from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.engine.modeling import build_model
+from pdevision.tasks.classify import ClassifyConfig, train
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("viz") / "run"
     train(
-        TrainConfig(
+        ClassifyConfig(
             model="pderesnet_micro",
-            output=str(out),
-            epochs=1,
             img_size=32,
-            batch_size=32,
-            max_train_batches=2,
-            progress=False,
+            run=RunConfig(output=str(out), epochs=1, batch_size=32, max_train_batches=2, progress=False),
         )
     )
     return out

@@ -96,7 +96,7 @@ def onednn_matmul_gflops(n: int = 1024, repeats: int = 7, dtype: torch.dtype = t
     inference kernels), GFLOP/s for ``n x n`` operands; ``None`` where oneDNN is not available."""
     from pdevision.ops.fused import _onednn_ok
 
-    if not _onednn_ok():
+    if not _onednn_ok(dtype):
         return None
     a = torch.randn(n, n, dtype=dtype)
     b = torch.randn(n, n, dtype=dtype)

@@ -1,28 +1,34 @@
-"""The one fit loop and its run state, training, evaluation and prediction, checkpoints, distributed set-up."""
+"""The one fit loop and the run mechanics: run settings, the task interface, run state, checkpoints (and the one
+checkpoint-to-model path), distributed set-up, locks. Nothing here knows a particular task."""
 
-from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint, save_checkpoint
-from pdevision.engine.evaluate import evaluate_checkpoint, predict_images
-from pdevision.engine.loop import LoopConfig, RunContext, fit
-from pdevision.engine.modeling import ModelNameError, build_model
+from pdevision.engine.checkpoint import (
+    CheckpointError,
+    checkpoint_kind,
+    read_meta,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+from pdevision.engine.config import RunConfig, resolve_run
+from pdevision.engine.loop import fit
+from pdevision.engine.modeling import ModelNameError, build_model, load_checkpoint_model
 from pdevision.engine.runtime import NonFiniteLossError
 from pdevision.engine.state import RunState
-from pdevision.engine.train import TrainConfig, evaluate_model, train
+from pdevision.engine.task import RunContext, Task
 
 __all__ = [
     "CheckpointError",
-    "LoopConfig",
     "ModelNameError",
     "NonFiniteLossError",
+    "RunConfig",
     "RunContext",
     "RunState",
-    "TrainConfig",
+    "Task",
     "build_model",
-    "evaluate_checkpoint",
-    "evaluate_model",
+    "checkpoint_kind",
     "fit",
-    "predict_images",
+    "load_checkpoint_model",
     "read_meta",
     "resolve_checkpoint",
+    "resolve_run",
     "save_checkpoint",
-    "train",
 ]

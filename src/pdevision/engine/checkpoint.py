@@ -36,7 +36,10 @@ from typing import Any
 
 import safetensors.torch
 import torch
+from safetensors import safe_open
 from torch import nn
+
+from pdevision.engine.runtime import one_line
 
 
 class CheckpointError(ValueError):
@@ -172,22 +175,15 @@ def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "las
     return path
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def read_meta(path: str | Path) -> dict[str, Any]:
     """The metadata stored with a checkpoint's weights (model name, classes, arguments, epoch)."""
     folder = resolve_checkpoint(path)
-    from safetensors import safe_open
-
     file = folder / "model.safetensors"
     try:
         with safe_open(str(file), framework="pt") as f:
             raw = f.metadata() or {}
     except Exception as exc:  # safetensors raises its own error type for truncated or garbage files
-        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({_first_line(exc)})") from exc
+        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc, first=True)})") from exc
     try:
         meta = {k: json.loads(v) for k, v in raw.items()}
     except json.JSONDecodeError as exc:
@@ -200,6 +196,28 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def default_eval_output(folder: str | Path) -> Path:
+    """Where evaluation results of the checkpoint ``folder`` go by default: beside it, never inside it (the next
+    save of ``RUN/best/`` replaces that folder whole): ``RUN/eval-best/`` for ``RUN/best/``."""
+    folder = Path(folder)
+    name = folder.name
+    if name.startswith(".") and name.endswith(".old"):  # the fallback of an interrupted save
+        name = name[1:-4]
+    return folder.parent / f"eval-{name}"
+
+
+# kinds of checkpoints written before every checkpoint named its task: restoration runs wrote "restoration" and
+# their task under "task"; classification runs wrote no kind
+def checkpoint_kind(meta: dict[str, Any]) -> str | None:
+    """The task a checkpoint belongs to (its ``kind``; ``encoder`` for a pretraining export), or ``None``."""
+    kind = meta.get("kind")
+    if kind == "restoration":
+        return meta.get("task") if isinstance(meta.get("task"), str) else None
+    if kind is None and meta.get("classes") is not None:
+        return "classify"
+    return kind if isinstance(kind, str) else None
+
+
 def load_weights(path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]:
     """Weights of a checkpoint folder (the EMA copy with ``ema=True`` where present)."""
     folder = resolve_checkpoint(path)
@@ -207,7 +225,7 @@ def load_weights(path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]
     try:
         return safetensors.torch.load_file(str(file))
     except Exception as exc:
-        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({_first_line(exc)})") from exc
+        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc, first=True)})") from exc
 
 
 def load_trainer_state(path: str | Path) -> dict[str, Any]:
@@ -234,4 +252,4 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
             f"checkpoint file {file} is corrupt or truncated ({reason or 'not a weights file'})"
         ) from exc
     except Exception as exc:  # truncated zip archive, garbage bytes
-        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({_first_line(exc)})") from exc
+        raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc, first=True)})") from exc

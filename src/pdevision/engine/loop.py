@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
+from pdevision.engine.checkpoint import CheckpointError, read_meta, save_checkpoint
+from pdevision.engine.config import RunConfig, resolve_run
 from pdevision.engine.distributed import (
     DistInfo,
     all_reduce_sum,
@@ -49,128 +51,25 @@ from pdevision.engine.runtime import (
     write_metrics,
 )
 from pdevision.engine.state import RunState
+from pdevision.engine.task import RunContext, Task
 from pdevision.models._common import fuse_linears
 from pdevision.ops.fused import fused_update_supported
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class LoopConfig:
-    """Every knob of the loop; tasks and the CLI fill it."""
-
-    output: str = "runs/run"
-    epochs: int = 10
-    batch_size: int = 64  # per process
-    lr: float | None = None  # absolute; None: lr_base x global batch / lr_base_batch
-    lr_base: float = 1e-3
-    lr_base_batch: int = 512
-    opt: str = "adamw"  # any name of timm.optim.create_optimizer_v2: sgd, momentum, nesterov, adamw, lamb, ...
-    momentum: float = 0.9
-    betas: tuple[float, float] | None = None  # None: the optimizer's default
-    weight_decay: float = 0.05
-    fused_opt: bool = True  # Adam, AdamW, SGD: PyTorch's fused update (one kernel for all parameters), same result
-    fused_kernels: bool = True  # CPU: the model's linear layers on oneDNN (models._common.fuse_linears), same function
-    sched: str = "cosine"  # any timm scheduler name
-    min_lr: float = 1e-5
-    warmup_epochs: float = 0.0
-    warmup_lr_ratio: float = 0.01  # warm-up starts at this fraction of the peak lr
-    clip_grad: float | None = None
-    ema_decay: float | None = None
-    amp: str = "none"  # none | bf16 | fp16 (CUDA)
-    compile: bool = False  # torch.compile the training model
-    seed: int = 0
-    rank_seed: bool = False  # reseed each rank differently after the model is built (random crops, masks)
-    deterministic: bool = False
-    workers: int = 0
-    device: str = "auto"
-    resume: str | None = None
-    overwrite: bool = False  # start a new run in a folder that holds one (else that is refused, see held_run)
-    stop_after_epochs: int | None = None  # stop (as if interrupted) after this many epochs of the schedule
-    max_train_batches: int | None = None  # per epoch, for smoke runs
-    time_budget: float | None = None  # seconds of training steps; stops early, the schedule follows it
-    drop_last: bool | None = None  # None: when the train set holds at least two global batches
-    find_unused_parameters: bool = False
-    progress: bool = True
-    config_json: dict[str, Any] = field(default_factory=dict)  # written to config.json (default: this config)
-
-
-# run-time knobs a task's configuration shares with the loop under the same names, passed through unchanged
-RUNTIME_FIELDS = (
-    "amp",
-    "fused_kernels",
-    "compile",
-    "seed",
-    "deterministic",
-    "workers",
-    "device",
-    "resume",
-    "overwrite",
-    "stop_after_epochs",
-    "max_train_batches",
-    "time_budget",
-    "progress",
-)
-
-
-def runtime_of(config: Any) -> dict[str, Any]:
-    """The :data:`RUNTIME_FIELDS` that ``config`` (a task's configuration or parsed arguments) has, by name."""
-    return {k: getattr(config, k) for k in RUNTIME_FIELDS if hasattr(config, k)}
-
-
-@dataclass
-class RunContext:
-    """What a task sees of the run: device, ranks, precision, loaders."""
-
-    device: torch.device
-    info: DistInfo
-    amp: str
-    batch_size: int
-    workers: int
-    run_dir: Path
-    collate_fn: Any = None
-    train_loader: Any = None
-    steps_per_epoch: int = 0
-
-    def loader(self, dataset: Dataset, batch_size: int | None = None) -> DataLoader:
-        """This rank's shard of ``dataset`` (every ``world_size``-th sample), in order."""
-        if not isinstance(dataset, IterableDataset):
-            dataset = torch.utils.data.Subset(dataset, range(self.info.rank, len(dataset), self.info.world_size))
-        size = batch_size or self.batch_size
-        return DataLoader(dataset, batch_size=size, num_workers=self.workers, collate_fn=self.collate_fn)
-
-    def to_device(self, batch: Any) -> Any:
-        """Tensors anywhere in tuples, lists and dicts moved to the device."""
-        if isinstance(batch, torch.Tensor):
-            return batch.to(self.device, non_blocking=True)
-        if isinstance(batch, (list, tuple)):
-            return type(batch)(self.to_device(b) for b in batch)
-        if isinstance(batch, dict):
-            return {k: self.to_device(v) for k, v in batch.items()}
-        return batch
-
-    def autocast(self):
-        return autocast(self.device, self.amp)
-
-    def sum(self, values: list[float]) -> list[float]:
-        """Sums over ranks (identity in one process)."""
-        return all_reduce_sum([float(v) for v in values], self.info, self.device)
-
-
-def fit(task: Any, config: LoopConfig) -> dict[str, Any]:
-    """Train ``task`` as ``config`` says; returns the run summary (also in ``summary.json`` on rank 0)."""
-    if config.batch_size <= 0:
-        raise ValueError(f"batch size must be a positive integer, got {config.batch_size}")
-    if config.time_budget is not None and config.time_budget <= 0:
-        raise ValueError(f"time budget must be positive seconds, got {config.time_budget}")
-    device = resolve_device(config.device)
-    autocast(device, config.amp)  # an --amp this device cannot run fails here, before the run folder is touched
+def fit(task: Task, run: RunConfig) -> dict[str, Any]:
+    """Train ``task`` as ``run`` says (``None`` settings from the task's defaults, then the library's); returns the
+    run summary (also in ``summary.json`` on rank 0)."""
+    run = resolve_run(run, task.run_defaults())
+    device = resolve_device(run.device)
+    autocast(device, run.amp)  # an --amp this device cannot run fails here, before the run folder is touched
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     try:
-        with RunLock(config.output, enabled=info.is_main):
-            return _fit(task, config, device, info)
+        with RunLock(run.output, enabled=info.is_main):
+            return _fit(task, run, device, info)
     finally:
         cleanup_distributed(info)
 
@@ -182,69 +81,70 @@ def held_run(run_dir: Path) -> str | None:
     return ", ".join(held) or None
 
 
-def _fit(task: Any, config: LoopConfig, device: torch.device, info: DistInfo) -> dict[str, Any]:
-    run_dir = Path(config.output)
+def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> dict[str, Any]:
+    run_dir = Path(run.output)
     held = held_run(run_dir)
-    if held and not config.resume and not config.overwrite:  # a new run would replace that run's files one by one
+    if held and not run.resume and not run.overwrite:  # a new run would replace that run's files one by one
         raise ValueError(
             f"{run_dir} already holds a run ({held}); continue it with --resume {run_dir}, start over in it with "
             "--overwrite, or give another --output"
         )
-    seed_everything(config.seed, config.deterministic)
-    ctx = RunContext(device, info, config.amp, config.batch_size, config.workers, run_dir, task.collate_fn)
+    assert run.batch_size is not None and run.epochs is not None  # resolved by fit
+    seed_everything(run.seed, run.deterministic)
+    ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn)
     train_set, val_set = task.datasets()
     task.train_set, task.val_set = train_set, val_set
     model = task.build_model().to(device)
-    if config.fused_kernels and device.type == "cpu":
+    if run.fused_kernels and device.type == "cpu" and is_library_model(model):
         fuse_linears(model)  # float32 training: forward and gradient products on oneDNN (ops.fused.linear)
-    if config.rank_seed:
-        torch.manual_seed(config.seed + 1000 * info.rank)
-    loader, sampler = _train_loader(train_set, config, info, task.collate_fn)
-    steps = len(loader) if config.max_train_batches is None else min(len(loader), config.max_train_batches)
+    if run.rank_seed:
+        torch.manual_seed(run.seed + 1000 * info.rank)
+    loader, sampler = _train_loader(train_set, run, info, task.collate_fn)
+    steps = len(loader) if run.max_train_batches is None else min(len(loader), run.max_train_batches)
     if steps == 0:
-        raise ValueError(f"the training set ({len(train_set)} samples) does not fill one batch of {config.batch_size}")
+        raise ValueError(f"the training set ({len(train_set)} samples) does not fill one batch of {run.batch_size}")
     ctx.train_loader, ctx.steps_per_epoch = loader, steps
     task.prepare(model, ctx)  # before the EMA copy and the optimizer
-    state = build_state(model, config, steps, info)
-    if config.resume:
-        state.restore(config.resume, info, task)
-    train_model = _wrap(model, config, device, info)
-    writer = _start_run_folder(run_dir, config, info)
-    stop = config.epochs if config.stop_after_epochs is None else min(config.epochs, config.stop_after_epochs)
-    out_of_time = _spent(state, config, info, device) >= 1.0
+    state = build_state(model, run, steps, info)
+    if run.resume:
+        state.restore(run.resume, info, task)
+    train_model = _wrap(model, run, device, info)
+    writer = _start_run_folder(run_dir, task, run, info)
+    stop = run.epochs if run.stop_after_epochs is None else min(run.epochs, run.stop_after_epochs)
+    out_of_time = _spent(state, run, info, device) >= 1.0
     ran = 0
     while state.epoch < stop and not out_of_time:
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(state.epoch)
-        logs, out_of_time = _train_epoch(task, train_model, loader, steps, state, config, ctx)
+        logs, out_of_time = _train_epoch(task, train_model, loader, steps, state, run, ctx)
         if logs is None:
             break
-        _end_epoch(task, model, state, logs, ctx, config, writer)
+        _end_epoch(task, model, state, logs, ctx, run, writer)
         ran += 1
-    if config.resume and ran == 0 and info.is_main:
+    if run.resume and ran == 0 and info.is_main:
         _refresh_exports(task, model, state, run_dir)
-    status = _status(state, config, out_of_time)
+    status = _status(state, run, out_of_time)
     return _finish(task, model, state, status, ctx, writer, len(train_set))
 
 
-def _train_loader(train_set: Dataset, config: LoopConfig, info: DistInfo, collate_fn: Any) -> tuple[DataLoader, Any]:
+def _train_loader(train_set: Dataset, run: RunConfig, info: DistInfo, collate_fn: Any) -> tuple[DataLoader, Any]:
     """The training loader and the object whose ``set_epoch`` fixes an epoch's order (sampler or stream)."""
     if isinstance(train_set, IterableDataset):  # a stream splits itself across ranks and workers
-        loader = DataLoader(train_set, batch_size=config.batch_size, num_workers=config.workers, collate_fn=collate_fn)
+        loader = DataLoader(train_set, batch_size=run.batch_size, num_workers=run.workers, collate_fn=collate_fn)
         return loader, train_set
     sampler: Any
     if info.enabled:
-        sampler = DistributedSampler(train_set, info.world_size, info.rank, shuffle=True, seed=config.seed)
+        sampler = DistributedSampler(train_set, info.world_size, info.rank, shuffle=True, seed=run.seed)
     else:
-        sampler = EpochSampler(len(train_set), config.seed)
-    drop_last = config.drop_last
+        sampler = EpochSampler(len(train_set), run.seed)
+    drop_last = run.drop_last
     if drop_last is None:
-        drop_last = len(train_set) >= config.batch_size * info.world_size * 2
+        drop_last = len(train_set) >= run.batch_size * info.world_size * 2
     loader = DataLoader(
         train_set,
-        batch_size=config.batch_size,
+        batch_size=run.batch_size,
         sampler=sampler,
-        num_workers=config.workers,
+        num_workers=run.workers,
         drop_last=drop_last,
         collate_fn=collate_fn,
     )
@@ -262,52 +162,57 @@ def fused_update_available(opt: str, model: nn.Module) -> bool:
     return opt.lower() in FUSED_OPTS and fused_update_supported(trainable)
 
 
-def build_state(model: nn.Module, config: LoopConfig, steps: int, info: DistInfo) -> RunState:
+def build_state(model: nn.Module, run: RunConfig, steps: int, info: DistInfo) -> RunState:
     """Optimizer (timm's factory: parameter groups without weight decay for norms, biases and the model's
     ``no_weight_decay()``; frozen parameters left out), timm's schedule stepped per update, scaler and EMA."""
-    global_batch = config.batch_size * info.world_size
-    lr = config.lr if config.lr is not None else config.lr_base * global_batch / config.lr_base_batch
+    run = resolve_run(run)
+    global_batch = run.batch_size * info.world_size
+    lr = run.lr if run.lr is not None else run.lr_base * global_batch / run.lr_base_batch
     kwargs: dict[str, Any] = {}
-    if config.opt.lower() in ("sgd", "momentum", "nesterov", "rmsprop", "rmsproptf", "lars", "nlars"):
-        kwargs["momentum"] = config.momentum
-    if config.betas is not None:
-        kwargs["betas"] = tuple(config.betas)
-    if config.fused_opt and fused_update_available(config.opt, model):
+    if run.opt.lower() in ("sgd", "momentum", "nesterov", "rmsprop", "rmsproptf", "lars", "nlars"):
+        kwargs["momentum"] = run.momentum
+    if run.betas is not None:
+        kwargs["betas"] = tuple(run.betas)
+    if run.fused_opt and fused_update_available(run.opt, model):
         kwargs["fused"] = True
-    optimizer = create_optimizer_v2(model, opt=config.opt, lr=lr, weight_decay=config.weight_decay, **kwargs)
+    optimizer = create_optimizer_v2(model, opt=run.opt, lr=lr, weight_decay=run.weight_decay, **kwargs)
     scheduler, _ = create_scheduler_v2(
         optimizer,
-        sched=config.sched,
-        num_epochs=config.epochs,
-        warmup_epochs=config.warmup_epochs,
-        min_lr=config.min_lr,
-        warmup_lr=lr * config.warmup_lr_ratio,
+        sched=run.sched,
+        num_epochs=run.epochs,
+        warmup_epochs=run.warmup_epochs,
+        min_lr=run.min_lr,
+        warmup_lr=lr * run.warmup_lr_ratio,
         step_on_epochs=False,
         updates_per_epoch=steps,
     )
-    scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
-    ema = ModelEmaV3(model, decay=config.ema_decay) if config.ema_decay else None
+    scaler = torch.amp.GradScaler("cuda", enabled=run.amp == "fp16")
+    ema = ModelEmaV3(model, decay=run.ema_decay) if run.ema_decay else None
     return RunState(model, optimizer, scheduler, scaler, ema)
 
 
-def _wrap(model: nn.Module, config: LoopConfig, device: torch.device, info: DistInfo) -> nn.Module:
+def _wrap(model: nn.Module, run: RunConfig, device: torch.device, info: DistInfo) -> nn.Module:
     """The module the training steps call: DDP across ranks, then ``torch.compile`` when asked."""
     train_model: nn.Module = model
     if info.enabled:
         ids = [device.index] if device.type == "cuda" else None
-        train_model = DistributedDataParallel(
-            model, device_ids=ids, find_unused_parameters=config.find_unused_parameters
-        )
-    if config.compile:
+        train_model = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=run.find_unused_parameters)
+    if run.compile:
         train_model = torch.compile(train_model)
     return train_model
 
 
-def _start_run_folder(run_dir: Path, config: LoopConfig, info: DistInfo) -> Any:
+def is_library_model(model: nn.Module) -> bool:
+    """Whether ``model`` is one of this library's (the CPU kernel swap applies to those only; a timm or user
+    model is trained as it is)."""
+    return type(model).__module__.startswith("pdevision.")
+
+
+def _start_run_folder(run_dir: Path, task: Task, run: RunConfig, info: DistInfo) -> Any:
     if not info.is_main:
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = config.config_json or asdict(config)
+    resolved = {"task": task.name, **task.config_json(), **asdict(run)}
     (run_dir / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
     try:
         from torch.utils.tensorboard import SummaryWriter
@@ -317,39 +222,39 @@ def _start_run_folder(run_dir: Path, config: LoopConfig, info: DistInfo) -> Any:
     return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 
 
-def _spent(state: RunState, config: LoopConfig, info: DistInfo, device: torch.device) -> float:
+def _spent(state: RunState, run: RunConfig, info: DistInfo, device: torch.device) -> float:
     """Fraction of the time budget spent (mean over ranks, so every rank decides alike); 0 without a budget."""
-    if config.time_budget is None:
+    if run.time_budget is None:
         return 0.0
     elapsed = all_reduce_sum([state.elapsed], info, device)[0] / info.world_size
-    return elapsed / config.time_budget
+    return elapsed / run.time_budget
 
 
-def _set_schedule(state: RunState, config: LoopConfig, steps: int, info: DistInfo, device: torch.device) -> bool:
+def _set_schedule(state: RunState, run: RunConfig, steps: int, info: DistInfo, device: torch.device) -> bool:
     """Step the schedule: by updates, or by the spent fraction of the time budget. True when time is up."""
-    if config.time_budget is None:
+    if run.time_budget is None:
         state.scheduler.step_update(state.num_updates)
         return False
-    fraction = _spent(state, config, info, device)
-    state.scheduler.step_update(int(fraction * config.epochs * steps))
+    fraction = _spent(state, run, info, device)
+    state.scheduler.step_update(int(fraction * run.epochs * steps))
     return fraction >= 1.0
 
 
 def _train_epoch(
-    task: Any, train_model: nn.Module, loader: DataLoader, steps: int, state: RunState, config: LoopConfig, ctx: Any
+    task: Task, train_model: nn.Module, loader: DataLoader, steps: int, state: RunState, run: RunConfig, ctx: RunContext
 ) -> tuple[dict[str, float] | None, bool]:
     """One epoch of updates; returns the epoch means of the logs (``None`` when no step ran) and whether the time
     budget ran out."""
     train_model.train()
     sums: dict[str, float] = {}
     seen, seconds, out_of_time = 0.0, 0.0, False
-    desc = f"epoch {state.epoch + 1}/{config.epochs}"
-    bar = tqdm(total=steps, desc=desc, disable=not (config.progress and ctx.info.is_main), leave=False)
+    desc = f"epoch {state.epoch + 1}/{run.epochs}"
+    bar = tqdm(total=steps, desc=desc, disable=not (run.progress and ctx.info.is_main), leave=False)
     tick = time.perf_counter()
     for step, batch in enumerate(loader):
         if step >= steps:
             break
-        if _set_schedule(state, config, steps, ctx.info, ctx.device):
+        if _set_schedule(state, run, steps, ctx.info, ctx.device):
             out_of_time = True
             break
         batch = ctx.to_device(batch)
@@ -360,7 +265,7 @@ def _train_epoch(
                 f"non-finite training loss ({loss.item()}) at epoch {state.epoch + 1}, step {step + 1}; "
                 f"the run stopped; {state.intact()}"
             )
-        _update(loss, state, config)
+        _update(loss, state, run)
         n = float(_batch_len(batch))
         for key, value in {"loss": loss.item(), **logs}.items():
             sums[key] = sums.get(key, 0.0) + float(value) * n
@@ -382,13 +287,13 @@ def _train_epoch(
     return logs, out_of_time
 
 
-def _update(loss: torch.Tensor, state: RunState, config: LoopConfig) -> None:
+def _update(loss: torch.Tensor, state: RunState, run: RunConfig) -> None:
     """Backward (scaled for fp16), optional gradient-norm clipping, optimizer step, EMA update."""
     state.optimizer.zero_grad(set_to_none=True)
     state.scaler.scale(loss).backward()
-    if config.clip_grad:
+    if run.clip_grad:
         state.scaler.unscale_(state.optimizer)
-        torch.nn.utils.clip_grad_norm_(state.model.parameters(), config.clip_grad)
+        torch.nn.utils.clip_grad_norm_(state.model.parameters(), run.clip_grad)
     state.scaler.step(state.optimizer)
     state.scaler.update()
     state.num_updates += 1
@@ -409,12 +314,12 @@ def _batch_len(batch: Any) -> int:
 
 
 def _end_epoch(
-    task: Any,
+    task: Task,
     model: nn.Module,
     state: RunState,
     logs: dict[str, float],
     ctx: RunContext,
-    config: LoopConfig,
+    run: RunConfig,
     writer: Any,
 ) -> None:
     """Validate (model and EMA), append the row, log it, check it is finite, save ``last/`` and ``best/``."""
@@ -427,9 +332,9 @@ def _end_epoch(
     row.update({**val, "epoch_seconds": seconds, "seconds": state.elapsed})
     state.check_finite({**logs, **val})
     state.history.append(row)
-    (log.info if ctx.info.is_main else log.debug)("epoch %d/%d  %s", state.epoch, config.epochs, task.epoch_log(row))
+    (log.info if ctx.info.is_main else log.debug)("epoch %d/%d  %s", state.epoch, run.epochs, task.epoch_log(row))
     best_module, score = _best(task, model, state, row)
-    meta = dict(task.checkpoint_meta())
+    meta = {**task.checkpoint_meta(), "kind": task.name}
     if score is not None:
         meta[f"val_{task.best_metric}"] = score
     if ctx.info.is_main:
@@ -445,7 +350,7 @@ def _end_epoch(
         state.save(ctx.run_dir, meta, extra, ctx.info, best_module, exports)
 
 
-def _best(task: Any, model: nn.Module, state: RunState, row: dict[str, Any]) -> tuple[nn.Module | None, float | None]:
+def _best(task: Task, model: nn.Module, state: RunState, row: dict[str, Any]) -> tuple[nn.Module | None, float | None]:
     """The module to save as ``best/`` when this epoch improves the task's (finite) metric, and the score."""
     if task.best_metric is None or f"val_{task.best_metric}" not in row:
         return None, None
@@ -460,14 +365,13 @@ def _best(task: Any, model: nn.Module, state: RunState, row: dict[str, Any]) -> 
     if state.best is not None and sign * score <= sign * state.best:
         return None, score
     state.best = score
+    state.best_row = dict(row)
     return module, score
 
 
-def _refresh_exports(task: Any, model: nn.Module, state: RunState, run_dir: Path) -> None:
+def _refresh_exports(task: Task, model: nn.Module, state: RunState, run_dir: Path) -> None:
     """A resumed run with nothing left to train: rewrite any export older than ``last/`` (a run killed while
     exporting would otherwise report completion next to a stale export)."""
-    from pdevision.engine.checkpoint import CheckpointError, read_meta, save_checkpoint
-
     for name, (module, meta) in task.exports(model).items():
         try:
             current = read_meta(run_dir / name).get("epoch") == state.epoch
@@ -478,16 +382,16 @@ def _refresh_exports(task: Any, model: nn.Module, state: RunState, run_dir: Path
             save_checkpoint(run_dir, name, module, {**meta, "epoch": state.epoch})
 
 
-def _status(state: RunState, config: LoopConfig, out_of_time: bool) -> str:
+def _status(state: RunState, run: RunConfig, out_of_time: bool) -> str:
     if out_of_time:
-        return f"time budget of {config.time_budget:.0f} s spent"
-    if state.epoch < config.epochs:
-        return f"stopped after epoch {state.epoch} of {config.epochs}"
+        return f"time budget of {run.time_budget:.0f} s spent"
+    if state.epoch < run.epochs:
+        return f"stopped after epoch {state.epoch} of {run.epochs}"
     return "completed"
 
 
 def _finish(
-    task: Any, model: nn.Module, state: RunState, status: str, ctx: RunContext, writer: Any, train_len: int
+    task: Task, model: nn.Module, state: RunState, status: str, ctx: RunContext, writer: Any, train_len: int
 ) -> dict[str, Any]:
     """``summary.json``, curves and the task's final artefacts (rank 0); returns the summary."""
     info = ctx.info
@@ -499,6 +403,7 @@ def _finish(
         "seconds": state.elapsed,
         "best_metric": task.best_metric,
         "best": state.best,
+        "best_row": state.best_row,
         "final": state.history[-1] if state.history else None,
         "world_size": info.world_size,
         "ranks_identical": parameters_identical_across_ranks(model, info, ctx.device),
@@ -540,4 +445,4 @@ def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) 
     plt.close(fig)
 
 
-__all__ = ["LoopConfig", "RunContext", "fit"]
+__all__ = ["RunConfig", "RunContext", "fit", "held_run", "is_library_model"]

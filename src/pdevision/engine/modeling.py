@@ -1,33 +1,47 @@
-"""Building models by name and loading checkpoints into them, with clear errors.
+"""The one way from a checkpoint to a model, with its safety rules, for every task and command.
 
-A checkpoint's metadata is untrusted input: :func:`model_from_meta` passes on only model constructor
-arguments. Arguments that make timm fetch or read weights (``pretrained``, ``pretrained_cfg*``,
-``checkpoint_path``, ``cache_dir``, anything naming a URL, hub or file) and string values that look
-like a URL or a path are refused with :class:`CheckpointError`; the model is always built with
-``pretrained=False``, and the remaining names must be parameters of the model class's constructor.
+A checkpoint's metadata is untrusted input. :func:`load_checkpoint_model` (what ``eval``, ``predict``, ``restore``,
+``viz``, ``--init-from`` and the tasks use) reads it, checks the checkpoint is of a kind the caller takes (naming the
+task it belongs to otherwise), checks the model name and arguments (:func:`pdevision.models.factory.check_model_args`:
+nothing that makes timm fetch or read weights, no URL- or path-like strings, bounded integers; the same rules as
+``--model-args`` and the Python factory), bounds the image size, has the task build the model (never with pretrained
+weights), and loads the weights strictly, refusing non-finite ones.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
-from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta
-from pdevision.models.factory import ModelNameError, build_model
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, load_weights, read_meta, resolve_checkpoint
+from pdevision.models.factory import (
+    ModelArgumentError,
+    ModelNameError,
+    build_model,
+    check_model_args,
+    check_model_name,
+)
 
 __all__ = [
+    "MAX_IMAGE_SIZE",
     "ModelNameError",
     "build_model",
+    "check_finite_weights",
     "check_image_size",
-    "check_model_args",
+    "checked_model_args",
+    "classifier_from_meta",
+    "load_checkpoint_model",
     "load_into_model",
     "min_input_size",
     "model_from_meta",
 ]
+
+MAX_IMAGE_SIZE = 16384
 
 
 def min_input_size(model: nn.Module) -> int:
@@ -89,41 +103,77 @@ def load_into_model(
     return meta
 
 
-_REFUSED_KEYS = re.compile(r"pretrain|checkpoint|path|url|uri|file|hub|cache|download|feature_cfg|_cls$", re.I)
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_SIMPLE = (bool, int, float, type(None))
-
-
-def _check_value(key: str, value: Any, depth: int = 0) -> None:
-    if isinstance(value, _SIMPLE):
-        return
-    if isinstance(value, str):
-        if len(value) > 64 or re.search(r"://|[/\\:~]|^hf[-_]hub|\.\.", value):
-            raise CheckpointError(
-                f"model argument {key}={value!r} in the checkpoint looks like a URL or file reference; refused"
+def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
+    """The model arguments of checkpoint metadata, refused with a :class:`CheckpointError` unless they are plain
+    constructor arguments (see the module docstring); ``img_size`` checked to be an integer (pair) up to 16384."""
+    try:
+        check_model_name(meta.get("model"), "in the checkpoint")
+        args = dict(check_model_args(meta.get("model_args", {}), "in the checkpoint"))
+    except (ModelArgumentError, ModelNameError) as exc:
+        raise CheckpointError(str(exc)) from exc
+    for key in ("img_size",):
+        if key in args or meta.get(key) is not None:
+            value = args.get(key, meta.get(key))
+            sizes = value if isinstance(value, (list, tuple)) else [value]
+            ok = sizes and all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_IMAGE_SIZE for v in sizes
             )
-        return
-    if isinstance(value, (list, tuple)) and depth < 2 and len(value) <= 64:
-        for item in value:
-            _check_value(key, item, depth + 1)
-        return
-    raise CheckpointError(f"model argument {key} in the checkpoint has a value of type {type(value).__name__}; refused")
-
-
-def check_model_args(args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` read from a checkpoint, after refusing anything but plain constructor arguments."""
-    if not isinstance(args, dict):
-        raise CheckpointError(f"model arguments in the checkpoint must be a JSON object, not {type(args).__name__}")
-    for key, value in args.items():
-        if not isinstance(key, str) or not key.isidentifier():
-            raise CheckpointError(f"model argument name {key!r} in the checkpoint is not an identifier; refused")
-        if _REFUSED_KEYS.search(key.replace("drop_path", "")):
-            raise CheckpointError(
-                f"model argument {key!r} in the checkpoint could make the library download or read other weights; "
-                "refused (checkpoints may only carry constructor arguments such as depths or widths)"
-            )
-        _check_value(key, value)
+            if not ok:
+                raise CheckpointError(f"image size {value!r} in the checkpoint is not an integer from 1 to 16384")
     return args
+
+
+def check_finite_weights(state: dict[str, torch.Tensor], folder: str | Path) -> None:
+    """A :class:`CheckpointError` naming the first tensor with a NaN or infinite value."""
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"checkpoint {folder} holds non-finite weights (first: {key}); refused")
+
+
+def load_checkpoint_model(
+    path: str | Path,
+    kinds: Sequence[str],
+    build: Callable[[dict[str, Any], dict[str, Any]], nn.Module],
+    load: bool = True,
+) -> tuple[nn.Module, dict[str, Any], Path]:
+    """The model of the checkpoint at ``path`` (a checkpoint or run folder), its metadata and its folder.
+
+    ``kinds``: the checkpoint kinds (task names) the caller takes; another kind is a :class:`CheckpointError`
+    naming the task it belongs to. ``build(meta, args)`` makes the model from the metadata and the checked model
+    arguments (``drop_path_rate`` removed: training only). With ``load``, the weights are loaded strictly and must be
+    finite; the model is returned in eval mode on the CPU."""
+    folder = resolve_checkpoint(path)
+    meta = read_meta(folder)
+    kind = checkpoint_kind(meta)
+    if kind not in kinds:
+        raise CheckpointError(
+            f"{folder} is a {kind or 'unknown'} checkpoint"
+            + (f" (of the {kind} task)" if kind else " (its metadata names no task)")
+            + f"; this takes {' or '.join(kinds)} checkpoints"
+        )
+    args = checked_model_args(meta)
+    args.pop("drop_path_rate", None)
+    try:
+        model = build(meta, args)
+    except (TypeError, KeyError, ValueError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {folder}: its metadata does not describe a model that can be built ({text})"
+        ) from exc
+    if load:
+        state = load_weights(folder)
+        check_finite_weights(state, folder)
+        if any(k.endswith("k_exp") for k in state) and hasattr(model, "reparameterize"):
+            model.reparameterize()
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing or unexpected:  # counted, with the first few: a whole list can run to thousands of names
+            raise CheckpointError(
+                f"checkpoint {folder} does not fit {meta.get('model')}: {len(missing)} weights missing {missing[:5]}, "
+                f"{len(unexpected)} unexpected {unexpected[:5]}"
+            )
+    return model.eval(), meta, folder
 
 
 def _unknown_constructor_args(model: nn.Module, names: list[str]) -> list[str]:
@@ -134,24 +184,18 @@ def _unknown_constructor_args(model: nn.Module, names: list[str]) -> list[str]:
 
 
 def model_from_meta(meta: dict[str, Any], num_classes: int, name: str | None = None) -> nn.Module:
-    """The model a checkpoint's metadata describes (name, arguments, image size), with ``num_classes``
-    outputs (0 for a bare encoder); training-only arguments such as drop path are left out. Arguments are
-    checked by :func:`check_model_args`; the model is never built with pretrained weights."""
+    """The backbone a checkpoint's metadata describes (name, arguments, image size), with ``num_classes`` outputs
+    (0 for a bare encoder); training-only arguments such as drop path are left out. Arguments are checked by
+    :func:`checked_model_args`; the model is never built with pretrained weights."""
     name = name or meta.get("model")
     if not name:
         raise CheckpointError("the checkpoint does not name its model; pass --model")
-    if not isinstance(name, str) or not _MODEL_NAME.match(name):
-        raise CheckpointError(f"model name {name!r} is not a registered model name (no hub or file references)")
-    args = dict(check_model_args(meta.get("model_args", {})))
+    args = checked_model_args({**meta, "model": name})
     img_size = args.pop("img_size", meta.get("img_size"))
-    if img_size is not None:
-        sizes = img_size if isinstance(img_size, (list, tuple)) else [img_size]
-        if not sizes or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 16384 for v in sizes):
-            raise CheckpointError(f"image size {img_size!r} in the checkpoint is not an integer from 1 to 16384")
     args.pop("drop_path_rate", None)
     try:
-        model = build_model(name, num_classes=num_classes, img_size=img_size, pretrained=False, **args)
-    except TypeError as exc:  # an argument the model's constructor does not take
+        model = build_model(name, num_classes=num_classes, img_size=img_size, **args)
+    except (TypeError, ModelNameError) as exc:  # an argument the model's constructor does not take
         raise CheckpointError(
             f"model arguments {sorted(args)} in the checkpoint do not fit {name} ({' '.join(str(exc).split())}); "
             "refused"
@@ -160,3 +204,12 @@ def model_from_meta(meta: dict[str, Any], num_classes: int, name: str | None = N
     if unknown:
         raise CheckpointError(f"model arguments {unknown} in the checkpoint are not arguments of {name}; refused")
     return model
+
+
+def classifier_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
+    """The classifier a classification checkpoint's metadata describes (its classes as outputs; weights not loaded):
+    the builder of :func:`load_checkpoint_model` for classification checkpoints."""
+    classes = meta.get("classes")
+    if not classes:
+        raise CheckpointError("the checkpoint does not list its classes; it needs a classifier")
+    return model_from_meta(meta, len(classes))

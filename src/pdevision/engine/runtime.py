@@ -14,6 +14,16 @@ import torch
 from torch.utils.data import Sampler
 
 
+def one_line(exc: BaseException, first: bool = False, limit: int = 2000) -> str:
+    """An exception as one line for a message: its text with whitespace collapsed (``first``: only its first
+    non-empty line, for PyTorch's multi-line errors), else its type's name; at most ``limit`` characters."""
+    text = str(exc)
+    if first:
+        text = next((line for line in text.splitlines() if line.strip()), "")
+    text = " ".join(text.split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; the run stopped, earlier checkpoints are intact."""
 

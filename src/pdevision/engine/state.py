@@ -24,6 +24,7 @@ from torch import nn
 
 from pdevision.engine.checkpoint import (
     CheckpointError,
+    checkpoint_kind,
     load_trainer_state,
     load_weights,
     read_meta,
@@ -49,6 +50,7 @@ class RunState:
     num_updates: int = 0
     elapsed: float = 0.0  # seconds of training steps
     best: float | None = None
+    best_row: dict[str, Any] | None = None  # the whole metrics row of the best epoch
     history: list[dict[str, Any]] = field(default_factory=list)
     saved: str | None = None  # the intact ``last/`` checkpoint, for the stop message
 
@@ -72,6 +74,7 @@ class RunState:
             "num_updates": self.num_updates,
             "elapsed": self.elapsed,
             "best": self.best,
+            "best_row": self.best_row,
             "history": self.history,
             "rng": rng,
             "task": extra,
@@ -119,7 +122,14 @@ class RunState:
     def restore(self, path: str | Path, info: DistInfo, task: Any) -> Path:
         """Load a ``last/`` checkpoint (or a run folder) into every part of the state; returns the folder."""
         folder = resolve_checkpoint(path, prefer=("last",))
-        task.check_resume(read_meta(folder))
+        meta = read_meta(folder)
+        kind = checkpoint_kind(meta)
+        if kind != task.name:
+            raise CheckpointError(
+                f"{folder} is a {kind or 'unknown'} checkpoint, not a {task.name} one; resume it with its own task"
+                + (f" (--task {kind})" if kind else "")
+            )
+        task.check_resume(meta)
         state = load_trainer_state(folder)
         task.load_for_resume(self.model, folder)
         if self.ema is not None:
@@ -133,6 +143,7 @@ class RunState:
         self.num_updates = int(state.get("num_updates", 0))
         self.elapsed = float(state.get("elapsed", 0.0))
         self.best = state.get("best", state.get("best_top1"))
+        self.best_row = state.get("best_row")
         self.history = list(state["history"])
         task.load_extra_state(state.get("task", {}), self.model, self.ema_module)
         set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])

@@ -52,11 +52,14 @@ def reference_kernels() -> Iterator[None]:
 
 
 @functools.cache
-def _onednn_ok() -> bool:
+def _onednn_ok(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether oneDNN's fused linear runs here in ``dtype`` (bfloat16 needs CPU instructions, AVX-512 or AMX, that
+    not every machine has: without them oneDNN cannot create the primitive)."""
     if not torch.backends.mkldnn.is_available():
         return False
     try:  # the op exists in builds with oneDNN; check it runs once
-        torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), torch.ones(2, 2), None, "none", [], "")
+        x = torch.ones(1, 2, dtype=dtype)
+        torch.ops.mkldnn._linear_pointwise(x, torch.ones(2, 2, dtype=dtype), None, "none", [], "")
     except (RuntimeError, AttributeError):
         return False
     return True
@@ -81,7 +84,7 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype | None:
     dtype = x.dtype
     if torch.is_autocast_enabled("cpu"):
         dtype = torch.get_autocast_dtype("cpu")
-    if dtype not in (torch.float32, torch.bfloat16) or not _onednn_ok():
+    if dtype not in (torch.float32, torch.bfloat16) or not _onednn_ok(dtype):
         return None
     return dtype
 

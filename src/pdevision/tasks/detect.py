@@ -21,22 +21,35 @@ Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from pycocotools import mask as mask_utils
 from torch import nn
 from torch.utils.data import Dataset
+from torchmetrics.detection import MeanAveragePrecision
+from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
 
 from pdevision.data.dense import build_dense_datasets, detection_collate
+from pdevision.engine.loop import fit
 from pdevision.models.dense import create_detection_model
-from pdevision.tasks.segment import (
+from pdevision.models.factory import check_model_args
+from pdevision.tasks import args as A
+from pdevision.tasks.dense import (
+    DenseCommands,
     DenseConfig,
     DenseRecipe,
     DenseTask,
-    _plain,
+    backbone_weights,
     check_backbone_checkpoint,
     model_kwargs,
+    plain_tensors,
+    predict_files,
+    write_predictions,
 )
+from pdevision.tasks.registry import register
 
 DETECT_RECIPES = {
     "light": DenseRecipe(4e-4, 8, 0.05, 10, 1.0, 1e-6, 64, "this library's CPU recipe (from scratch)", 10.0),
@@ -71,7 +84,14 @@ def detector_settings(recipe: str, img_size: int, multi_scale: bool) -> dict[str
 
 
 def detector_from_meta(meta: dict[str, Any], backbone_kwargs: dict[str, Any]) -> nn.Module:
-    settings = dict(meta["detector"])
+    """The detector a detect checkpoint's metadata describes (weights not loaded); its settings are checked like
+    model arguments (plain values, bounded integers)."""
+    where = "in the checkpoint's detector settings"
+    settings = (
+        dict(meta["detector"]) if isinstance(meta["detector"], dict) else check_model_args(meta["detector"], where)
+    )
+    check_model_args({k: v for k, v in settings.items() if k != "detector_kwargs"}, where)
+    check_model_args(settings.get("detector_kwargs", {}), where)
     settings["anchor_sizes"] = tuple(settings.get("anchor_sizes", (32, 64, 128, 256, 512)))
     if isinstance(settings.get("min_size"), list):
         settings["min_size"] = tuple(settings["min_size"])
@@ -93,7 +113,6 @@ class DetectTask(DenseTask):
         self.config = config
         self.recipe = DETECT_RECIPES[config.recipe]
         self.head = config.head or "mask_rcnn"
-        self.best_row: dict[str, float] = {}
         if self.head not in ("mask_rcnn", "faster_rcnn"):
             raise ValueError(f"detection head must be mask_rcnn or faster_rcnn, got {self.head!r}")
         self.img_size = config.img_size or (128 if config.data is None else 800)
@@ -116,27 +135,25 @@ class DetectTask(DenseTask):
             self.config.model,
             len(self.classes),
             head=self.head,
-            checkpoint=self.config.init_from,
+            checkpoint=backbone_weights(self.config.init_from),
             **self.settings,
             **self.kwargs,
         )
 
     def train_step(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        images, targets = _plain(batch)
+        images, targets = plain_tensors(batch)
         losses = model(images, targets)
         loss = sum(losses.values())
         return loss, {k.removeprefix("loss_"): v.item() for k, v in losses.items()}
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, ctx: Any) -> dict[str, float]:
-        from torchmetrics.detection import MeanAveragePrecision
-
         masks = self.head == "mask_rcnn"
         iou_types = ("bbox", "segm") if masks else ("bbox",)
         metric = MeanAveragePrecision(iou_type=iou_types, backend="pycocotools").to(ctx.device)
         model.eval()
         for batch in ctx.loader(self.val_set, batch_size=min(ctx.batch_size, 8)):
-            images, targets = ctx.to_device(_plain(batch))
+            images, targets = ctx.to_device(plain_tensors(batch))
             with ctx.autocast():
                 outputs = model(images)
             preds = []
@@ -165,23 +182,20 @@ class DetectTask(DenseTask):
                 mask_map50=float(r["segm_map_50"]) * 100,
                 mask_map75=float(r["segm_map_75"]) * 100,
             )
-        out = {k: max(v, 0.0) if v == v else 0.0 for k, v in out.items()}  # -1 (no objects) reads as 0
-        if out["map"] >= self.best_row.get("map", -1.0):
-            self.best_row = dict(out)
-        return out
+        return {k: max(v, 0.0) if v == v else 0.0 for k, v in out.items()}  # -1 (no objects) reads as 0
 
     def checkpoint_meta(self) -> dict[str, Any]:
         settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.settings.items()}
         return self._meta(detector=settings, category_ids=self.category_ids)
 
     def summary(self, run: dict[str, Any]) -> dict[str, Any]:
-        best_row = self.best_row  # the evaluation with the highest box mAP
+        best_row = run.get("best_row") or {}  # the epoch with the highest box mAP (the loop keeps its row)
         best = run.get("best")
         return self._summary(
             best_val_map=float(best) if best is not None else -1.0,
-            best_val_map50=float(best_row.get("map50", -1.0)),
-            best_val_map75=float(best_row.get("map75", -1.0)),
-            best_val_mask_map=float(best_row.get("mask_map", -1.0)),
+            best_val_map50=float(best_row.get("val_map50", -1.0)),
+            best_val_map75=float(best_row.get("val_map75", -1.0)),
+            best_val_mask_map=float(best_row.get("val_mask_map", -1.0)),
         )
 
     def epoch_log(self, row: dict[str, Any]) -> str:
@@ -190,3 +204,91 @@ class DetectTask(DenseTask):
             f"train loss {row.get('train_loss', float('nan')):.4f}  val box mAP {row.get('val_map', float('nan')):.2f} "
             f"mAP50 {row.get('val_map50', float('nan')):.2f}{mask}"
         )
+
+
+def train(config: DenseConfig) -> dict[str, Any]:
+    """Train a detector as ``config`` says through the one loop; returns the run summary."""
+    return fit(DetectTask(config), config.run)
+
+
+def predict_detect(
+    checkpoint: str | Path, images: list[str], output: str | Path, device: str = "cpu", score_threshold: float = 0.5
+) -> dict[str, Any]:
+    """Detections of image files at their own size: ``<stem>_overlay.png`` (boxes with class and score, masks) and
+    ``predictions.json`` in the COCO result format (``image_id`` the image's position in the list, ``category_id``,
+    ``bbox`` ``[x, y, w, h]``, ``score``, and ``segmentation`` as RLE for Mask R-CNN), detections with score below
+    ``score_threshold`` left out. Returns ``{"kind", "results", "output"}``."""
+
+    def one(model, uint8, meta, colours, dev, index, path, out):
+        overlay, found = _detect_image(model, uint8, meta, colours, dev, score_threshold)
+        return overlay, [{"image_id": index, "file_name": str(path), **r} for r in found]
+
+    _, records = predict_files(checkpoint, "detect", detector_from_meta, one, images, output, device)
+    results = [r for found in records for r in found]
+    write_predictions(output, results)
+    return {"kind": "detect", "results": results, "output": str(output)}
+
+
+def _detect_image(
+    model: nn.Module, uint8: torch.Tensor, meta: dict[str, Any], colours: list, dev: torch.device, threshold: float
+) -> tuple[torch.Tensor, list[dict[str, Any]]]:
+    """Detections of one ``(3, H, W)`` uint8 image above ``threshold``: the overlay and COCO-style results."""
+    classes = list(meta["classes"])
+    det = model([uint8.float().div(255.0).to(dev)])[0]
+    keep = det["scores"] >= threshold
+    boxes, scores, labels = det["boxes"][keep].cpu(), det["scores"][keep].cpu(), det["labels"][keep].cpu()
+    overlay = uint8
+    masks = det["masks"][keep][:, 0].cpu() > 0.5 if "masks" in det else None
+    if masks is not None and len(masks):
+        overlay = draw_segmentation_masks(overlay, masks, alpha=0.5, colors=[colours[lab - 1] for lab in labels])
+    text = [f"{classes[lab - 1]} {s:.2f}" for lab, s in zip(labels.tolist(), scores.tolist(), strict=True)]
+    if len(boxes):
+        overlay = draw_bounding_boxes(overlay, boxes, text, colors=[colours[lab - 1] for lab in labels])
+    cat_ids = meta.get("category_ids") or list(range(1, len(classes) + 1))
+    results = []
+    for j in range(len(boxes)):
+        x0, y0, x1, y1 = boxes[j].tolist()
+        r: dict[str, Any] = {
+            "category_id": int(cat_ids[int(labels[j]) - 1]),
+            "category": classes[int(labels[j]) - 1],
+            "bbox": [x0, y0, x1 - x0, y1 - y0],
+            "score": float(scores[j]),
+        }
+        if masks is not None:
+            rle = mask_utils.encode(np.asfortranarray(masks[j].numpy().astype(np.uint8)))
+            r["segmentation"] = {"size": list(rle["size"]), "counts": rle["counts"].decode()}
+        results.append(r)
+    return overlay, results
+
+
+class DetectCommands(DenseCommands):
+    name = "detect"
+    help = "object detection and instance segmentation (default: vheat_micro + Mask R-CNN on the embedded scenes)"
+    default_output = "runs/detect"
+    noun = "detection"
+    recipes = DETECT_RECIPES
+    heads = ("mask_rcnn", "faster_rcnn")
+    data_help = "a COCO folder (annotations/instances_<split>.json, images); default: the embedded scenes"
+    img_size_help = "detector's shorter side (default 128 on the scenes, 800 on COCO)"
+
+    def add_arguments(self, p: Any) -> None:
+        super().add_arguments(p)
+        p.add_argument("--multi-scale", action="store_true", help="multi-scale training (shorter side)")
+
+    def run(self, config: DenseConfig) -> dict[str, Any]:
+        return train(config)
+
+    def score(self, s: dict[str, Any]) -> str:
+        return f"best val box mAP {s['best_val_map']:.2f} (mAP50 {s['best_val_map50']:.2f})"
+
+    @staticmethod
+    def add_predict_arguments(p: Any) -> None:
+        DenseCommands.add_predict_arguments(p)
+        p.add_argument("--score-threshold", type=A.fraction, default=0.5, help="lowest score kept (default 0.5)")
+
+    def predict(self, args: Any) -> tuple[str, int]:
+        r = predict_detect(args.checkpoint, args.images, args.output, args.device, args.score_threshold)
+        return f"detect: {len(args.images)} images, overlays and predictions.json in {r['output']}", 0
+
+
+register(DetectCommands())

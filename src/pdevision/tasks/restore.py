@@ -12,6 +12,7 @@ baselines run once on the same degraded images. ``best/`` is picked by PSNR.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -20,7 +21,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -42,8 +43,14 @@ from pdevision.data.restoration import (
     ssim,
     to_tensor,
 )
-from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta
-from pdevision.tasks.base import Task
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, load_weights, read_meta
+from pdevision.engine.config import RunConfig
+from pdevision.engine.loop import fit
+from pdevision.engine.modeling import check_finite_weights, load_checkpoint_model
+from pdevision.engine.runtime import one_line, resolve_device
+from pdevision.engine.task import Task
+from pdevision.tasks import args as A
+from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,7 @@ __all__ = [
     "parse_sigma",
     "restore_file",
     "restore_image",
+    "train",
 ]
 
 RESTORE_TASKS = ("denoise", "dejpeg")
@@ -92,9 +100,28 @@ def parse_sigma(text: str | float) -> float | tuple[float, float]:
     return value
 
 
+def default_run() -> RunConfig:
+    return RunConfig(output="runs/train")
+
+
+# the run settings of a restoration run left at None (a short run on a CPU: 300 s of training)
+RESTORE_RUN_DEFAULTS: dict[str, Any] = {
+    "epochs": 2,
+    "batch_size": 16,
+    "lr": 2e-3,
+    "opt": "adamw",
+    "weight_decay": 0.0,
+    "min_lr": 1e-5,
+    "warmup_epochs": 0.0,
+    "time_budget": 300.0,
+    "rank_seed": True,  # patches are drawn from torch's generator: each rank its own
+}
+
+
 @dataclass
 class RestoreConfig:
-    """What a restoration run needs beyond the loop's knobs."""
+    """A restoration run: the task's settings and the run's (:class:`RunConfig`, defaults
+    :data:`RESTORE_RUN_DEFAULTS`)."""
 
     task: str = "denoise"  # denoise | dejpeg
     sigma: float | tuple[float, float] = 25.0
@@ -105,7 +132,7 @@ class RestoreConfig:
     data: str | None = None
     val_data: str | None = None
     patch_size: int = 32
-    patches_per_epoch: int = 1024
+    patches_per_epoch: int = 16384
     loss: str = "l1"  # l1 | charbonnier
     charbonnier_eps: float = 1e-3
     baselines: tuple[str, ...] = DEFAULT_BASELINES
@@ -113,6 +140,7 @@ class RestoreConfig:
     overlap: int = 32
     eval_crop: int | None = None  # None: held-out images at full size; else their centre crop of this side
     init_from: str | None = None  # a restoration checkpoint of the same model and mode to start from (fine-tuning)
+    run: RunConfig = field(default_factory=default_run)
 
     def degradation(self) -> Degradation:
         if self.task == "denoise":
@@ -158,10 +186,6 @@ class HeldOutImages(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         degraded, clean = self.pair(index)
         return to_tensor(degraded), to_tensor(clean)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _charbonnier(x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:
@@ -218,6 +242,12 @@ class RestoreTask(Task):
         self.baseline_scores: dict[str, dict[str, float]] = {}
         self.history: list[dict[str, float]] = []
 
+    def run_defaults(self) -> dict[str, Any]:
+        return dict(RESTORE_RUN_DEFAULTS)
+
+    def config_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self.config).items() if k != "run"}
+
     def datasets(self) -> tuple[Dataset, Dataset]:
         c = self.config
         images = restoration_images(c.data, c.val_data, self.mode)
@@ -258,7 +288,7 @@ class RestoreTask(Task):
         """``init_from`` must be a restoration checkpoint of the same network (name, arguments, channels);
         its degradation may differ (e.g. fine-tune a sigma 25 denoiser at sigma 50, or a denoiser on JPEG)."""
         meta = read_meta(config.init_from)
-        if meta.get("kind") != "restoration":
+        if checkpoint_kind(meta) not in RESTORE_TASKS:
             raise CheckpointError(
                 f"--init-from {config.init_from} is not a restoration checkpoint (train one with --task denoise|dejpeg)"
             )
@@ -273,9 +303,13 @@ class RestoreTask(Task):
         model = build_restoration_model(c.model, MODES[self.mode], c.patch_size, c.model_args)
         if c.init_from is not None:
             try:
-                model.load_state_dict(load_weights(c.init_from))
+                state = load_weights(c.init_from)
+                check_finite_weights(state, c.init_from)
+                model.load_state_dict(state)
             except RuntimeError as exc:
-                raise CheckpointError(f"--init-from {c.init_from} does not fit {c.model}: {_first_line(exc)}") from exc
+                raise CheckpointError(
+                    f"--init-from {c.init_from} does not fit {c.model}: {one_line(exc, first=True)}"
+                ) from exc
             log.info("initialised %s from %s", c.model, c.init_from)
         return model
 
@@ -310,13 +344,7 @@ class RestoreTask(Task):
 
     def check_resume(self, meta: dict[str, Any]) -> None:
         """A resumed run continues the same training: the checkpoint must be this task's, with the same
-        model, image mode, patch size and degradation."""
-        if meta.get("kind") != "restoration":
-            kind = meta.get("kind") or ("classification" if "classes" in meta else "unknown")
-            raise CheckpointError(
-                f"that is not a restoration checkpoint (kind {kind!r}); "
-                f"resume RUN/last of a --task {self.config.task} run"
-            )
+        model, image mode, patch size and degradation (the loop has checked its kind)."""
         mine = json.loads(json.dumps(self.checkpoint_meta()))  # as stored: tuples become lists
         keys = ("task", "model", "model_args", "mode", "patch_size", "degradation")
         diff = [f"{k} {meta.get(k)!r} (now {mine[k]!r})" for k in keys if meta.get(k) != mine[k]]
@@ -331,7 +359,6 @@ class RestoreTask(Task):
     def checkpoint_meta(self) -> dict[str, Any]:
         c = self.config
         return {
-            "kind": "restoration",
             "task": c.task,
             "model": c.model,
             "model_args": c.model_args,
@@ -349,7 +376,7 @@ class RestoreTask(Task):
             "task": self.config.task,
             "model": self.config.model,
             "degradation": self.deg.describe(),
-            "restore_config": {k: v for k, v in asdict(self.config).items() if k != "baselines"},
+            "restore_config": {k: v for k, v in asdict(self.config).items() if k not in ("baselines", "run")},
             "best_val_psnr": best.get("psnr"),
             "best_val_ssim": best.get("ssim"),
             "metric_channel": "Y (BT.601)" if self.config.color else "grey",
@@ -423,20 +450,26 @@ def restore_image(
     return out[0].clamp(0, 1).permute(1, 2, 0).cpu().numpy()
 
 
+def restoration_model_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
+    """The network a restoration checkpoint's metadata describes (weights not loaded)."""
+    missing = [k for k in ("model", "in_chans", "patch_size") if k not in meta]
+    if missing:
+        raise CheckpointError(f"restoration checkpoint without {', '.join(missing)} in its metadata")
+    in_chans, patch = meta["in_chans"], meta["patch_size"]
+    if in_chans not in (1, 3) or not isinstance(patch, int) or not 1 <= patch <= 16384:
+        raise CheckpointError(f"restoration checkpoint with in_chans {in_chans!r} and patch size {patch!r}")
+    return build_restoration_model(meta["model"], in_chans, patch, args)
+
+
 def load_restoration_model(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict]:
     """The model of a restoration checkpoint (``RUN/best``, ``RUN/last`` or a run folder) and its metadata."""
-    meta = read_meta(checkpoint)
-    if meta.get("kind") != "restoration":
-        raise CheckpointError(f"{checkpoint} is not a restoration checkpoint (train one with --task denoise|dejpeg)")
-    missing = [k for k in ("model", "in_chans", "patch_size", "model_args") if k not in meta]
-    if missing:
-        raise CheckpointError(f"{checkpoint}: restoration checkpoint without {', '.join(missing)} in its metadata")
-    model = build_restoration_model(meta["model"], int(meta["in_chans"]), int(meta["patch_size"]), meta["model_args"])
-    try:
-        model.load_state_dict(load_weights(checkpoint))
-    except RuntimeError as exc:
-        raise CheckpointError(f"{checkpoint} does not fit {meta['model']}: {_first_line(exc)}") from exc
-    return model.to(device).eval(), meta
+    model, meta, _ = load_checkpoint_model(checkpoint, RESTORE_TASKS, restoration_model_from_meta)
+    return model.to(device), meta
+
+
+def train(config: RestoreConfig) -> dict[str, Any]:
+    """Train a restoration network as ``config`` says through the one loop; returns the run summary."""
+    return fit(RestoreTask(config), config.run)
 
 
 def _read_image(src: Path) -> tuple[Image.Image, np.ndarray, str, float]:
@@ -537,3 +570,136 @@ def restore_file(
         "tiled": tile is not None and max(img.size) > tile,
         "finite": bool(math.isfinite(float(out.sum()))),
     }
+
+
+# -- the command line: train --task denoise | dejpeg, and pdevision restore ------------------------------------
+
+
+def _sigma(text: str) -> float | tuple[float, float]:
+    try:
+        return parse_sigma(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class RestoreCommands(TaskCommands):
+    """``train --task denoise`` and ``train --task dejpeg`` (one class, two registrations) and ``restore``."""
+
+    default_output = "runs/train"
+    run_flag_defaults: ClassVar[dict[str, Any]] = {
+        "--epochs": 2,
+        "--batch-size": 16,
+        "--lr": 2e-3,
+        "--time-budget": 300,
+    }
+
+    def __init__(self, task: str) -> None:
+        self.name = task
+        self.help = (
+            "Gaussian denoising (default: vheatir_micro, grey, embedded photos, 300 s)"
+            if task == "denoise"
+            else "JPEG artefact removal (default: vheatir_micro, quality 10, embedded photos, 300 s)"
+        )
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group(f"{self.name}: data and model")
+        g.add_argument(
+            "--model", default="vheatir_micro", help="vheatir_*, swinir_* or dncnn_* (default vheatir_micro)"
+        )
+        g.add_argument("--model-args", type=A.json_dict, default={}, help="JSON model arguments")
+        g.add_argument("--data", type=A.path, default=None, help="folder of clean training images (default: photos)")
+        g.add_argument("--val-data", type=A.path, default=None, help="folder of held-out clean images (e.g. Set12)")
+        g.add_argument("--init-from", type=A.path, default=None, help="a restoration checkpoint of the same network")
+        if self.name == "denoise":
+            g.add_argument(
+                "--sigma", type=_sigma, default=25.0, help="noise level on 0-255 (15, 25, 50) or a range 0-55"
+            )
+        else:
+            g.add_argument("--quality", type=A.bounded(int, 1, 100), default=10, help="JPEG quality (default 10)")
+        g.add_argument("--color", action="store_true", help="colour images (default grey); PSNR/SSIM on Y")
+        g.add_argument("--patch-size", type=A.bounded(int, 8, 1024), default=32, help="training patch side (32)")
+        g.add_argument("--patches-per-epoch", type=A.positive_int, default=16384, help="default 16384")
+        g.add_argument("--loss", default="l1", choices=["l1", "charbonnier"], help="default l1")
+        g.add_argument(
+            "--baselines",
+            nargs="*",
+            default=None,
+            choices=DEFAULT_BASELINES,
+            help="classical baselines (default: noisy nlm wavelet tv bm3d)",
+        )
+
+    def config(self, args: argparse.Namespace, run: RunConfig) -> RestoreConfig:
+        if args.data is None and args.patch_size > 300:
+            raise A.UsageError(f"--patch-size {args.patch_size} is larger than the embedded photos allow (at most 300)")
+        values = A.task_fields(args, RestoreConfig, skip=("task",))
+        if values.get("baselines") is None:
+            values.pop("baselines", None)
+        else:
+            values["baselines"] = tuple(values["baselines"])
+        return RestoreConfig(task=self.name, **values, run=run)
+
+    def run(self, config: RestoreConfig) -> dict[str, Any]:
+        return train(config)
+
+    def report(self, s: dict[str, Any], config: RestoreConfig) -> str:
+        base = ", ".join(f"{k} {v:.2f}" for k, v in s["baselines"].items())
+        best, best_ssim = s["best_val_psnr"], s["best_val_ssim"]
+        return (
+            f"{s['model']} {s['task']} ({s['degradation']}): {s['status']}, {s['epochs_run']} epochs, {s['steps']} "
+            f"steps in {s['seconds']:.0f} s; best held-out PSNR {best if best is None else f'{best:.2f}'} dB, "
+            f"SSIM {best_ssim if best_ssim is None else f'{best_ssim:.4f}'} "
+            f"({s['metric_channel']}); baselines (dB): {base}; run folder {config.run.output}"
+        )
+
+    def evaluate(self, args: argparse.Namespace) -> str:
+        raise A.UsageError(
+            f"{args.checkpoint} is a {self.name} checkpoint; restore images with "
+            f"`pdevision restore --checkpoint {args.checkpoint} IN OUT` (its held-out scores are in the run folder)"
+        )
+
+    def predict(self, args: argparse.Namespace) -> tuple[str, int]:
+        raise A.UsageError(
+            f"{args.checkpoint} is a {self.name} checkpoint; restore images with "
+            f"`pdevision restore --checkpoint {args.checkpoint} IN OUT`"
+        )
+
+    def extra_commands(self) -> dict[str, ExtraCommand]:
+        return {
+            "restore": ExtraCommand(
+                "denoise / remove JPEG artefacts from an image with a restoration checkpoint",
+                add_restore_arguments,
+                run_restore,
+            )
+        }
+
+
+def add_restore_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--checkpoint", type=A.path, required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg"
+    )
+    p.add_argument("input", type=A.path, help="image file (L, LA, RGB, RGBA or 16-bit grey)")
+    p.add_argument("output", type=A.path, help="output file (format from the extension); same size and mode")
+    p.add_argument(
+        "--tile", type=A.non_negative_int, default=512, help="tile side for large images (0: whole image; default 512)"
+    )
+    p.add_argument("--overlap", type=A.non_negative_int, default=32, help="tile overlap in pixels (default 32)")
+    p.add_argument("--device", type=A.device, default="auto")
+
+
+def run_restore(args: argparse.Namespace) -> tuple[str, int]:
+    """``pdevision restore``: one image through a restoration checkpoint."""
+    if args.overlap < 0 or (args.tile and args.overlap >= args.tile):
+        raise A.UsageError(f"--overlap must be >= 0 and smaller than --tile, got {args.overlap} (tile {args.tile})")
+    device = resolve_device(args.device)
+    try:
+        r = restore_file(args.checkpoint, args.input, args.output, args.tile or None, args.overlap, device)
+    except RuntimeError as exc:  # e.g. out of memory: a smaller --tile helps
+        return f"pdevision restore: failed: {one_line(exc, first=True)} (try a smaller --tile)", 1
+    return (
+        f"{r['input']} -> {r['output']}: {r['size'][0]}x{r['size'][1]} {r['mode']}, {r['model']} ({r['task']}), "
+        f"{'tiled, ' if r['tiled'] else ''}{r['seconds']:.2f} s"
+    ), 0
+
+
+register(RestoreCommands("denoise"))
+register(RestoreCommands("dejpeg"))

@@ -21,48 +21,37 @@ Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
+from torchvision.utils import draw_segmentation_masks
 
 from pdevision.data.dense import IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, build_dense_datasets
-from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta
+from pdevision.engine.loop import fit
 from pdevision.models.dense import create_segmentation_model
-from pdevision.tasks.base import Task
+from pdevision.tasks.dense import (
+    DenseCommands,
+    DenseConfig,
+    DenseRecipe,
+    DenseTask,
+    backbone_weights,
+    check_backbone_checkpoint,
+    model_kwargs,
+    plain_tensors,
+    predict_files,
+    write_predictions,
+)
+from pdevision.tasks.registry import register
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class DenseRecipe:
-    """Optimiser and schedule of a dense task; ``lr`` is for ``batch`` images per update (scaled linearly)."""
-
-    lr: float
-    batch: int
-    weight_decay: float
-    epochs: int
-    warmup_epochs: float
-    min_lr: float
-    decoder_channels: int
-    source: str
-    clip_grad: float | None = None
-    scale_range: tuple[float, float] = (0.5, 2.0)  # random resize ratio (segmentation)
-    photometric: bool = True  # segmentation: colour jitter of mmseg's photometric distortion
-
-
-# epochs of `pdevision train --task segment|detect` with no --data, --epochs or --time-budget (the `light`
-# recipe on the embedded scenes): a fixed number of steps, sized from their measured CPU time so that the whole
-# run ends within 6 (segment) and 8 (detect) minutes on a quiet 2-core machine (README, benchmarks/dense_runs)
-EMBEDDED_EPOCHS = {"segment": 15, "detect": 3}
 
 SEGMENT_RECIPES = {
     "light": DenseRecipe(
@@ -81,41 +70,6 @@ SEGMENT_RECIPES = {
         6e-5, 16, 0.01, 12, 1.0, 0.0, 512, "Swin arXiv:2103.14030 §4.3 (UPerNet, ADE20K), HcNet §4.3, vHeat"
     ),
 }
-
-
-@dataclass
-class DenseConfig:
-    """Knobs of ``pdevision train --task segment|detect`` (``None``: the recipe's or the task's default)."""
-
-    task: str = "segment"
-    model: str = "vheat_micro"
-    head: str | None = None  # segment: upernet | fpn | unet; detect: mask_rcnn | faster_rcnn
-    data: str | None = None  # None: the embedded scenes; a mask folder (segment) or a COCO folder (detect)
-    output: str = "runs/segment"
-    recipe: str = "light"
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
-    warmup_epochs: float | None = None
-    img_size: int | None = None  # training crop (segment) / detector shorter side (detect)
-    init_from: str | None = None
-    fve_resize: str | None = None  # vHeat: interp | pad | downstream
-    model_args: dict[str, Any] = field(default_factory=dict)
-    train_scenes: int | None = None
-    val_scenes: int | None = None
-    seed: int = 0  # the training's (initialisation, order, augmentation)
-    scene_seed: int = 0  # the embedded scenes' generator: a fixed split whatever ``seed`` is
-    amp: str = "none"
-    device: str = "auto"
-    workers: int = 0
-    resume: str | None = None
-    overwrite: bool = False  # start a new run in an output folder that holds one
-    time_budget: float | None = None
-    stop_after_epochs: int | None = None
-    max_train_batches: int | None = None
-    progress: bool = True
-    multi_scale: bool = False  # detect: shorter side drawn from 0.75-1.25 x img_size per batch
 
 
 def confusion_matrix(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -146,73 +100,6 @@ def segmentation_scores(conf: np.ndarray | torch.Tensor) -> dict[str, Any]:
     }
 
 
-def _plain(x: Any) -> Any:
-    """tv_tensors back to plain tensors (the models and losses want ``torch.Tensor``)."""
-    if isinstance(x, torch.Tensor):
-        return x.as_subclass(torch.Tensor)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_plain(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    return x
-
-
-def check_backbone_checkpoint(path: str, model: str) -> dict[str, Any]:
-    """Metadata of an ``--init-from`` checkpoint after checking it holds ``model``'s backbone."""
-    meta = read_meta(path)
-    if meta.get("kind") == "pretrain":
-        raise CheckpointError(f"{path} is a pretraining state; use its encoder/ folder with --init-from")
-    if meta.get("kind") in ("segment", "detect"):
-        raise CheckpointError(f"{path} is a {meta['kind']} checkpoint; resume it with --resume")
-    if meta.get("model") and meta["model"] != model:
-        raise CheckpointError(f"{path} holds a {meta['model']!r} backbone, not {model!r} (use --model {meta['model']})")
-    return meta
-
-
-def model_kwargs(config: DenseConfig, img_size: int) -> dict[str, Any]:
-    kwargs = dict(config.model_args)
-    kwargs.setdefault("img_size", img_size)
-    if config.fve_resize is not None:
-        kwargs["fve_resize"] = config.fve_resize
-    return kwargs
-
-
-class DenseTask(Task):
-    """What segmentation and detection share: the data bookkeeping, the resume check and the common part of the
-    checkpoint metadata and of the summary. Subclasses set ``name`` (also the checkpoint ``kind``), ``noun``,
-    ``config``, ``recipe``, ``head``, ``img_size`` and ``kwargs``."""
-
-    noun = "dense"
-
-    def _take_data(self, data: Any) -> tuple[Dataset, Dataset]:
-        self.classes, self.source = data.classes, data.source
-        self.sizes = (len(data.train), len(data.val))
-        self.val_set = data.val
-        return data.train, data.val
-
-    def _meta(self, **extra: Any) -> dict[str, Any]:
-        common = {"kind": self.name, "model": self.config.model, "head": self.head, "classes": self.classes}
-        return {**common, "img_size": self.img_size, "model_args": self.kwargs, **extra}
-
-    def check_resume(self, meta: dict[str, Any]) -> None:
-        if meta.get("kind") != self.name:
-            raise CheckpointError(f"that is not a {self.noun} checkpoint (kind {meta.get('kind')!r})")
-
-    def _summary(self, **scores: Any) -> dict[str, Any]:
-        return {
-            "task": self.name,
-            "model": self.config.model,
-            "head": self.head,
-            **scores,
-            "classes": self.classes,
-            "data": self.source,
-            "train_images": self.sizes[0],
-            "val_images": self.sizes[1],
-            "img_size": self.img_size,
-            "recipe": self.config.recipe,
-        }
-
-
 class SegmentTask(DenseTask):
     """Semantic segmentation from a :class:`DenseConfig`."""
 
@@ -231,6 +118,7 @@ class SegmentTask(DenseTask):
         self.kwargs = model_kwargs(config, self.img_size)
         if config.init_from:
             check_backbone_checkpoint(config.init_from, config.model)
+        self.last_iou: list[float | None] = []
 
     def datasets(self) -> tuple[Dataset, Dataset]:
         c = self.config
@@ -252,13 +140,13 @@ class SegmentTask(DenseTask):
             self.config.model,
             len(self.classes),
             head=self.head,
-            checkpoint=self.config.init_from,
+            checkpoint=backbone_weights(self.config.init_from),
             decoder_channels=self.recipe.decoder_channels,
             **self.kwargs,
         )
 
     def train_step(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        images, masks = _plain(batch)
+        images, masks = plain_tensors(batch)
         logits = model(images)
         loss = F.cross_entropy(logits.float(), masks, ignore_index=IGNORE_INDEX)
         valid = masks != IGNORE_INDEX
@@ -272,7 +160,7 @@ class SegmentTask(DenseTask):
         conf = torch.zeros(n, n, dtype=torch.long, device=ctx.device)
         loss_sum, pixels = 0.0, 0
         for batch in ctx.loader(self.val_set, batch_size=min(ctx.batch_size, 16)):
-            images, masks = ctx.to_device(_plain(batch))
+            images, masks = ctx.to_device(plain_tensors(batch))
             with ctx.autocast():
                 logits = model(images)
             loss_sum += F.cross_entropy(logits.float(), masks, ignore_index=IGNORE_INDEX, reduction="sum").item()
@@ -291,7 +179,7 @@ class SegmentTask(DenseTask):
     def summary(self, run: dict[str, Any]) -> dict[str, Any]:
         best = run.get("best")
         out = self._summary(best_val_miou=float(best) if best is not None else -1.0)
-        out["val_iou_per_class"] = dict(zip(self.classes, getattr(self, "last_iou", []), strict=False))
+        out["val_iou_per_class"] = dict(zip(self.classes, self.last_iou, strict=False))
         return out
 
     def epoch_log(self, row: dict[str, Any]) -> str:
@@ -301,136 +189,36 @@ class SegmentTask(DenseTask):
         )
 
 
-def loop_config(config: DenseConfig, recipe: DenseRecipe, default_batch: int) -> Any:
-    """The loop's knobs for a dense task (AdamW, the recipe's lr scaled to the batch, cosine)."""
-    from pdevision.engine.loop import LoopConfig, runtime_of
+def train(config: DenseConfig) -> dict[str, Any]:
+    """Train a segmentation model as ``config`` says through the one loop; returns the run summary."""
+    return fit(SegmentTask(config), config.run)
 
-    batch = config.batch_size or default_batch
-    cfg = {**asdict(config), "recipe_values": asdict(recipe)}
-    return LoopConfig(
-        output=config.output,
-        epochs=config.epochs or recipe.epochs,
-        batch_size=batch,
-        lr=config.lr,
-        lr_base=recipe.lr,
-        lr_base_batch=recipe.batch,
-        opt="adamw",
-        weight_decay=recipe.weight_decay if config.weight_decay is None else config.weight_decay,
-        min_lr=recipe.min_lr,
-        warmup_epochs=recipe.warmup_epochs if config.warmup_epochs is None else config.warmup_epochs,
-        clip_grad=recipe.clip_grad,
-        config_json=cfg,
-        **runtime_of(config),
+
+def segmenter_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
+    """The segmentation model a segment checkpoint's metadata describes (weights not loaded)."""
+    return create_segmentation_model(
+        meta["model"], len(meta["classes"]), head=meta["head"], decoder_channels=meta["decoder_channels"], **args
     )
 
 
-def train_dense(config: DenseConfig) -> dict[str, Any]:
-    """Train ``config.task`` (``"segment"`` or ``"detect"``) through the one loop; returns the summary."""
-    from pdevision.engine.loop import fit
+def predict_segment(checkpoint: str | Path, images: list[str], output: str | Path, device: str = "cpu") -> dict:
+    """Class maps of image files at their own size: ``<stem>_overlay.png`` (classes coloured), ``<stem>_labels.png``
+    (the class index per pixel) and ``predictions.json`` (a list of ``{image, size, label_png, pixels per class}``).
+    Returns ``{"kind", "results", "output"}``."""
 
-    start = time.perf_counter()
-    if config.task == "segment":
-        task: Task = SegmentTask(config)
-        default_batch = 8
-    elif config.task == "detect":
-        from pdevision.tasks.detect import DetectTask
+    def one(model, uint8, meta, colours, dev, index, path, out):
+        overlay, found = _segment_image(model, uint8, meta, colours, dev, out / f"{path.stem}_labels.png")
+        return overlay, {**found, "image": str(path)}
 
-        task = DetectTask(config)
-        default_batch = 8
-    else:
-        raise ValueError(f"dense task must be 'segment' or 'detect', got {config.task!r}")
-    loop = loop_config(config, task.recipe, default_batch)  # type: ignore[attr-defined]
-    if config.data is None and config.epochs is None and config.time_budget is None and config.recipe == "light":
-        loop.epochs = EMBEDDED_EPOCHS[config.task]  # the embedded default: a fixed, measured number of steps
-    summary = fit(task, loop)
-    log.info("%s finished in %.0f s", config.task, time.perf_counter() - start)
-    return summary
-
-
-def dense_model_from_meta(meta: dict[str, Any]) -> nn.Module:
-    """The segmentation or detection model a dense checkpoint's metadata describes (weights not loaded)."""
-    kind = meta.get("kind")
-    args = dict(meta.get("model_args", {}))
-    args.pop("drop_path_rate", None)
-    if kind == "segment":
-        return create_segmentation_model(
-            meta["model"], len(meta["classes"]), head=meta["head"], decoder_channels=meta["decoder_channels"], **args
-        )
-    if kind == "detect":
-        from pdevision.tasks.detect import detector_from_meta
-
-        return detector_from_meta(meta, args)
-    raise CheckpointError(f"not a segmentation or detection checkpoint (kind {kind!r})")
-
-
-def load_dense_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
-    """Model and metadata of a segmentation or detection checkpoint, in eval mode."""
-    meta = read_meta(path)
-    model = dense_model_from_meta(meta)
-    model.load_state_dict(load_weights(path))
-    return model.eval(), meta
-
-
-def _palette(n: int) -> list[tuple[int, int, int]]:
-    """Distinct colours (matplotlib's tab20), cycled."""
-    import matplotlib
-
-    cmap = matplotlib.colormaps["tab20"]
-    return [tuple(int(255 * c) for c in cmap(i % 20)[:3]) for i in range(n)]
-
-
-def predict_dense(
-    checkpoint: str | Path,
-    images: list[str],
-    output: str | Path,
-    device: str = "cpu",
-    score_threshold: float = 0.5,
-) -> dict[str, Any]:
-    """Run a segmentation or detection checkpoint on image files at their own size.
-
-    Writes ``<stem>_overlay.png`` per image (classes coloured; boxes with class and score) and
-    ``predictions.json``: for segmentation a list of ``{image, size, label_png, pixels per class}``
-    (``<stem>_labels.png`` holds the class index per pixel); for detection the COCO result format
-    (``image_id`` the image's position in the list, ``category_id``, ``bbox`` ``[x, y, w, h]``,
-    ``score``, and ``segmentation`` as RLE for Mask R-CNN), detections with score below
-    ``score_threshold`` left out. Images are read by the library's one loader (16-bit and float images scaled,
-    decompression bombs refused: :class:`~pdevision.data.ImageReadError`). Returns ``{"kind", "results", "output"}``.
-    """
-    from PIL import Image
-
-    from pdevision.data import open_rgb
-    from pdevision.engine.runtime import resolve_device
-
-    dev = resolve_device(device)
-    model, meta = load_dense_checkpoint(checkpoint)
-    model.to(dev)
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    colours = _palette(len(meta["classes"]))
-    results: list[dict[str, Any]] = []
-    for index, name in enumerate(images):
-        path = Path(name)
-        uint8 = torch.from_numpy(np.array(open_rgb(path))).permute(2, 0, 1).contiguous()
-        with torch.no_grad():
-            if meta["kind"] == "segment":
-                overlay, found = _segment_image(model, uint8, meta, colours, dev, out / f"{path.stem}_labels.png")
-                found["image"] = str(path)
-                results.append(found)
-            else:
-                overlay, found = _detect_image(model, uint8, meta, colours, dev, score_threshold)
-                results += [{"image_id": index, "file_name": str(path), **r} for r in found]
-        Image.fromarray(overlay.permute(1, 2, 0).numpy()).save(out / f"{path.stem}_overlay.png")
-    (out / "predictions.json").write_text(json.dumps(results, indent=1))
-    return {"kind": meta["kind"], "results": results, "output": str(out)}
+    _, results = predict_files(checkpoint, "segment", segmenter_from_meta, one, images, output, device)
+    write_predictions(output, results)
+    return {"kind": "segment", "results": results, "output": str(output)}
 
 
 def _segment_image(
     model: nn.Module, uint8: torch.Tensor, meta: dict[str, Any], colours: list, dev: torch.device, label_png: Path
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Class map of one ``(3, H, W)`` uint8 image, written to ``label_png``; the overlay and the image's record."""
-    from PIL import Image
-    from torchvision.utils import draw_segmentation_masks
-
     classes = list(meta["classes"])
     mean = torch.tensor(meta["mean"])[:, None, None]
     std = torch.tensor(meta["std"])[:, None, None]
@@ -448,37 +236,25 @@ def _segment_image(
     return overlay, record
 
 
-def _detect_image(
-    model: nn.Module, uint8: torch.Tensor, meta: dict[str, Any], colours: list, dev: torch.device, threshold: float
-) -> tuple[torch.Tensor, list[dict[str, Any]]]:
-    """Detections of one ``(3, H, W)`` uint8 image above ``threshold``: the overlay and COCO-style results."""
-    from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
+class SegmentCommands(DenseCommands):
+    name = "segment"
+    help = "semantic segmentation (default: vheat_micro + UPerNet on the embedded scenes)"
+    default_output = "runs/segment"
+    noun = "segmentation"
+    recipes = SEGMENT_RECIPES
+    heads = ("upernet", "fpn", "unet")
+    data_help = "a mask folder (images/ and masks/ per split); default: the embedded scenes"
+    img_size_help = "training crop side (default 64)"
 
-    classes = list(meta["classes"])
-    det = model([uint8.float().div(255.0).to(dev)])[0]
-    keep = det["scores"] >= threshold
-    boxes, scores, labels = det["boxes"][keep].cpu(), det["scores"][keep].cpu(), det["labels"][keep].cpu()
-    overlay = uint8
-    masks = det["masks"][keep][:, 0].cpu() > 0.5 if "masks" in det else None
-    if masks is not None and len(masks):
-        overlay = draw_segmentation_masks(overlay, masks, alpha=0.5, colors=[colours[lab - 1] for lab in labels])
-    text = [f"{classes[lab - 1]} {s:.2f}" for lab, s in zip(labels.tolist(), scores.tolist(), strict=True)]
-    if len(boxes):
-        overlay = draw_bounding_boxes(overlay, boxes, text, colors=[colours[lab - 1] for lab in labels])
-    cat_ids = meta.get("category_ids") or list(range(1, len(classes) + 1))
-    results = []
-    for j in range(len(boxes)):
-        x0, y0, x1, y1 = boxes[j].tolist()
-        r: dict[str, Any] = {
-            "category_id": int(cat_ids[int(labels[j]) - 1]),
-            "category": classes[int(labels[j]) - 1],
-            "bbox": [x0, y0, x1 - x0, y1 - y0],
-            "score": float(scores[j]),
-        }
-        if masks is not None:
-            from pycocotools import mask as mask_utils
+    def run(self, config: DenseConfig) -> dict[str, Any]:
+        return train(config)
 
-            rle = mask_utils.encode(np.asfortranarray(masks[j].numpy().astype(np.uint8)))
-            r["segmentation"] = {"size": list(rle["size"]), "counts": rle["counts"].decode()}
-        results.append(r)
-    return overlay, results
+    def score(self, s: dict[str, Any]) -> str:
+        return f"best val mIoU {s['best_val_miou']:.2f}"
+
+    def predict(self, args: Any) -> tuple[str, int]:
+        r = predict_segment(args.checkpoint, args.images, args.output, args.device)
+        return f"segment: {len(args.images)} images, overlays and predictions.json in {r['output']}", 0
+
+
+register(SegmentCommands())

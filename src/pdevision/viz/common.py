@@ -15,8 +15,8 @@ from PIL import Image, UnidentifiedImageError
 from torch import nn
 
 from pdevision.data import build_datasets, eval_transform_for
-from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
-from pdevision.engine.modeling import build_model, load_into_model, model_from_meta
+from pdevision.engine.modeling import build_model, classifier_from_meta
+from pdevision.engine.modeling import load_checkpoint_model as load_model
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +70,10 @@ def _plain(value: Any) -> Any:
 
 
 def load_checkpoint_model(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict, Path]:
-    """The eval-mode model of a checkpoint or run folder (best, else last), its metadata and its folder."""
-    folder = resolve_checkpoint(checkpoint)
-    meta = read_meta(folder)
-    classes = meta.get("classes")
-    if not classes:
-        raise CheckpointError(f"checkpoint {folder} does not list its classes (an encoder?); viz needs a classifier")
-    model = model_from_meta(meta, len(classes))
-    load_into_model(model, folder, meta["model"], classes)
-    return model.to(device).eval(), meta, folder
+    """The eval-mode classifier of a checkpoint or run folder (best, else last), its metadata and its folder, through
+    the library's one checkpoint-to-model path (:func:`pdevision.engine.modeling.load_checkpoint_model`)."""
+    model, meta, folder = load_model(checkpoint, ("classify",), classifier_from_meta)
+    return model.to(device), meta, folder
 
 
 def run_folder_of(folder: Path) -> Path | None:

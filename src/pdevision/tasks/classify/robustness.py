@@ -37,10 +37,9 @@ from torch.utils.data import Dataset
 
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_data_of
-from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
-from pdevision.engine.modeling import load_into_model, model_from_meta
+from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.runtime import resolve_device
-from pdevision.engine.train import evaluate_model
+from pdevision.tasks.classify.evaluate import evaluate_model, load_classifier
 
 log = logging.getLogger(__name__)
 
@@ -222,13 +221,7 @@ def parse_severities(text: str | None) -> list[int]:
 
 
 def _load(checkpoint: str | Path, device: torch.device) -> tuple[torch.nn.Module, dict[str, Any], Path]:
-    folder = resolve_checkpoint(checkpoint)
-    meta = read_meta(folder)
-    if meta.get("kind") == "encoder" or not meta.get("classes"):
-        raise CheckpointError(f"checkpoint {folder} has no classifier; corruption robustness needs one")
-    model = model_from_meta(meta, len(meta["classes"]))
-    load_into_model(model, folder, meta.get("model") or "", list(meta["classes"]))
-    return model.to(device).eval(), meta, folder
+    return load_classifier(checkpoint, device)
 
 
 def top1_errors(result: dict[str, Any]) -> dict[str, dict[int, float]]:

@@ -1,7 +1,7 @@
 """Self-supervised pretraining (QB-Heat or MAE): every knob a field of :class:`PretrainConfig`, run by the one fit loop
-(:func:`pdevision.engine.loop.fit`) through the task :class:`pdevision.tasks.pretrain.PretrainTask`.
+(:func:`pdevision.engine.loop.fit`) through the task :class:`pdevision.tasks.pretrain.task.PretrainTask`.
 
-Single process, or data parallel under ``torchrun`` (gloo on CPU, nccl on GPU), like :func:`pdevision.engine.train`.
+Single process, or data parallel under ``torchrun`` (gloo on CPU, nccl on GPU), like classification.
 Rank 0 writes the run folder:
 
 * ``last/``: the whole pretraining model (encoder, predictor or mask token, decoder) with ``trainer.pt``
@@ -26,35 +26,34 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdevision.engine.config import RunConfig, resolve_run
 from pdevision.ssl.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
 from pdevision.ssl.qbheat import QBHeat
 
 log = logging.getLogger(__name__)
 
 METHODS = ("qbheat", "mae")
+
+
+def default_run() -> RunConfig:
+    return RunConfig(output="runs/pretrain")
+
+
 LR_PER_64 = 1e-3  # default learning rate for a global batch of 64, scaled linearly
 
 
 @dataclass
 class PretrainConfig:
-    """All knobs of :func:`pretrain`."""
+    """All knobs of :func:`pretrain`: the method's, and the run's (:class:`RunConfig`)."""
 
     method: str = "qbheat"  # qbheat | mae
     model: str | None = None  # None: vheat_micro (qbheat), vit_tiny_patch16_224 with patch 8, depth 4 (mae);
     # QB-Heat takes any timm ViT (patch size = stride) or any backbone with forward_intermediates (e.g. resnet18)
     model_args: dict[str, Any] = field(default_factory=dict)
     data: str | None = None  # None: crops of scikit-image's sample photographs; an embedded set's name; a folder
-    output: str = "runs/pretrain"
     img_size: int = 64
     crops_per_epoch: int = 2048
-    epochs: int = 10
-    time_budget: float | None = None  # seconds of training steps; stops early and drives the schedule
-    batch_size: int = 64  # per process
-    lr: float | None = None  # absolute; None: 1e-3 x global batch / 64
-    min_lr: float = 1e-5
     warmup: float = 0.05  # fraction of training
-    weight_decay: float = 0.05
-    clip_grad: float | None = None
     # QB-Heat
     block_size: int | None = None  # None: half the image side (a quarter of the area)
     block_position: str = "center"  # center | random
@@ -74,18 +73,31 @@ class PretrainConfig:
     decoder_heads: int = 4
     loss_region: str = "unseen"  # unseen | all
     norm_pix: bool = True
-    # runtime
-    amp: str = "none"
-    seed: int = 0
-    deterministic: bool = False
-    workers: int = 0
-    device: str = "auto"
-    resume: str | None = None
-    overwrite: bool = False  # start a new run in an output folder that holds one
-    stop_after_epochs: int | None = None
-    max_train_batches: int | None = None
-    progress: bool = True
     verify_images: bool = True
+    run: RunConfig = field(default_factory=default_run)
+
+    def resolved_run(self) -> RunConfig:
+        """The run settings as the loop will use them (this task's defaults filled in)."""
+        return resolve_run(self.run, self.run_defaults())
+
+    def run_defaults(self) -> dict[str, Any]:
+        """AdamW (0.9, 0.95) at 1e-3 per 64 images, 10 epochs, warm-up the ``warmup`` fraction of them; the loop
+        keeps full batches, reseeds each rank (crops and masks differ) and lets DDP skip unused parameters."""
+        epochs = self.run.epochs or 10
+        return {
+            "epochs": 10,
+            "batch_size": 64,
+            "lr_base": LR_PER_64,
+            "lr_base_batch": 64,
+            "opt": "adamw",
+            "betas": (0.9, 0.95),
+            "weight_decay": 0.05,
+            "min_lr": 1e-5,
+            "warmup_epochs": self.warmup * epochs,
+            "rank_seed": True,
+            "drop_last": True,
+            "find_unused_parameters": True,
+        }
 
     def encoder(self) -> tuple[str, dict[str, Any]]:
         """The encoder's model name and arguments, with the method's defaults filled in."""
@@ -128,14 +140,4 @@ def build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
     raise ValueError(f"pretraining method must be one of {METHODS}, got {config.method!r}")
 
 
-def pretrain(config: PretrainConfig) -> dict[str, Any]:
-    """Pretrain ``config.model`` with QB-Heat or MAE and return the run summary (also in ``summary.json``).
-
-    The loop is the library's one fit loop (:func:`pdevision.engine.loop.fit`); the task is
-    :class:`pdevision.tasks.pretrain.PretrainTask`."""
-    from pdevision.tasks.pretrain import run_pretraining  # the task sits above this module; imported at call time
-
-    return run_pretraining(config)
-
-
-__all__ = ["METHODS", "PretrainConfig", "build_pretrainer", "pretrain"]
+__all__ = ["METHODS", "PretrainConfig", "build_pretrainer"]

@@ -23,58 +23,42 @@ from torch.utils.data import DataLoader, Dataset
 
 from pdevision.data import RECIPES, build_datasets, build_transforms
 from pdevision.data.embedded import is_embedded
-from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
+from pdevision.data.shards import is_shard_folder, shard_datasets
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
-from pdevision.engine.loop import LoopConfig, RunContext, runtime_of
 from pdevision.engine.modeling import build_model, check_image_size, load_into_model
 from pdevision.engine.runtime import autocast
-from pdevision.engine.train import TrainConfig, evaluate_model
-from pdevision.tasks.base import Task
+from pdevision.engine.task import RunContext, Task
+from pdevision.tasks.classify.config import ClassifyConfig
+from pdevision.tasks.classify.evaluate import evaluate_model
 
 log = logging.getLogger(__name__)
 
 
-def loop_config(config: TrainConfig) -> LoopConfig:
-    """The loop's knobs for a :class:`TrainConfig` (recipe defaults filled in)."""
-    cfg = config.resolved()
-    return LoopConfig(
-        output=config.output,
-        epochs=int(cfg["epochs"]),
-        batch_size=config.batch_size,
-        lr=config.lr,
-        lr_base=cfg["recipe_lr"],
-        lr_base_batch=cfg["recipe_lr_batch"],
-        opt=cfg["opt"],
-        momentum=cfg["momentum"],
-        weight_decay=cfg["weight_decay"],
-        min_lr=cfg["min_lr"],
-        warmup_epochs=cfg["warmup_epochs"],
-        clip_grad=cfg["clip_grad"],
-        ema_decay=cfg["ema_decay"],
-        config_json=cfg,
-        **runtime_of(config),
-    )
-
-
 class ClassifyTask(Task):
-    """Supervised classification from a :class:`TrainConfig`."""
+    """Supervised classification from a :class:`ClassifyConfig`."""
 
     name = "classify"
     best_metric = "top1"
     higher_is_better = True
 
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: ClassifyConfig) -> None:
         self.config = config
         self.cfg = config.resolved()
         self.probe: _ProbeStandardiser | None = None
         self.model: nn.Module | None = None
         self.init_meta = read_meta(config.init_from) if config.init_from else None
-        kind = (self.init_meta or {}).get("kind")
+        kind = checkpoint_kind(self.init_meta or {}) if self.init_meta is not None else None
         if kind == "pretrain":
             folder = resolve_checkpoint(str(config.init_from))
             raise CheckpointError(
                 f"{folder} is a pretraining state (encoder, predictor, decoder); fine-tune its backbone with "
                 f"--init-from {folder.parent / 'encoder'}"
+            )
+        if kind not in (None, "classify", "encoder"):
+            raise CheckpointError(
+                f"--init-from {config.init_from} is a {kind} checkpoint; classification starts from a classification "
+                "checkpoint or a pretrained encoder (RUN/encoder)"
             )
         self.from_encoder = kind == "encoder"  # backbone written by `pdevision pretrain`: no classifier
         self.model_args = dict(config.model_args)
@@ -89,6 +73,12 @@ class ClassifyTask(Task):
             self.img_size = config.img_size or int(self.init_meta["img_size"])
         if config.drop_path is not None:
             self.model_args["drop_path_rate"] = config.drop_path
+
+    def run_defaults(self) -> dict[str, Any]:
+        return self.config.run_defaults()
+
+    def config_json(self) -> dict[str, Any]:
+        return self.cfg
 
     def datasets(self) -> tuple[Dataset, Dataset]:
         """Transforms from the recipe at the model's resolution and normalisation, then the data sets."""
@@ -165,13 +155,6 @@ class ClassifyTask(Task):
             "data": str(self.config.data or "digits") if self.embedded else None,
         }
 
-    def check_resume(self, meta: dict[str, Any]) -> None:
-        if meta.get("kind") in ("pretrain", "encoder"):
-            raise CheckpointError(
-                "that is a pretraining checkpoint; resume it with `pdevision pretrain --resume`, "
-                "or start training from it with --init-from RUN/encoder"
-            )
-
     def load_for_resume(self, model: nn.Module, folder: Path) -> None:
         load_into_model(model, folder, self.config.model, self.classes)
 
@@ -212,12 +195,10 @@ class ClassifyTask(Task):
         )
 
 
-def _datasets(config: TrainConfig, img_size: int, train_tf: Any, val_tf: Any) -> tuple[Dataset, Dataset]:
+def _datasets(config: ClassifyConfig, img_size: int, train_tf: Any, val_tf: Any) -> tuple[Dataset, Dataset]:
     """Shards when ``config.data`` holds ``train/*.tar``, else the digits or a folder tree."""
-    from pdevision.data.shards import is_shard_folder, shard_datasets
-
     if config.data is not None and is_shard_folder(config.data):
-        return shard_datasets(config.data, train_tf, val_tf, seed=config.seed, buffer=config.shuffle_buffer)
+        return shard_datasets(config.data, train_tf, val_tf, seed=config.run.seed, buffer=config.shuffle_buffer)
     return build_datasets(config.data, img_size, config.val_split, train_tf, val_tf, verify=config.verify_images)
 
 
@@ -311,4 +292,4 @@ class _ProbeStandardiser:
         self.load_states(heads, states)
 
 
-__all__ = ["ClassifyTask", "loop_config"]
+__all__ = ["ClassifyTask"]

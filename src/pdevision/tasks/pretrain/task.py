@@ -1,7 +1,7 @@
 """Self-supervised pretraining (QB-Heat, MAE) as a task of the one loop (``pdevision pretrain``).
 
-The models (:class:`pdevision.ssl.QBHeat`, :class:`pdevision.ssl.MAE`) and the configuration
-(:class:`pdevision.ssl.PretrainConfig`) live in :mod:`pdevision.ssl`; this module says only what the loop needs:
+The models (:class:`pdevision.models.QBHeat`, :class:`pdevision.models.MAE`) live in :mod:`pdevision.models`, the
+configuration in :mod:`pdevision.tasks.pretrain.config`; this module says only what the loop needs:
 random crops of photos as data, the pretraining model, its loss as the training step, no validation (no ``best/``),
 and the encoder export ``encoder/`` written with every ``last/``.
 """
@@ -19,49 +19,24 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from pdevision.bench import count_params
+from pdevision.data.crops import build_pretrain_dataset
 from pdevision.engine.checkpoint import CheckpointError, load_weights
-from pdevision.engine.loop import LoopConfig, RunContext, fit, runtime_of
-from pdevision.ssl.data import build_pretrain_dataset
-from pdevision.ssl.pretrain import METHODS, PretrainConfig, build_pretrainer
-from pdevision.ssl.visualize import save_reconstruction_grid
-from pdevision.tasks.base import Task
+from pdevision.engine.loop import fit
+from pdevision.engine.task import RunContext, Task
+from pdevision.tasks.pretrain.config import METHODS, PretrainConfig, build_pretrainer
+from pdevision.tasks.pretrain.figures import save_reconstruction_grid
 
 log = logging.getLogger(__name__)
-
-LR_PER_64 = 1e-3  # default learning rate for a global batch of 64, scaled linearly
 
 
 def _check(config: PretrainConfig) -> None:
     if config.method not in METHODS:
         raise ValueError(f"pretraining method must be one of {METHODS}, got {config.method!r}")
-    for name in ("batch_size", "crops_per_epoch", "epochs", "img_size"):
+    for name in ("crops_per_epoch", "img_size"):
         if getattr(config, name) <= 0:
             raise ValueError(f"{name.replace('_', ' ')} must be a positive integer, got {getattr(config, name)}")
     if not 0.0 <= config.warmup < 1.0:
         raise ValueError(f"warm-up must be a fraction in [0, 1), got {config.warmup}")
-
-
-def loop_config(config: PretrainConfig) -> LoopConfig:
-    """The loop's knobs for a :class:`PretrainConfig`: AdamW (0.9, 0.95), warm-up as a fraction of training."""
-    return LoopConfig(
-        output=config.output,
-        epochs=config.epochs,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        lr_base=LR_PER_64,
-        lr_base_batch=64,
-        opt="adamw",
-        betas=(0.9, 0.95),
-        weight_decay=config.weight_decay,
-        min_lr=config.min_lr,
-        warmup_epochs=config.warmup * config.epochs,
-        clip_grad=config.clip_grad,
-        rank_seed=True,  # crops and masks differ across ranks
-        drop_last=True,
-        find_unused_parameters=True,  # a backbone may hold parameters pretraining does not use
-        config_json=dataclasses.asdict(config),
-        **runtime_of(config),
-    )
 
 
 class PretrainTask(Task):
@@ -75,6 +50,12 @@ class PretrainTask(Task):
         self.config = config
         self.encoder_name, _ = config.encoder()
 
+    def run_defaults(self) -> dict[str, Any]:
+        return self.config.run_defaults()
+
+    def config_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self.config).items() if k != "run"}
+
     def datasets(self) -> tuple[Dataset, None]:
         config = self.config
         self.model = build_pretrainer(config)  # its normalisation sets the crops' transform
@@ -84,7 +65,7 @@ class PretrainTask(Task):
             config.data, config.img_size, config.crops_per_epoch, self.mean, self.std, verify=config.verify_images
         )
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        global_batch = config.batch_size * world
+        global_batch = (config.run.batch_size or 64) * world
         if config.crops_per_epoch < global_batch:
             raise ValueError(
                 f"{config.crops_per_epoch} crops per epoch do not fill one global batch of {global_batch}; "
@@ -113,7 +94,6 @@ class PretrainTask(Task):
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {
-            "kind": "pretrain",
             "method": self.config.method,
             "model": self.encoder_name,
             "img_size": self.config.img_size,
@@ -127,8 +107,6 @@ class PretrainTask(Task):
 
     def check_resume(self, meta: dict[str, Any]) -> None:
         config = self.config
-        if meta.get("kind") != "pretrain":
-            raise CheckpointError("that is not a pretraining checkpoint (resume from RUN/last)")
         if (meta.get("method"), meta.get("model")) != (config.method, self.encoder_name):
             raise CheckpointError(
                 f"the checkpoint was pretrained with --method {meta.get('method')} --model {meta.get('model')}, "
@@ -153,7 +131,7 @@ class PretrainTask(Task):
             "final_loss": run["final"]["train_loss"] if run["final"] else None,
             "encoder_params": encoder,
             "pretrain_head_params": count_params(self.model) - encoder,
-            "encoder": str(Path(self.config.output) / "encoder"),
+            "encoder": str(Path(self.config.run.output) / "encoder"),
         }
 
     def finish(self, model: nn.Module, run_dir: Path) -> None:
@@ -172,9 +150,9 @@ class PretrainTask(Task):
         )
 
 
-def run_pretraining(config: PretrainConfig) -> dict[str, Any]:
-    """Run :class:`PretrainTask` through the loop (what :func:`pdevision.ssl.pretrain` calls)."""
-    return fit(PretrainTask(config), loop_config(config))
+def pretrain(config: PretrainConfig) -> dict[str, Any]:
+    """Pretrain ``config.model`` with QB-Heat or MAE and return the run summary (also in ``summary.json``)."""
+    return fit(PretrainTask(config), config.run)
 
 
-__all__ = ["PretrainTask", "loop_config", "run_pretraining"]
+__all__ = ["PretrainTask", "pretrain"]

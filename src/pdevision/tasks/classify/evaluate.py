@@ -1,52 +1,82 @@
-"""Evaluating a checkpoint on a data set, and predicting labels for image files."""
+"""Classification: evaluating a model or a checkpoint on a data set, and predicting labels for image files."""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from sklearn.metrics import confusion_matrix
+from timm.utils import accuracy
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
 from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.embedded import embedded_data_of
-from pdevision.engine.checkpoint import CheckpointError, read_meta, resolve_checkpoint
-from pdevision.engine.modeling import load_into_model, model_from_meta
-from pdevision.engine.runtime import resolve_device
-from pdevision.engine.train import evaluate_model
+from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.distributed import DistInfo, all_reduce_sum
+from pdevision.engine.modeling import classifier_from_meta, load_checkpoint_model
+from pdevision.engine.runtime import autocast, resolve_device
 
 log = logging.getLogger(__name__)
 
 
-def _model_from_checkpoint(checkpoint: str | Path, model_name: str | None, device: torch.device):
-    folder = resolve_checkpoint(checkpoint)
-    meta = read_meta(folder)
-    classes = meta.get("classes")
-    if not classes:
-        task = meta.get("task")
-        if task in ("denoise", "dejpeg"):
-            raise CheckpointError(f"checkpoint {folder} is a {task} model; restore images with `pdevision restore`")
-        if meta.get("kind") == "pretrain" or task == "pretrain":
-            encoder = folder.parent / "encoder"
-            raise CheckpointError(f"checkpoint {folder} is a pretraining checkpoint; evaluate {encoder}")
-        raise CheckpointError(f"checkpoint {folder} does not list its classes (a bare encoder?); it needs a classifier")
-    name = model_name or meta.get("model") or ""
-    model = model_from_meta(meta, len(classes), name or None)
-    load_into_model(model, folder, name, classes)
-    return model.to(device).eval(), meta, folder
+def load_classifier(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict, Path]:
+    """Model (eval mode, on ``device``), metadata and folder of a classification checkpoint."""
+    model, meta, folder = load_checkpoint_model(checkpoint, ("classify",), classifier_from_meta)
+    return model.to(device), meta, folder
 
 
-def default_eval_output(folder: str | Path) -> Path:
-    """Where evaluation results of the checkpoint ``folder`` go by default: beside it, never inside it
-    (the next save of ``RUN/best/`` replaces that folder whole): ``RUN/eval-best/`` for ``RUN/best/``."""
-    folder = Path(folder)
-    name = folder.name
-    if name.startswith(".") and name.endswith(".old"):  # the fallback of an interrupted save
-        name = name[1:-4]
-    return folder.parent / f"eval-{name}"
+@torch.no_grad()
+def evaluate_model(
+    model: nn.Module,
+    dataset: Dataset,
+    batch_size: int,
+    device: torch.device,
+    info: DistInfo = DistInfo(),  # noqa: B008
+    amp: str = "none",
+    workers: int = 0,
+) -> dict[str, Any]:
+    """Loss, top-1 and top-5 accuracy (timm's ``accuracy``) over ``dataset`` (sharded across ranks, sums
+    reduced), with predictions and targets of this rank for per-class statistics, and images/s."""
+    model.eval()
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers)
+    else:
+        indices = range(info.rank, len(dataset), info.world_size)
+        loader = DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=batch_size, num_workers=workers)
+    loss_sum, top1, top5, n = 0.0, 0.0, 0.0, 0.0
+    preds, targets = [], []
+    start = time.perf_counter()
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        with autocast(device, amp):
+            logits = model(images)
+        logits = logits.float()
+        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+        acc1, acc5 = accuracy(logits, labels, topk=(1, min(5, logits.shape[1])))
+        top1 += acc1.item() * labels.numel() / 100.0
+        top5 += acc5.item() * labels.numel() / 100.0
+        n += labels.numel()
+        preds.append(logits.argmax(1).cpu())
+        targets.append(labels.cpu())
+    elapsed = time.perf_counter() - start
+    loss_sum, top1, top5, n, elapsed = all_reduce_sum([loss_sum, top1, top5, n, elapsed], info, device)
+    n = max(n, 1.0)
+    return {
+        "loss": loss_sum / n,
+        "top1": 100.0 * top1 / n,
+        "top5": 100.0 * top5 / n,
+        "images": int(n),
+        "images_per_s": n / max(elapsed / info.world_size, 1e-9),
+        "preds": torch.cat(preds) if preds else torch.empty(0, dtype=torch.long),
+        "targets": torch.cat(targets) if targets else torch.empty(0, dtype=torch.long),
+    }
 
 
 def expand_images(images: list[str | Path]) -> list[Path]:
@@ -100,7 +130,9 @@ def evaluate_checkpoint(
     if batch_size <= 0:
         raise ValueError(f"batch size must be a positive integer, got {batch_size}")
     dev = resolve_device(device)
-    model, meta, folder = _model_from_checkpoint(checkpoint, model_name, dev)
+    model, meta, folder = load_classifier(checkpoint, dev)
+    if model_name is not None and model_name != meta.get("model"):
+        raise CheckpointError(f"checkpoint {folder} holds a {meta.get('model')!r} model, not {model_name!r}")
     classes = list(meta["classes"])
     val_tf = eval_transform_for(meta)
     data = data if data is not None else embedded_data_of(meta)
@@ -146,7 +178,7 @@ def predict_images(
         raise ValueError(f"topk must be a positive integer, got {topk}")
     paths = expand_images(images)
     dev = resolve_device(device)
-    model, meta, _ = _model_from_checkpoint(checkpoint, None, dev)
+    model, meta, _ = load_classifier(checkpoint, dev)
     classes = list(meta["classes"])
     tf = eval_transform_for(meta)
     results: list[dict[str, Any]] = []

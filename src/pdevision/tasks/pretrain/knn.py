@@ -13,22 +13,22 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from pdevision.data import build_datasets, eval_transform_for
-from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta, resolve_checkpoint
-from pdevision.engine.modeling import model_from_meta
+from pdevision.engine.checkpoint import resolve_checkpoint
+from pdevision.engine.modeling import load_checkpoint_model, model_from_meta
 from pdevision.engine.runtime import resolve_device
 
 log = logging.getLogger(__name__)
 
 
+def encoder_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
+    """The backbone (no classifier) an encoder checkpoint's metadata describes (weights not loaded)."""
+    return model_from_meta(meta, num_classes=0)
+
+
 def load_encoder(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict[str, Any]]:
     """The backbone (no classifier) stored in an encoder checkpoint written by ``pdevision pretrain``."""
-    folder = resolve_checkpoint(checkpoint)
-    meta = read_meta(folder)
-    if meta.get("kind") != "encoder":
-        raise CheckpointError(f"{folder} is not an encoder checkpoint (written by `pdevision pretrain` as RUN/encoder)")
-    model = model_from_meta(meta, num_classes=0)
-    model.load_state_dict(load_weights(folder))
-    return model.to(device).eval(), meta
+    model, meta, _ = load_checkpoint_model(checkpoint, ("encoder",), encoder_from_meta)
+    return model.to(device), meta
 
 
 @torch.no_grad()

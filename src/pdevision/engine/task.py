@@ -2,6 +2,7 @@
 
 A task says only what differs between classification, pretraining, restoration, segmentation, ...:
 
+* ``name``: the task's name, written as ``kind`` into every checkpoint of its runs.
 * ``datasets()`` -> ``(train_set, val_set)``: map-style or iterable datasets (``val_set`` may be ``None``);
   the loop calls it first, once, on every rank. An optional ``collate_fn`` attribute is passed to the loaders.
   An iterable train set (a stream of shards) splits itself across ranks and workers and has ``set_epoch(epoch)``
@@ -14,25 +15,27 @@ A task says only what differs between classification, pretraining, restoration, 
   ``ctx.loader(dataset)`` (sharded across ranks), ``ctx.to_device``, ``ctx.autocast()`` and ``ctx.sum`` (sums over
   ranks). With EMA on, the loop evaluates the EMA weights too (``val_<key>_ema``).
 * ``best_metric`` (a key of ``evaluate``'s dict, or ``None`` for no ``best/`` checkpoint) and
-  ``higher_is_better``.
+  ``higher_is_better``; the loop keeps the whole row of the best epoch (``summary.json``: ``best_row``).
 * ``checkpoint_meta()`` -> JSON-serialisable metadata stored with every checkpoint (model name, classes, image
-  size, normalisation, ...): what is needed to rebuild the model without the task.
+  size, normalisation, ...): what is needed to rebuild the model without the task. The loop adds ``kind``.
 
-Optional hooks (defaults do nothing): ``prepare(model, ctx)`` once before EMA and the optimizer are made;
-``check_resume(meta)`` to refuse another task's checkpoint; ``load_for_resume(model, folder)`` to load the weights
-with clearer errors; ``exports(model)`` -> ``{name: (module, meta)}`` extra checkpoint folders written before
-``last/`` at every epoch (so a run killed while exporting redoes the export on resume); ``extra_state()`` /
-``load_extra_state(state, model, ema)`` for task state in ``trainer.pt``; ``saving(model, ema)``, a context manager
-around the checkpoint writes; ``summary(run)`` -> extra keys for ``summary.json``; ``finish(model, run_dir)`` on rank 0
-at the end (figures); ``epoch_log(row)`` -> one line for the log.
+Optional members (defaults do nothing): ``run_defaults()`` -> the task's (recipe's) values for
+:class:`~pdevision.engine.config.RunConfig` fields the user left at ``None``; ``config_json()`` -> the task's own
+settings for ``config.json``; ``prepare(model, ctx)`` once before EMA and the optimizer are made;
+``check_resume(meta)`` to refuse a checkpoint of the same kind but other settings; ``load_for_resume(model, folder)``
+to load the weights with clearer errors; ``exports(model)`` -> ``{name: (module, meta)}`` extra checkpoint folders
+written before ``last/`` at every epoch (so a run killed while exporting redoes the export on resume);
+``extra_state()`` / ``load_extra_state(state, model, ema)`` for task state in ``trainer.pt``; ``saving(model, ema)``,
+a context manager around the checkpoint writes; ``summary(run)`` -> extra keys for ``summary.json``;
+``finish(model, run_dir)`` on rank 0 at the end (figures); ``epoch_log(row)`` -> one line for the log.
 
 Minimal example (a regression task; ``fit`` does the rest)::
 
     import torch
-    from pdevision.engine.loop import LoopConfig, fit
-    from pdevision.tasks.base import Task
+    from pdevision.engine import RunConfig, Task, fit
 
     class Regress(Task):
+        name = "regress"
         best_metric, higher_is_better = "mse", False
 
         def datasets(self):
@@ -61,23 +64,67 @@ Minimal example (a regression task; ``fit`` does the rest)::
         def checkpoint_meta(self):
             return {"model": "linear"}
 
-    summary = fit(Regress(), LoopConfig(output="runs/regress", epochs=3, lr=0.1, opt="sgd"))
+    summary = fit(Regress(), RunConfig(output="runs/regress", epochs=3, lr=0.1, opt="sgd"))
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from pdevision.engine.checkpoint import load_weights
+from pdevision.engine.distributed import DistInfo, all_reduce_sum
+from pdevision.engine.runtime import autocast
+
+
+@dataclass
+class RunContext:
+    """What a task sees of the run: device, ranks, precision, loaders."""
+
+    device: torch.device
+    info: DistInfo
+    amp: str
+    batch_size: int
+    workers: int
+    run_dir: Path
+    collate_fn: Callable | None = None
+    train_loader: DataLoader | None = None
+    steps_per_epoch: int = 0
+
+    def loader(self, dataset: Dataset, batch_size: int | None = None) -> DataLoader:
+        """This rank's shard of ``dataset`` (every ``world_size``-th sample), in order."""
+        if not isinstance(dataset, IterableDataset):
+            dataset = torch.utils.data.Subset(dataset, range(self.info.rank, len(dataset), self.info.world_size))
+        size = batch_size or self.batch_size
+        return DataLoader(dataset, batch_size=size, num_workers=self.workers, collate_fn=self.collate_fn)
+
+    def to_device(self, batch: Any) -> Any:
+        """Tensors anywhere in tuples, lists and dicts moved to the device."""
+        if isinstance(batch, torch.Tensor):
+            return batch.to(self.device, non_blocking=True)
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(self.to_device(b) for b in batch)
+        if isinstance(batch, dict):
+            return {k: self.to_device(v) for k, v in batch.items()}
+        return batch
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return autocast(self.device, self.amp)
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Sums over ranks (identity in one process)."""
+        return all_reduce_sum([float(v) for v in values], self.info, self.device)
 
 
 class Task:
-    """Base class of a task; override the five required members (see the module docstring)."""
+    """Base class of a task; override the required members (see the module docstring)."""
 
     name: str = "task"
     best_metric: str | None = "loss"
@@ -96,23 +143,30 @@ class Task:
     def train_step(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError
 
-    def evaluate(self, model: nn.Module, ctx: Any) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, ctx: RunContext) -> dict[str, float]:
         return {}
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {}
 
-    # optional hooks
-    def prepare(self, model: nn.Module, ctx: Any) -> None:
+    # optional
+    def run_defaults(self) -> dict[str, Any]:
+        """The task's values for the :class:`~pdevision.engine.config.RunConfig` fields left at ``None``."""
+        return {}
+
+    def config_json(self) -> dict[str, Any]:
+        """The task's own settings, written to ``config.json`` beside the resolved run settings."""
+        return {}
+
+    def prepare(self, model: nn.Module, ctx: RunContext) -> None:
         """Once, with the model on the device, before the EMA copy and the optimizer are made."""
 
     def check_resume(self, meta: dict[str, Any]) -> None:
-        """Raise :class:`~pdevision.engine.checkpoint.CheckpointError` for a checkpoint this task cannot resume."""
+        """Raise :class:`~pdevision.engine.checkpoint.CheckpointError` for a checkpoint this task cannot resume
+        (the loop has checked its ``kind`` already)."""
 
     def load_for_resume(self, model: nn.Module, folder: Path) -> None:
         """Load the weights of ``folder`` into ``model`` (default: strict ``load_state_dict``)."""
-        from pdevision.engine.checkpoint import load_weights
-
         model.load_state_dict(load_weights(folder))
 
     def exports(self, model: nn.Module) -> dict[str, tuple[nn.Module, dict[str, Any]]]:
@@ -130,7 +184,7 @@ class Task:
         yield
 
     def summary(self, run: dict[str, Any]) -> dict[str, Any]:
-        """Extra keys for ``summary.json``; ``run`` is the loop's summary (status, epochs, best, final row)."""
+        """Extra keys for ``summary.json``; ``run`` is the loop's summary (status, epochs, best, best row)."""
         return {}
 
     def finish(self, model: nn.Module, run_dir: Path) -> None:
@@ -141,4 +195,4 @@ class Task:
         return "  ".join(f"{k} {row[k]:.4g}" for k in keys)
 
 
-__all__ = ["Task"]
+__all__ = ["RunContext", "Task"]

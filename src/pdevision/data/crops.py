@@ -22,7 +22,8 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms as T
 
-from pdevision.data import DataError, FolderDataset
+from pdevision.data.datasets import DataError, FolderDataset
+from pdevision.data.embedded import build_embedded, is_embedded
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,6 @@ def build_pretrain_dataset(
     """Random crops of the sample photographs (``data=None``), of an embedded set's training split (its name,
     e.g. ``"scenes"``; labels unused, validation images never seen) or of an ImageFolder tree (its ``train/``
     sub-folder when there is one; class sub-folders are required, their names are ignored)."""
-    from pdevision.data.embedded import build_embedded, is_embedded
 
     transform = crop_transform(img_size, mean, std)
     if data is None:

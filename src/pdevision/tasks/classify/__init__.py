@@ -1,0 +1,27 @@
+"""Image classification (``pdevision train``, the default task): configuration, task, evaluation, prediction,
+corruption robustness, and its command-line entry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdevision.engine.loop import fit
+from pdevision.tasks.classify.config import ClassifyConfig
+from pdevision.tasks.classify.evaluate import evaluate_checkpoint, evaluate_model, load_classifier, predict_images
+from pdevision.tasks.classify.task import ClassifyTask
+
+
+def train(config: ClassifyConfig) -> dict[str, Any]:
+    """Train ``config.model`` and return the run summary (also written to ``summary.json``)."""
+    return fit(ClassifyTask(config), config.run)
+
+
+__all__ = [
+    "ClassifyConfig",
+    "ClassifyTask",
+    "evaluate_checkpoint",
+    "evaluate_model",
+    "load_classifier",
+    "predict_images",
+    "train",
+]

@@ -1,0 +1,164 @@
+"""``pdevision train`` (the default task), ``eval`` and ``predict`` of classification checkpoints: the flags and
+what they run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from pdevision.data import RECIPES
+from pdevision.engine.checkpoint import default_eval_output, resolve_checkpoint
+from pdevision.engine.config import RunConfig
+from pdevision.engine.loop import fit
+from pdevision.tasks import args as A
+from pdevision.tasks.classify import robustness
+from pdevision.tasks.classify.config import ClassifyConfig
+from pdevision.tasks.classify.evaluate import evaluate_checkpoint, predict_images
+from pdevision.tasks.classify.task import ClassifyTask
+from pdevision.tasks.registry import TaskCommands, register
+
+
+def add_model_arguments(p: argparse.ArgumentParser, model: str | None, model_help: str) -> None:
+    """``--model`` and ``--model-args``, which every training task takes."""
+    p.add_argument("--model", default=model, help=model_help)
+    p.add_argument(
+        "--model-args",
+        type=A.json_dict,
+        default={},
+        help="JSON constructor arguments, e.g. '{\"depths\": [1, 1, 2, 1]}' (no weights, URLs or paths)",
+    )
+
+
+class ClassifyCommands(TaskCommands):
+    name = "classify"
+    help = "image classification (default: vheat_micro on the embedded digits)"
+    default_output = "runs/train"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group("classification: data and model")
+        add_model_arguments(g, "vheat_micro", "any registered model, ours or timm's (default vheat_micro)")
+        g.add_argument(
+            "--data",
+            type=A.path,
+            default=None,
+            help="ImageFolder root (train/ and val/, or one folder), WebDataset shards (train/*.tar, val/*.tar), "
+            "or an embedded set; default: the embedded digits",
+        )
+        g.add_argument("--shuffle-buffer", type=A.positive_int, default=1000, help="shards: shuffle buffer (samples)")
+        g.add_argument("--val-split", type=A.open_fraction, default=0.2, help="validation fraction for a single folder")
+        g.add_argument("--img-size", type=A.side, default=None, help="default: 64 on digits, else the model's")
+        g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
+        g.add_argument(
+            "--recipe",
+            default="light",
+            choices=sorted(RECIPES),
+            help="named preset: light (default), pderesnet, hcnet, vheat (alias imagenet): the papers' set-ups",
+        )
+        g.add_argument("--drop-path", type=A.rate_below_one, default=None, help="stochastic depth (default: model's)")
+        g.add_argument("--grad-checkpointing", action="store_true")
+        g.add_argument("--init-from", type=A.path, default=None, help="checkpoint to start from (fine-tuning)")
+        g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
+        g.add_argument(
+            "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
+        )
+        g = p.add_argument_group("classification: augmentation and regularisation (timm; default: the recipe's)")
+        g.add_argument("--auto-augment", type=A.auto_augment, default=None, help="e.g. rand-m9-mstd0.5-inc1")
+        g.add_argument("--mixup", type=A.non_negative, default=None, help="mixup alpha")
+        g.add_argument("--cutmix", type=A.non_negative, default=None, help="cutmix alpha")
+        g.add_argument("--label-smoothing", type=A.rate_below_one, default=None)
+        g.add_argument("--re-prob", type=A.fraction, default=None, help="random erasing probability")
+        g.add_argument("--hflip", type=A.fraction, default=None, help="horizontal flip probability")
+
+    def config(self, args: argparse.Namespace, run: RunConfig) -> ClassifyConfig:
+        return ClassifyConfig(**A.task_fields(args, ClassifyConfig), run=run)
+
+    def run(self, config: ClassifyConfig) -> dict[str, Any]:
+        return fit(ClassifyTask(config), config.run)
+
+    def report(self, s: dict[str, Any], config: ClassifyConfig) -> str:
+        final = s["final"] or {}
+        return (
+            f"{s['model']}: {s['status']}, {s['epochs_run']} epochs in {s['seconds']:.0f} s; "
+            f"best val top-1 {s['best_val_top1']:.2f}%, last val top-1 {final.get('val_top1', float('nan')):.2f}%; "
+            f"{s['train_images']} train / {s['val_images']} val images, "
+            f"{len(s['skipped_images'])} unreadable skipped; run folder {config.run.output}"
+        )
+
+    @staticmethod
+    def add_eval_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", default=None, help="model name (default: the one stored in the checkpoint)")
+        p.add_argument(
+            "--data", type=A.path, default=None, help="ImageFolder root or embedded set name (default: the run's)"
+        )
+        p.add_argument("--batch-size", type=A.positive_int, default=64)
+        g = p.add_argument_group("corruption robustness (ImageNet-C corruptions, imagecorruptions package)")
+        g.add_argument(
+            "--corruptions", nargs="?", const="all", default=None, help="'all' (default) or comma-separated names"
+        )
+        g.add_argument("--severities", default=None, help="comma-separated severities 1-5 (default: all five)")
+        g.add_argument("--baseline", default=None, help="checkpoint (or corruptions.json) that mCE is relative to")
+        g.add_argument("--max-images", type=A.positive_int, default=None, help="evaluate only the first N val images")
+
+    def evaluate(self, args: argparse.Namespace) -> str:
+        output = args.output or str(default_eval_output(resolve_checkpoint(args.checkpoint)))
+        if args.corruptions is None and (args.severities or args.baseline or args.max_images):
+            raise A.UsageError("--severities, --baseline and --max-images go with --corruptions")
+        if args.corruptions is not None:  # corruption robustness (ImageNet-C protocol)
+            r = robustness.evaluate_corruptions(
+                args.checkpoint,
+                robustness.parse_corruptions(args.corruptions),
+                robustness.parse_severities(args.severities),
+                args.data,
+                args.batch_size,
+                args.device,
+                baseline=args.baseline,
+                output=output,
+                max_images=args.max_images,
+            )
+            line = f"clean top-1 {r['clean_top1']:.2f}%  mean corruption top-1 {r['mean_corruption_top1']:.2f}%"
+            if "mce" in r:
+                line += f"  mCE {r['mce']:.1f} (baseline {r['baseline']['model']} = 100)"
+            table = robustness.format_table(r)
+            head = f"{r['model']} on {r['images']} images, top-1 (%) per corruption and severity:"
+            return f"{head}\n{table}\n{line}; {r['json']}"
+        r = evaluate_checkpoint(args.checkpoint, args.model, args.data, args.batch_size, output, args.device)
+        per_class = ", ".join(f"{c} {v:.1f}%" for c, v in r["per_class_top1"].items() if v is not None)
+        return (
+            f"{r['model']} on {r['images']} images: top-1 {r['top1']:.2f}%  top-5 {r['top5']:.2f}%  "
+            f"loss {r['loss']:.4f}  {r['images_per_s']:.0f} img/s\nper-class top-1: {per_class}\n"
+            f"confusion matrix: {r['confusion_png']}"
+        )
+
+    @staticmethod
+    def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--topk", type=A.positive_int, default=5)
+        p.add_argument("--json", action="store_true", help="also print the result as JSON")
+
+    def predict(self, args: argparse.Namespace) -> tuple[str, int]:
+        results = predict_images(args.checkpoint, args.images, args.topk, args.device, errors="report")
+        lines = []
+        for r in results:
+            if "error" in r:
+                lines.append(f"{r['image']}: FAILED: {r['error']}")
+            else:
+                lines.append(r["image"] + ": " + ", ".join(f"{c} {p:.3f}" for c, p in r["top"]))
+        if args.json:
+            lines.append(json.dumps(results))
+        failed = [r["image"] for r in results if "error" in r]
+        if failed:
+            raise PartialFailure("\n".join(lines), f"{len(failed)} of {len(results)} images could not be read")
+        return "\n".join(lines), 0
+
+
+class PartialFailure(A.UsageError):
+    """Some inputs failed, the others were done: ``output`` is printed before the one-line error."""
+
+    def __init__(self, output: str, message: str) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+register(ClassifyCommands())
+
+__all__ = ["ClassifyCommands", "PartialFailure", "add_model_arguments"]

@@ -1,0 +1,273 @@
+"""What segmentation and detection share: their configuration (holding the run's), recipes, the backbone check of
+``--init-from``, the task base, and the prediction loop over image files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+from torch.utils.data import Dataset
+
+from pdevision.data import open_rgb
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
+from pdevision.engine.config import RunConfig
+from pdevision.engine.modeling import load_checkpoint_model
+from pdevision.engine.runtime import resolve_device
+from pdevision.engine.task import Task
+from pdevision.tasks import args as A
+from pdevision.tasks.registry import TaskCommands
+
+
+@dataclass(frozen=True)
+class DenseRecipe:
+    """Optimiser and schedule of a dense task; ``lr`` is for ``batch`` images per update (scaled linearly)."""
+
+    lr: float
+    batch: int
+    weight_decay: float
+    epochs: int
+    warmup_epochs: float
+    min_lr: float
+    decoder_channels: int
+    source: str
+    clip_grad: float | None = None
+    scale_range: tuple[float, float] = (0.5, 2.0)  # random resize ratio (segmentation)
+    photometric: bool = True  # segmentation: colour jitter of mmseg's photometric distortion
+
+
+# epochs of `pdevision train --task segment|detect` with no --data, --epochs or --time-budget (the `light`
+# recipe on the embedded scenes): a fixed number of steps, sized from their measured CPU time so that the whole
+# run ends within 6 (segment) and 8 (detect) minutes on a quiet 2-core machine (README, benchmarks/dense_runs)
+EMBEDDED_EPOCHS = {"segment": 15, "detect": 3}
+
+
+@dataclass
+class DenseConfig:
+    """Knobs of ``pdevision train --task segment|detect`` (``None``: the recipe's or the task's default)."""
+
+    model: str = "vheat_micro"
+    head: str | None = None  # segment: upernet | fpn | unet; detect: mask_rcnn | faster_rcnn
+    data: str | None = None  # None: the embedded scenes; a mask folder (segment) or a COCO folder (detect)
+    recipe: str = "light"
+    img_size: int | None = None  # training crop (segment) / detector shorter side (detect)
+    init_from: str | None = None
+    fve_resize: str | None = None  # vHeat: interp | pad | downstream
+    drop_path: float | None = None
+    model_args: dict[str, Any] = field(default_factory=dict)
+    train_scenes: int | None = None
+    val_scenes: int | None = None
+    scene_seed: int = 0  # the embedded scenes' generator: a fixed split whatever the run's seed is
+    multi_scale: bool = False  # detect: shorter side drawn from 0.75-1.25 x img_size per batch
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+def plain_tensors(x: Any) -> Any:
+    """tv_tensors back to plain tensors (the models and losses want ``torch.Tensor``)."""
+    if isinstance(x, torch.Tensor):
+        return x.as_subclass(torch.Tensor)
+    if isinstance(x, (list, tuple)):
+        return type(x)(plain_tensors(v) for v in x)
+    if isinstance(x, dict):
+        return {k: plain_tensors(v) for k, v in x.items()}
+    return x
+
+
+def check_backbone_checkpoint(path: str, model: str) -> dict[str, Any]:
+    """Metadata of an ``--init-from`` checkpoint after checking it holds ``model``'s backbone (a classification
+    checkpoint or a pretrained encoder)."""
+    meta = read_meta(path)
+    kind = checkpoint_kind(meta)
+    if kind == "pretrain":
+        raise CheckpointError(f"{path} is a pretraining state; use its encoder/ folder with --init-from")
+    if kind not in (None, "classify", "encoder"):  # None: a backbone saved without a task (weights only)
+        raise CheckpointError(
+            f"{path} is a {kind} checkpoint; --init-from takes a classification checkpoint or a "
+            "pretrained encoder (a dense run continues with --resume)"
+        )
+    if meta.get("model") and meta["model"] != model:
+        raise CheckpointError(f"{path} holds a {meta['model']!r} backbone, not {model!r} (use --model {meta['model']})")
+    return meta
+
+
+def backbone_weights(path: str | None) -> Path | None:
+    """The weights file of an ``--init-from`` checkpoint folder (or run folder), for the backbone builders."""
+    return None if path is None else resolve_checkpoint(path) / "model.safetensors"
+
+
+def model_kwargs(config: DenseConfig, img_size: int) -> dict[str, Any]:
+    kwargs = dict(config.model_args)
+    if config.drop_path is not None:
+        kwargs["drop_path_rate"] = config.drop_path
+    kwargs.setdefault("img_size", img_size)
+    if config.fve_resize is not None:
+        kwargs["fve_resize"] = config.fve_resize
+    return kwargs
+
+
+class DenseTask(Task):
+    """What segmentation and detection share: the data bookkeeping, the resume check and the common part of the
+    checkpoint metadata and of the summary. Subclasses set ``name`` (also the checkpoint ``kind``), ``noun``,
+    ``config``, ``recipe``, ``head``, ``img_size`` and ``kwargs``."""
+
+    noun = "dense"
+    config: DenseConfig
+    recipe: DenseRecipe
+    default_batch = 8
+
+    def run_defaults(self) -> dict[str, Any]:
+        """The recipe's optimiser and schedule; on the embedded scenes with the light recipe and no time budget,
+        the measured number of epochs (:data:`EMBEDDED_EPOCHS`)."""
+        r, c = self.recipe, self.config
+        epochs = r.epochs
+        if c.data is None and c.recipe == "light" and c.run.time_budget is None:
+            epochs = EMBEDDED_EPOCHS[self.name]
+        return {
+            "epochs": epochs,
+            "batch_size": self.default_batch,
+            "lr_base": r.lr,
+            "lr_base_batch": r.batch,
+            "opt": "adamw",
+            "weight_decay": r.weight_decay,
+            "min_lr": r.min_lr,
+            "warmup_epochs": r.warmup_epochs,
+            "clip_grad": r.clip_grad or 0.0,
+        }
+
+    def config_json(self) -> dict[str, Any]:
+        return {**{k: v for k, v in asdict(self.config).items() if k != "run"}, "recipe_values": asdict(self.recipe)}
+
+    def _take_data(self, data: Any) -> tuple[Dataset, Dataset]:
+        self.classes, self.source = data.classes, data.source
+        self.sizes = (len(data.train), len(data.val))
+        self.val_set = data.val
+        return data.train, data.val
+
+    def _meta(self, **extra: Any) -> dict[str, Any]:
+        common = {"kind": self.name, "model": self.config.model, "head": self.head, "classes": self.classes}
+        return {**common, "img_size": self.img_size, "model_args": self.kwargs, **extra}
+
+    def _summary(self, **scores: Any) -> dict[str, Any]:
+        return {
+            "task": self.name,
+            "model": self.config.model,
+            "head": self.head,
+            **scores,
+            "classes": self.classes,
+            "data": self.source,
+            "train_images": self.sizes[0],
+            "val_images": self.sizes[1],
+            "img_size": self.img_size,
+            "recipe": self.config.recipe,
+        }
+
+
+def palette(n: int) -> list[tuple[int, int, int]]:
+    """Distinct colours (matplotlib's tab20), cycled."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    return [tuple(int(255 * c) for c in cmap(i % 20)[:3]) for i in range(n)]
+
+
+def predict_files(
+    checkpoint: str | Path,
+    kind: str,
+    build: Callable[[dict[str, Any], dict[str, Any]], nn.Module],
+    predict_one: Callable[..., tuple[torch.Tensor, Any]],
+    images: list[str],
+    output: str | Path,
+    device: str = "cpu",
+) -> tuple[dict[str, Any], list[Any]]:
+    """Run a ``kind`` checkpoint on image files at their own size (read by the library's one reader): writes
+    ``<stem>_overlay.png`` per image; ``predict_one(model, uint8, meta, colours, device, index, path, out)`` returns
+    the overlay and the image's records. Returns the metadata and the records of every image."""
+    dev = resolve_device(device)
+    model, meta, _ = load_checkpoint_model(checkpoint, (kind,), build)
+    model.to(dev)
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    colours = palette(len(meta["classes"]))
+    records: list[Any] = []
+    for index, name in enumerate(images):
+        path = Path(name)
+        uint8 = torch.from_numpy(np.array(open_rgb(path))).permute(2, 0, 1).contiguous()
+        with torch.no_grad():
+            overlay, found = predict_one(model, uint8, meta, colours, dev, index, path, out)
+        records.append(found)
+        Image.fromarray(overlay.permute(1, 2, 0).numpy()).save(out / f"{path.stem}_overlay.png")
+    return meta, records
+
+
+def write_predictions(out: str | Path, results: list[Any]) -> None:
+    (Path(out) / "predictions.json").write_text(json.dumps(results, indent=1))
+
+
+class DenseCommands(TaskCommands):
+    """The flags segmentation and detection share; subclasses set ``recipes`` and ``heads``, and ``predict``."""
+
+    recipes: ClassVar[dict[str, DenseRecipe]] = {}
+    heads: tuple[str, ...] = ()
+    noun = "dense"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group(f"{self.noun}: data and model")
+        g.add_argument("--model", default="vheat_micro", help="backbone: any registered model (default vheat_micro)")
+        g.add_argument(
+            "--model-args", type=A.json_dict, default={}, help="JSON backbone arguments (no weights, URLs or paths)"
+        )
+        g.add_argument("--head", default=None, choices=self.heads, help=f"default {self.heads[0]}")
+        g.add_argument("--data", type=A.path, default=None, help=self.data_help)
+        g.add_argument("--img-size", type=A.side, default=None, help=self.img_size_help)
+        g.add_argument("--recipe", default="light", choices=sorted(self.recipes), help="default light (this library's)")
+        g.add_argument("--fve-resize", default=None, choices=["interp", "pad", "downstream"], help="vHeat FVE rule")
+        g.add_argument("--drop-path", type=A.rate_below_one, default=None, help="stochastic depth (default: model's)")
+        g.add_argument("--init-from", type=A.path, default=None, help="backbone checkpoint (classification or encoder)")
+        g.add_argument("--train-scenes", type=A.positive_int, default=None, help="embedded scenes: train set size")
+        g.add_argument("--val-scenes", type=A.positive_int, default=None, help="embedded scenes: val set size")
+
+    def config(self, args: argparse.Namespace, run: RunConfig) -> DenseConfig:
+        return DenseConfig(**A.task_fields(args, DenseConfig), run=run)
+
+    def report(self, s: dict[str, Any], config: DenseConfig) -> str:
+        return (
+            f"{s['model']} + {s['head']} on {s['data']}: {s['status']}, {s['epochs_run']} epochs in "
+            f"{s['seconds']:.0f} s; {self.score(s)}; {s['train_images']} train / {s['val_images']} val images; "
+            f"run folder {config.run.output}"
+        )
+
+    def score(self, s: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--output", type=A.output_folder, default="runs/predict", help="folder (default runs/predict)")
+
+    def evaluate(self, args: argparse.Namespace) -> str:
+        raise A.UsageError(
+            f"{args.checkpoint} is a {self.name} checkpoint: its validation scores are in the run's metrics.csv and "
+            f"summary.json; `pdevision predict --checkpoint {args.checkpoint} IMAGES` applies it to images"
+        )
+
+
+__all__ = [
+    "EMBEDDED_EPOCHS",
+    "DenseCommands",
+    "DenseConfig",
+    "DenseRecipe",
+    "DenseTask",
+    "backbone_weights",
+    "check_backbone_checkpoint",
+    "model_kwargs",
+    "palette",
+    "plain_tensors",
+    "predict_files",
+    "write_predictions",
+]
