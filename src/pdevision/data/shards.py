@@ -35,7 +35,7 @@ import torch
 import webdataset as wds
 from torch.utils.data import IterableDataset, get_worker_info
 
-from pdevision.data.datasets import DataError
+from pdevision.data.errors import DataError
 
 log = logging.getLogger(__name__)
 
