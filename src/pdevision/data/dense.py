@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from pdevision.data.datasets import IMAGE_EXTENSIONS, DataError
+from pdevision.data.errors import DataError
+from pdevision.data.imageio import IMAGE_EXTENSIONS, MASK_MODES, read_header, read_mask_array, read_rgb_array
 from pdevision.data.scenes import CLASS_NAMES, SceneConfig, make_scene
 
 log = logging.getLogger(__name__)
@@ -229,14 +229,6 @@ class SceneDetection(_SceneBase):
 # -- mask folders ---------------------------------------------------------------------------------
 
 
-def _read_rgb(path: Path) -> np.ndarray:
-    try:
-        with Image.open(path) as img:
-            return np.array(img.convert("RGB"))
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read the image ({exc})") from None
-
-
 class MaskFolder(Dataset):
     """``root/images/<name>.<ext>`` with ``root/masks/<name>.png`` class-index masks (255 ignored).
 
@@ -270,7 +262,7 @@ class MaskFolder(Dataset):
         else:
             top = 0
             for _, mask in self._pairs(root / "train" if base != root else root):
-                values = np.unique(np.asarray(Image.open(mask)))
+                values = np.unique(read_mask_array(mask))
                 values = values[values != IGNORE_INDEX]
                 top = max(top, int(values.max()) if len(values) else 0)
             self.classes = [str(i) for i in range(top + 1)]
@@ -289,11 +281,11 @@ class MaskFolder(Dataset):
             mask = masks_dir / f"{img.stem}.png"
             if not mask.is_file():
                 raise DataError(f"{img}: no mask {mask.name} in {masks_dir}")
-            with Image.open(img) as a, Image.open(mask) as b:
-                if a.size != b.size:
-                    raise DataError(f"{mask}: mask is {b.size[0]}x{b.size[1]}, its image is {a.size[0]}x{a.size[1]}")
-                if b.mode not in ("L", "P", "I", "I;16"):
-                    raise DataError(f"{mask}: a mask must be a one-channel PNG of class indices, got mode {b.mode}")
+            (a, _), (b, mode) = read_header(img), read_header(mask)
+            if a != b:
+                raise DataError(f"{mask}: mask is {b[0]}x{b[1]}, its image is {a[0]}x{a[1]}")
+            if mode not in MASK_MODES:
+                raise DataError(f"{mask}: a mask must be a one-channel PNG of class indices, got mode {mode}")
             pairs.append((img, mask))
         return pairs
 
@@ -302,8 +294,12 @@ class MaskFolder(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         img_path, mask_path = self.pairs[index]
-        image = _read_rgb(img_path)
-        mask = np.asarray(Image.open(mask_path)).astype(np.int64)
+        image = read_rgb_array(img_path)
+        mask = read_mask_array(mask_path)
+        if mask.shape != image.shape[:2]:  # the files changed since the folder was opened
+            raise DataError(
+                f"{mask_path}: mask is {mask.shape[1]}x{mask.shape[0]}, its image {image.shape[1]}x{image.shape[0]}"
+            )
         bad = (mask >= len(self.classes)) & (mask != IGNORE_INDEX)
         if bad.any():
             raise DataError(
@@ -382,17 +378,20 @@ class CocoDetection(Dataset):
         return len(self.ids)
 
     def image_path(self, image_id: int) -> Path:
+        """The file of image ``image_id``: the first image folder holding its ``file_name`` (any kind of file: the
+        reader refuses a FIFO or a device with a message saying so)."""
         name = self.coco.imgs[image_id]["file_name"]
         for d in self.image_dirs:
-            if (d / name).is_file():
-                return d / name
+            path = d / name
+            if path.exists() and not path.is_dir():
+                return path
         raise DataError(f"{self.ann_file}: image file {name} not found under {', '.join(map(str, self.image_dirs))}")
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         image_id = self.ids[index]
         info = self.coco.imgs[image_id]
         path = self.image_path(image_id)
-        image = _read_rgb(path)
+        image = read_rgb_array(path)
         h, w = int(info["height"]), int(info["width"])
         if image.shape[:2] != (h, w):
             raise DataError(f"{path}: image is {image.shape[1]}x{image.shape[0]}, {self.ann_file.name} says {w}x{h}")
