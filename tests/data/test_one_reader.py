@@ -4,9 +4,12 @@ transparency, LA), and a FIFO is refused at once by each of them instead of bloc
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import shutil
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from pdevision.data import DataError, FolderDataset, ImageReadError, open_rgb, r
 from pdevision.data.dense import CocoDetection, MaskFolder
 from pdevision.data.imageio import decode_rgb, read_header, read_mask_array
 from pdevision.data.restoration import folder_images, load_image
+from pdevision.data.shards import ShardDataset
 
 H, W = 24, 40  # not square: a rotation shows in the shape
 
@@ -222,3 +226,27 @@ def test_folders_missing_files_and_broken_images_are_one_line_errors(tmp_path: P
                 read(tmp_path / name)
             assert name in str(info.value) and "\n" not in str(info.value)
             assert isinstance(info.value, DataError) and isinstance(info.value, ValueError)
+
+
+def test_shard_images_go_through_the_same_reader(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    values = np.linspace(0, 65535, H * W).round().astype(np.uint16).reshape(H, W)
+    Image.fromarray(values).save(tmp_path / "grey16.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(_rgb()).save(tmp_path / "rotated.jpg", quality=95, exif=exif)
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    shard = tmp_path / "shard-000000.tar"
+    with tarfile.open(shard, "w") as tar:
+        for key, (src, label) in enumerate([("grey16.png", 0), ("broken.png", 1), ("rotated.jpg", 2)]):
+            tar.add(tmp_path / src, arcname=f"s{key}.{src.rsplit('.', 1)[1]}")
+            data = str(label).encode()
+            info = tarfile.TarInfo(f"s{key}.cls")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with caplog.at_level(logging.WARNING):
+        got = list(ShardDataset([str(shard)], ["a", "b", "c"], 3, train=False))
+    assert [label for _, label in got] == [0, 2]  # the broken image is skipped with a warning
+    assert "skipping an unreadable shard sample" in caplog.text and "s1.png" in caplog.text
+    np.testing.assert_array_equal(np.asarray(got[0][0]), read_rgb_array(tmp_path / "grey16.png"))
+    np.testing.assert_array_equal(np.asarray(got[1][0]), read_rgb_array(tmp_path / "rotated.jpg"))
+    assert np.asarray(got[1][0]).shape == (W, H, 3)
