@@ -211,7 +211,7 @@ def _native(img: Image.Image, name: str, caller: str) -> NativeImage:
     return NativeImage(img, np.asarray(img, dtype=np.float32) / np.float32(255.0), mode, 255.0)
 
 
-def read_image_native(path: str | Path, caller: str = "reading in the file's own mode") -> NativeImage:
+def read_image_native(path: str | Path, caller: str = "the native reader") -> NativeImage:
     """The upright image at ``path`` in its own mode: ``(image, float32 pixels in [0, 1], mode, scale)``.
 
     Modes L, LA, RGB and RGBA keep their channels (scale 255); 16-bit grey (``I;16*``, and ``I`` holding
