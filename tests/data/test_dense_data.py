@@ -3,7 +3,10 @@ one-line errors naming the file for bad annotations."""
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -228,3 +231,107 @@ def test_scene_cache_keeps_the_raw_sample_under_random_transforms() -> None:
     assert torch.equal(mask, torch.from_numpy(scene.semantic))
     det = SceneDetection("train", 64, length=4, transform=detection_transforms(False), cache=False)
     assert det._cache is None and torch.equal(det[1][1]["boxes"], torch.from_numpy(det._scene(1).boxes).float())
+
+
+def _drop(key: str) -> Callable[[dict], None]:
+    return lambda d: d["annotations"][0].pop(key)
+
+
+@pytest.mark.parametrize(
+    "fault,message",
+    [
+        (_drop("category_id"), "annotation 10 has no category_id"),
+        (_drop("bbox"), "annotation 10 has no bbox"),
+        (_drop("image_id"), "annotation 10 has no image_id"),
+        (_drop("segmentation"), "annotation 10 has no segmentation"),
+        (lambda d: d.__setitem__("images", {"id": 1}), "'images' must be a list of image records, got object"),
+        (lambda d: d["images"].__setitem__(0, "000.png"), r"images\[0\] must be an object"),
+        (lambda d: d["images"][0].pop("height"), r"images\[0\] has no height"),
+        (lambda d: d["images"][1].__setitem__("id", 1), "image id 1 appears twice"),
+        (lambda d: d["images"][0].__setitem__("width", "50"), "image 1 height and width must be positive integers"),
+        (lambda d: d.__setitem__("categories", {"3": "dog"}), "'categories' must be a list"),
+        (lambda d: d["categories"].append({"id": 3, "name": "cat"}), "category id 3 appears twice"),
+        (lambda d: d.__setitem__("annotations", None), "'annotations' must be a list of annotation records, got null"),
+        (lambda d: d["annotations"].__setitem__(0, [8, 5, 22, 15]), r"annotations\[0\] must be an object, got a list"),
+        (lambda d: d["annotations"][0].__setitem__("category_id", 5), "annotation 10 has unknown category id 5"),
+        (lambda d: d["annotations"][0].__setitem__("category_id", [7]), r"unknown category id \[7\]"),
+        (lambda d: d["annotations"][0].__setitem__("image_id", 9), "annotation 10 refers to unknown image id 9"),
+        (lambda d: d["annotations"][0]["bbox"].__setitem__(1, float("nan")), "bbox .* not a finite number"),
+        (lambda d: d["annotations"][0]["bbox"].__setitem__(2, -3), "annotation 10 box .* negative width or height"),
+        (lambda d: d["annotations"][0].__setitem__("bbox", [8, 5, 22]), r"bbox must be \[x, y, width, height\]"),
+        (lambda d: d["annotations"][0].__setitem__("bbox", "8 5 22 15"), r"bbox must be \[x, y, width, height\]"),
+        (lambda d: d["annotations"][1].__setitem__("segmentation", [[1, 2, 3]]), "annotation 20 segmentation polygon"),
+        (lambda d: d["annotations"][1].__setitem__("segmentation", 7), "segmentation must be a list of polygons"),
+        (lambda d: d["annotations"][0]["segmentation"].pop("size"), r"RLE size must be \[height, width\]"),
+        (lambda d: d["images"][0].__setitem__("file_name", "/etc/passwd"), "'/etc/passwd' is absolute"),
+        (lambda d: d["images"][0].__setitem__("file_name", "../outside.png"), r"'\.\./outside\.png' climbs out"),
+        (lambda d: d["images"][0].__setitem__("file_name", "a/../../x.png"), "climbs out"),
+        (lambda d: d["images"][0].__setitem__("file_name", ""), "file_name must be a non-empty relative path"),
+    ],
+)
+def test_malformed_coco_files_are_one_data_error_naming_the_file(tmp_path: Path, fault, message: str) -> None:
+    _coco(tmp_path, fault=fault)
+    with pytest.raises(DataError, match=message) as info:
+        CocoDetection(tmp_path, "train")
+    assert str(info.value).startswith(str(tmp_path / "annotations" / "instances_train.json") + ": ")
+    assert "\n" not in str(info.value)
+
+
+def test_coco_top_level_list_and_boxes_only_without_masks(tmp_path: Path) -> None:
+    path = _coco(tmp_path)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps([data]))
+    with pytest.raises(DataError, match=r"instances_train\.json: expected a JSON object .* got a list"):
+        CocoDetection(tmp_path, "train")
+    for ann in data["annotations"]:
+        del ann["segmentation"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(DataError, match="annotation 10 has no segmentation"):
+        CocoDetection(tmp_path, "train")
+    _, target = CocoDetection(tmp_path, "train", masks=False)[0]  # boxes only: no segmentation needed
+    assert target["boxes"].shape == (2, 4) and target["masks"].shape == (2, 40, 50)
+
+
+def test_coco_links_may_not_leave_the_data_folder(tmp_path: Path) -> None:
+    root, outside = tmp_path / "coco", tmp_path / "elsewhere"
+    _coco(root)
+    outside.mkdir()
+    shutil.move(root / "train2017" / "000.png", outside / "000.png")
+    (root / "train2017" / "000.png").symlink_to(outside / "000.png")
+    ds = CocoDetection(root, "train")
+    with pytest.raises(DataError, match=r"image 1 file_name 000\.png leads to .*elsewhere.*outside the data folder"):
+        ds[0]
+    # a link inside the data folder is followed
+    (root / "train2017" / "000.png").unlink()
+    (root / "pool").mkdir()
+    shutil.move(outside / "000.png", root / "pool" / "000.png")
+    (root / "train2017" / "000.png").symlink_to(root / "pool" / "000.png")
+    assert ds[0][0].shape == (3, 40, 50)
+    # a linked image folder keeps working: its files lie in the folder the link names
+    shutil.move(root / "train2017", outside / "train2017")
+    (root / "train2017").symlink_to(outside / "train2017")
+    (outside / "train2017" / "000.png").unlink()
+    shutil.copy(root / "pool" / "000.png", outside / "train2017" / "000.png")
+    assert CocoDetection(root, "train")[0][0].shape == (3, 40, 50)
+
+
+def test_corrupt_images_in_mask_and_coco_folders_are_data_errors(tmp_path: Path) -> None:
+    _write_mask_folder(tmp_path / "seg", n=2)
+    (tmp_path / "seg" / "images" / "im1.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
+    with pytest.raises(DataError, match=r"cannot read image .*im1\.jpg"):
+        MaskFolder(tmp_path / "seg", "train")
+    # a header that decodes, pixels that do not: refused when the item is read
+    png = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(png, format="PNG")
+    (tmp_path / "seg" / "images" / "im1.jpg").unlink()
+    (tmp_path / "seg" / "images" / "im1.png").write_bytes(png.getvalue()[: len(png.getvalue()) // 2])
+    ds = MaskFolder(tmp_path / "seg", "train")
+    with pytest.raises(DataError, match=r"cannot read image .*im1\.png"):
+        ds[[p.name for p, _ in ds.pairs].index("im1.png")]
+    (tmp_path / "seg" / "masks" / "im0.png").write_bytes(b"garbage")
+    with pytest.raises(DataError, match=r"cannot read image .*masks/im0\.png"):
+        MaskFolder(tmp_path / "seg", "train")
+    _coco(tmp_path / "coco")
+    (tmp_path / "coco" / "train2017" / "001.png").write_bytes(png.getvalue()[:100])
+    with pytest.raises(DataError, match=r"cannot read image .*001\.png"):
+        CocoDetection(tmp_path / "coco", "train")[1]

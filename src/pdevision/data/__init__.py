@@ -1,15 +1,19 @@
-"""Datasets (embedded default, ImageFolder) and transforms."""
+"""Datasets (embedded default, ImageFolder), the one image reader of every task, and transforms."""
 
-from pdevision.data.datasets import (
-    DataError,
-    DigitsDataset,
-    FolderDataset,
-    FolderScan,
-    build_datasets,
-    scan_folder,
-    stratified_split,
+from pdevision.data.datasets import FolderDataset, FolderScan, build_datasets, scan_folder
+from pdevision.data.digits import DigitsDataset
+from pdevision.data.errors import DataError
+from pdevision.data.imageio import (
+    IMAGE_EXTENSIONS,
+    ImageReadError,
+    NativeImage,
+    decode_rgb,
+    open_rgb,
+    read_image_native,
+    read_rgb_array,
+    to_rgb,
 )
-from pdevision.data.imageio import IMAGE_EXTENSIONS, ImageReadError, open_rgb, to_rgb
+from pdevision.data.splits import stratified_split
 from pdevision.data.transforms import RECIPES, Recipe, build_transforms, eval_transform_for
 
 __all__ = [
@@ -20,11 +24,15 @@ __all__ = [
     "FolderDataset",
     "FolderScan",
     "ImageReadError",
+    "NativeImage",
     "Recipe",
     "build_datasets",
     "build_transforms",
+    "decode_rgb",
     "eval_transform_for",
     "open_rgb",
+    "read_image_native",
+    "read_rgb_array",
     "scan_folder",
     "stratified_split",
     "to_rgb",

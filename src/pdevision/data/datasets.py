@@ -1,4 +1,4 @@
-"""Datasets: the embedded default (scikit-learn's handwritten digits) and ImageFolder trees.
+"""Classification datasets: ImageFolder trees, and the entry point to the embedded sets.
 
 Both yield ``(PIL.Image RGB, class index)`` so the same timm transforms apply, and expose
 ``classes`` (names) and ``targets`` (indices).
@@ -24,69 +24,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from PIL import Image
 from torch.utils.data import Dataset
 
+from pdevision.data.digits import DigitsDataset
+from pdevision.data.embedded import build_embedded, is_embedded
+from pdevision.data.errors import DataError
 from pdevision.data.imageio import IMAGE_EXTENSIONS, ImageReadError, open_rgb
+from pdevision.data.splits import stratified_split
 
 log = logging.getLogger(__name__)
 
-
-class DataError(ValueError):
-    """A data set that cannot be used as given (missing, empty, inconsistent)."""
-
-
-def stratified_split(targets: Sequence[int], val_fraction: float, seed: int = 0) -> tuple[list[int], list[int]]:
-    """Indices of a fixed stratified train/val split (scikit-learn's ``train_test_split``)."""
-    from sklearn.model_selection import train_test_split
-
-    if not 0.0 < val_fraction < 1.0:
-        raise DataError(f"the validation fraction must be between 0 and 1, got {val_fraction}")
-    counts = np.bincount(np.asarray(targets))
-    if len(targets) and counts[counts > 0].min() < 2:
-        rare = [int(c) for c in np.flatnonzero((counts > 0) & (counts < 2))]
-        raise DataError(f"cannot split classes with a single image into train and val (class indices {rare})")
-    idx = np.arange(len(targets))
-    train, val = train_test_split(idx, test_size=val_fraction, stratify=np.asarray(targets), random_state=seed)
-    return sorted(train.tolist()), sorted(val.tolist())
-
-
-class DigitsDataset(Dataset):
-    """scikit-learn's bundled handwritten digits (1,797 real 8x8 scans, 10 classes) as RGB images.
-
-    The 8x8 images (0..16) are scaled to 0..255 and upsampled bicubically to ``img_size`` (64 by
-    default, so a stride-32 backbone still has a 2x2 last map). ``split`` is ``"train"`` (80%),
-    ``"val"`` (20%, stratified, fixed seed) or ``"all"``.
-    """
-
-    def __init__(self, split: str = "train", img_size: int = 64, transform: Callable | None = None) -> None:
-        from sklearn.datasets import load_digits
-
-        if split not in ("train", "val", "all"):
-            raise DataError(f"digits split must be 'train', 'val' or 'all', got {split!r}")
-        digits = load_digits()
-        images = (digits.images * (255.0 / 16.0)).round().astype(np.uint8)
-        targets = digits.target.astype(int).tolist()
-        if split == "all":
-            keep = list(range(len(targets)))
-        else:
-            train, val = stratified_split(targets, 0.2, seed=0)
-            keep = train if split == "train" else val
-        self.images = images[keep]
-        self.targets = [targets[i] for i in keep]
-        self.classes = [str(c) for c in range(10)]
-        self.img_size = img_size
-        self.transform = transform
-        self.skipped: list[str] = []
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        img = Image.fromarray(self.images[index]).resize((self.img_size, self.img_size), Image.BICUBIC)
-        img = img.convert("RGB")
-        return (self.transform(img) if self.transform else img), self.targets[index]
+# DataError, DigitsDataset and stratified_split live in the modules below this one and are re-exported here
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "DataError",
+    "DigitsDataset",
+    "FolderDataset",
+    "FolderScan",
+    "build_datasets",
+    "scan_folder",
+    "stratified_split",
+]
 
 
 def _readable(path: Path) -> str | None:
@@ -294,8 +252,6 @@ def build_datasets(
     """Train and validation sets: the embedded digits when ``data`` is ``None``, an embedded set when it
     is one's name (:mod:`pdevision.data.embedded`; write ``./NAME`` for a folder of that name); otherwise
     an ImageFolder tree with ``train/`` and ``val/`` sub-folders, or one tree split ``val_split``."""
-    from pdevision.data.embedded import build_embedded, is_embedded
-
     if data is None or is_embedded(data):
         return build_embedded(str(data or "digits"), img_size, train_transform, val_transform)
     root = Path(data)

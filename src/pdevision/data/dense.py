@@ -20,7 +20,11 @@ Sources:
   ``DIR/train/`` and ``DIR/val/`` with that layout each, or one ``DIR`` split 80/20 by a fixed seed.
 * **COCO json**: ``DIR/annotations/instances_{train,val}.json`` (pycocotools) with images in
   ``DIR/{train,val}2017/``, ``DIR/{train,val}/``, ``DIR/images/`` or ``DIR``. Crowd annotations are left
-  out of training targets.
+  out of training targets. A malformed annotation file is one :class:`DataError` naming the file and the
+  fault; an image ``file_name`` must be relative, without ``..``, and a link may only lead inside ``DIR``
+  or inside the image folder it sits in.
+
+Every image (and mask) is read by :mod:`pdevision.data.imageio`, the reader of every task.
 
 Recipes (:func:`segmentation_transforms`, :func:`detection_transforms`) follow the papers' downstream
 settings (mmseg's ADE20K pipeline for UPerNet, mmdet's Mask R-CNN 1x pipeline): see their docstrings.
@@ -30,19 +34,20 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from pdevision.data.datasets import IMAGE_EXTENSIONS, DataError
+from pdevision.data.errors import DataError
+from pdevision.data.imageio import IMAGE_EXTENSIONS, MASK_MODES, read_header, read_mask_array, read_rgb_array
 from pdevision.data.scenes import CLASS_NAMES, SceneConfig, make_scene
 
 log = logging.getLogger(__name__)
@@ -229,14 +234,6 @@ class SceneDetection(_SceneBase):
 # -- mask folders ---------------------------------------------------------------------------------
 
 
-def _read_rgb(path: Path) -> np.ndarray:
-    try:
-        with Image.open(path) as img:
-            return np.array(img.convert("RGB"))
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read the image ({exc})") from None
-
-
 class MaskFolder(Dataset):
     """``root/images/<name>.<ext>`` with ``root/masks/<name>.png`` class-index masks (255 ignored).
 
@@ -270,7 +267,7 @@ class MaskFolder(Dataset):
         else:
             top = 0
             for _, mask in self._pairs(root / "train" if base != root else root):
-                values = np.unique(np.asarray(Image.open(mask)))
+                values = np.unique(read_mask_array(mask))
                 values = values[values != IGNORE_INDEX]
                 top = max(top, int(values.max()) if len(values) else 0)
             self.classes = [str(i) for i in range(top + 1)]
@@ -289,11 +286,11 @@ class MaskFolder(Dataset):
             mask = masks_dir / f"{img.stem}.png"
             if not mask.is_file():
                 raise DataError(f"{img}: no mask {mask.name} in {masks_dir}")
-            with Image.open(img) as a, Image.open(mask) as b:
-                if a.size != b.size:
-                    raise DataError(f"{mask}: mask is {b.size[0]}x{b.size[1]}, its image is {a.size[0]}x{a.size[1]}")
-                if b.mode not in ("L", "P", "I", "I;16"):
-                    raise DataError(f"{mask}: a mask must be a one-channel PNG of class indices, got mode {b.mode}")
+            (a, _), (b, mode) = read_header(img), read_header(mask)
+            if a != b:
+                raise DataError(f"{mask}: mask is {b[0]}x{b[1]}, its image is {a[0]}x{a[1]}")
+            if mode not in MASK_MODES:
+                raise DataError(f"{mask}: a mask must be a one-channel PNG of class indices, got mode {mode}")
             pairs.append((img, mask))
         return pairs
 
@@ -302,8 +299,12 @@ class MaskFolder(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         img_path, mask_path = self.pairs[index]
-        image = _read_rgb(img_path)
-        mask = np.asarray(Image.open(mask_path)).astype(np.int64)
+        image = read_rgb_array(img_path)
+        mask = read_mask_array(mask_path)
+        if mask.shape != image.shape[:2]:  # the files changed since the folder was opened
+            raise DataError(
+                f"{mask_path}: mask is {mask.shape[1]}x{mask.shape[0]}, its image {image.shape[1]}x{image.shape[0]}"
+            )
         bad = (mask >= len(self.classes)) & (mask != IGNORE_INDEX)
         if bad.any():
             raise DataError(
@@ -317,45 +318,155 @@ class MaskFolder(Dataset):
 # -- COCO -----------------------------------------------------------------------------------------
 
 
-def _check_coco(data: dict[str, Any], ann_file: Path) -> None:
-    """One-line errors naming the file for the annotation faults pycocotools would pass silently."""
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters (an error message stays one readable line)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type, as an error message says it."""
+    if value is None:
+        return "null"
+    names = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _file_name_fault(name: Any) -> str | None:
+    """Why ``name`` (an image's ``file_name``) is not a path relative to an image folder, or ``None``."""
+    if not isinstance(name, str) or not name.strip() or "\0" in name:
+        return f"must be a non-empty relative path, got {_short(name)}"
+    posix, windows = PurePosixPath(name), PureWindowsPath(name)
+    if posix.is_absolute() or windows.drive or windows.root:
+        return f"{name!r} is absolute (it must be relative to the image folder)"
+    if ".." in posix.parts or ".." in windows.parts:
+        return f"{name!r} climbs out of the image folder ('..' is not allowed)"
+    return None
+
+
+def _segmentation_fault(seg: Any) -> str | None:
+    """Why ``seg`` is neither polygons nor an RLE pycocotools can rasterise, or ``None``."""
+    if isinstance(seg, list):
+        if not seg:
+            return "is an empty polygon list"
+        for poly in seg:
+            if not (isinstance(poly, list) and len(poly) >= 6 and len(poly) % 2 == 0):
+                return f"polygon {_short(poly)} is not a list of at least 3 x, y pairs"
+            if not all(_is_number(v) and math.isfinite(v) for v in poly):
+                return f"polygon {_short(poly)} holds a value that is not a finite number"
+        return None
+    if isinstance(seg, dict):
+        size, counts = seg.get("size"), seg.get("counts")
+        if not (isinstance(size, list) and len(size) == 2 and all(_is_int(v) and v >= 0 for v in size)):
+            return f"RLE size must be [height, width], got {_short(size)}"
+        if not (isinstance(counts, str) or (isinstance(counts, list) and all(_is_int(v) for v in counts))):
+            return f"RLE counts must be a string or a list of integers, got {_json_type(counts)}"
+        return None
+    return f"must be a list of polygons or an RLE object, got {_json_type(seg)}"
+
+
+def _check_coco(data: Any, ann_file: Path, masks: bool = True) -> None:
+    """One-line errors naming the file for malformed annotation files and for the faults pycocotools would
+    pass silently (unknown ids, boxes outside their image, absolute or climbing image paths)."""
+
+    def fail(what: str) -> NoReturn:
+        raise DataError(f"{ann_file}: {what}")
+
+    if not isinstance(data, dict):
+        fail(f"expected a JSON object with 'images', 'annotations' and 'categories', got a {_json_type(data)}")
     images = data.get("images")
+    if not isinstance(images, list):
+        fail(f"'images' must be a list of image records, got {_json_type(images)}")
     if not images:
-        raise DataError(f"{ann_file}: the image list is empty")
-    cats = {c["id"] for c in data.get("categories", [])}
+        fail("the image list is empty")
+    sizes: dict[int, tuple[int, int]] = {}
+    for i, img in enumerate(images):
+        if not isinstance(img, dict):
+            fail(f"images[{i}] must be an object with id, file_name, height and width, got a {_json_type(img)}")
+        missing = [k for k in ("id", "file_name", "height", "width") if k not in img]
+        if missing:
+            fail(f"images[{i}] has no {', '.join(missing)} (an image needs id, file_name, height and width)")
+        iid, h, w = img["id"], img["height"], img["width"]
+        if not _is_int(iid):
+            fail(f"images[{i}] id must be an integer, got {_short(iid)}")
+        if iid in sizes:
+            fail(f"image id {iid} appears twice")
+        if not (_is_int(h) and _is_int(w) and h > 0 and w > 0):
+            fail(f"image {iid} height and width must be positive integers, got {_short(h)} and {_short(w)}")
+        fault = _file_name_fault(img["file_name"])
+        if fault is not None:
+            fail(f"image {iid} file_name {fault}")
+        sizes[iid] = (h, w)
+    categories = data.get("categories", [])
+    if not isinstance(categories, list):
+        fail(f"'categories' must be a list of category records, got {_json_type(categories)}")
+    cats: set[int] = set()
+    for i, cat in enumerate(categories):
+        if not (isinstance(cat, dict) and _is_int(cat.get("id")) and isinstance(cat.get("name"), str)):
+            fail(f"categories[{i}] must be an object with an integer id and a name, got {_short(cat)}")
+        if cat["id"] in cats:
+            fail(f"category id {cat['id']} appears twice")
+        cats.add(cat["id"])
     if not cats:
-        raise DataError(f"{ann_file}: no categories")
-    sizes = {img["id"]: (int(img["height"]), int(img["width"])) for img in images}
-    for ann in data.get("annotations", []):
-        aid = ann.get("id")
-        if ann["category_id"] not in cats:
-            raise DataError(f"{ann_file}: annotation {aid} has unknown category id {ann['category_id']}")
-        if ann["image_id"] not in sizes:
-            raise DataError(f"{ann_file}: annotation {aid} refers to unknown image id {ann['image_id']}")
-        h, w = sizes[ann["image_id"]]
-        x, y, bw, bh = ann["bbox"]
-        if x < -1 or y < -1 or x + bw > w + 1 or y + bh > h + 1 or bw < 0 or bh < 0:
-            raise DataError(
-                f"{ann_file}: annotation {aid} box [x={x}, y={y}, w={bw}, h={bh}] lies outside its image "
-                f"{ann['image_id']} ({w}x{h})"
-            )
+        fail("no categories")
+    annotations = data.get("annotations", [])
+    if not isinstance(annotations, list):
+        fail(f"'annotations' must be a list of annotation records, got {_json_type(annotations)}")
+    required = ("image_id", "category_id", "bbox", *(("segmentation",) if masks else ()))
+    for k, ann in enumerate(annotations):
+        if not isinstance(ann, dict):
+            fail(f"annotations[{k}] must be an object, got a {_json_type(ann)}")
+        aid = ann.get("id", f"#{k}")
+        missing = [key for key in required if key not in ann]
+        if missing:
+            fail(f"annotation {aid} has no {', '.join(missing)} (an annotation needs {', '.join(required)})")
+        cid, iid, bbox = ann["category_id"], ann["image_id"], ann["bbox"]
+        if not _is_int(cid) or cid not in cats:
+            fail(f"annotation {aid} has unknown category id {_short(cid)} (categories: {sorted(cats)})")
+        if not _is_int(iid) or iid not in sizes:
+            fail(f"annotation {aid} refers to unknown image id {_short(iid)}")
+        if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
+            fail(f"annotation {aid} bbox must be [x, y, width, height], 4 numbers, got {_short(bbox)}")
+        if not all(math.isfinite(v) for v in bbox):
+            fail(f"annotation {aid} bbox {bbox} holds a value that is not a finite number")
+        h, w = sizes[iid]
+        x, y, bw, bh = bbox
+        if bw < 0 or bh < 0:
+            fail(f"annotation {aid} box [x={x}, y={y}, w={bw}, h={bh}] has a negative width or height")
+        if x < -1 or y < -1 or x + bw > w + 1 or y + bh > h + 1:
+            fail(f"annotation {aid} box [x={x}, y={y}, w={bw}, h={bh}] lies outside its image {iid} ({w}x{h})")
         seg = ann.get("segmentation")
-        if isinstance(seg, dict) and "size" in seg and list(seg["size"]) != [h, w]:
-            raise DataError(
-                f"{ann_file}: annotation {aid} mask is {seg['size'][1]}x{seg['size'][0]}, its image "
-                f"{ann['image_id']} is {w}x{h}"
-            )
+        if seg is None and not masks:
+            continue
+        fault = _segmentation_fault(seg)
+        if fault is not None:
+            fail(f"annotation {aid} segmentation {fault}")
+        if isinstance(seg, dict) and list(seg["size"]) != [h, w]:
+            fail(f"annotation {aid} mask is {seg['size'][1]}x{seg['size'][0]}, its image {iid} is {w}x{h}")
 
 
 class CocoDetection(Dataset):
-    """COCO-format instances (boxes, instance masks) through pycocotools; see the module docstring."""
+    """COCO-format instances (boxes, instance masks) through pycocotools; see the module docstring.
+
+    An image's ``file_name`` must be relative and stay inside the folder: absolute names and ``..`` are
+    refused when the annotation file is read, and a symbolic link is followed only to a target inside the
+    data root or inside the image folder it sits in (a linked image folder keeps working)."""
 
     def __init__(
         self, root: str | Path, split: str = "train", transform: Callable | None = None, masks: bool = True
     ) -> None:
-        from pycocotools.coco import COCO
+        from pycocotools.coco import COCO  # pycocotools is only needed for COCO folders
 
         root = Path(root)
+        self.root = root
         self.ann_file = root / "annotations" / f"instances_{split}.json"
         if not self.ann_file.is_file():
             raise DataError(f"{self.ann_file}: not found (a COCO folder has annotations/instances_{split}.json)")
@@ -363,7 +474,9 @@ class CocoDetection(Dataset):
             data = json.loads(self.ann_file.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DataError(f"{self.ann_file}: not valid JSON ({exc})") from None
-        _check_coco(data, self.ann_file)
+        except OSError as exc:
+            raise DataError(f"{self.ann_file}: cannot read it ({exc.strerror or exc})") from None
+        _check_coco(data, self.ann_file, masks)
         coco = COCO()
         coco.dataset = data
         coco.createIndex()
@@ -382,17 +495,41 @@ class CocoDetection(Dataset):
         return len(self.ids)
 
     def image_path(self, image_id: int) -> Path:
+        """The file of image ``image_id``: the first image folder holding its ``file_name``, links checked."""
         name = self.coco.imgs[image_id]["file_name"]
         for d in self.image_dirs:
-            if (d / name).is_file():
-                return d / name
+            path = d / name
+            if path.is_dir() or not (path.exists() or path.is_symlink()):
+                continue
+            real = path.resolve()
+            if not any(real == top or top in real.parents for top in (self.root.resolve(), d.resolve())):
+                raise DataError(
+                    f"{self.ann_file}: image {image_id} file_name {name} leads to {real}, outside the data folder "
+                    f"{self.root} (a link may only point inside it)"
+                )
+            return path
         raise DataError(f"{self.ann_file}: image file {name} not found under {', '.join(map(str, self.image_dirs))}")
+
+    def _masks(self, anns: list[dict[str, Any]], h: int, w: int) -> np.ndarray:
+        """The instance masks of ``anns`` rasterised by pycocotools, ``(N, h, w)`` uint8."""
+        if not self.masks:
+            return np.zeros((len(anns), h, w), np.uint8)
+        out = []
+        for ann in anns:
+            try:
+                out.append(self.coco.annToMask(ann))
+            except (TypeError, ValueError, KeyError, IndexError) as exc:
+                raise DataError(
+                    f"{self.ann_file}: annotation {ann.get('id')} segmentation cannot be rasterised "
+                    f"({type(exc).__name__}: {' '.join(str(exc).split())})"
+                ) from None
+        return np.stack(out) if out else np.zeros((0, h, w), np.uint8)
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         image_id = self.ids[index]
         info = self.coco.imgs[image_id]
         path = self.image_path(image_id)
-        image = _read_rgb(path)
+        image = read_rgb_array(path)
         h, w = int(info["height"]), int(info["width"])
         if image.shape[:2] != (h, w):
             raise DataError(f"{path}: image is {image.shape[1]}x{image.shape[0]}, {self.ann_file.name} says {w}x{h}")
@@ -403,10 +540,7 @@ class CocoDetection(Dataset):
         )
         boxes = np.clip(boxes.reshape(-1, 4), 0, [w, h, w, h])
         labels = np.array([self.cat_to_label[a["category_id"]] for a in anns], dtype=np.int64)
-        if self.masks:
-            masks = np.stack([self.coco.annToMask(a) for a in anns]) if anns else np.zeros((0, h, w), np.uint8)
-        else:
-            masks = np.zeros((len(anns), h, w), np.uint8)
+        masks = self._masks(anns, h, w)
         img_t = tv_tensors.Image(torch.from_numpy(image).permute(2, 0, 1))
         target = _detection_target(boxes, labels, masks, (h, w), int(image_id))
         return self.transform(img_t, target) if self.transform else (img_t, target)

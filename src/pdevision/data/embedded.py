@@ -1,6 +1,6 @@
 """Embedded classification sets, selected by name (``--data NAME``); nothing is downloaded.
 
-* ``digits``: scikit-learn's handwritten digits (:class:`pdevision.data.datasets.DigitsDataset`), the default.
+* ``digits``: scikit-learn's handwritten digits (:class:`pdevision.data.digits.DigitsDataset`), the default.
 * ``scenes``: "which digit is in this cluttered scene": one real handwritten digit scan (0.4-0.65 of the
   side, rotated up to +-20 degrees, one random colour at least 0.25 in luminance from the background under
   it) pasted over 1-2 real face crops (0.25-0.4 of the side) on a crop of a bundled photograph
@@ -25,7 +25,8 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from pdevision.data.datasets import DataError, DigitsDataset
+from pdevision.data.digits import DigitsDataset
+from pdevision.data.errors import DataError
 from pdevision.data.scenes import VERSION, SceneConfig, make_scene
 
 

@@ -37,8 +37,8 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from pdevision.data.datasets import IMAGE_EXTENSIONS, DataError
-from pdevision.data.imageio import ImageReadError, to_rgb
+from pdevision.data.errors import DataError
+from pdevision.data.imageio import IMAGE_EXTENSIONS, open_rgb
 
 log = logging.getLogger(__name__)
 
@@ -113,31 +113,15 @@ def _embedded(name: str, mode: str) -> np.ndarray:
 def load_image(path: str | Path, mode: str) -> np.ndarray:
     """An image file as ``(H, W, C)`` float32 in [0, 1], converted to ``mode`` (``"L"`` or ``"RGB"``).
 
-    16-bit and 32-bit integer grey images (values up to 65535) and float images in [0, 1] are scaled to
-    8 bits by :func:`pdevision.data.imageio.to_rgb` (Pillow's own conversion would clip them at 255).
-    A file that does not decode, or is empty, raises :class:`~pdevision.data.imageio.ImageReadError`
-    naming it (a ``ValueError``: one line on the command line)."""
+    The file is read by :func:`pdevision.data.imageio.open_rgb`, the reader of every task (16-bit, 32-bit
+    integer and float images scaled to 8 bits, EXIF orientation applied, palette, CMYK and alpha images
+    converted); grey is its ITU-R 601 luma. A file that does not decode, is empty or is not a regular file
+    raises :class:`~pdevision.data.imageio.ImageReadError` naming it (a ``ValueError``: one line on the
+    command line)."""
     if mode not in MODES:
         raise ValueError(f"mode must be 'L' or 'RGB', got {mode!r}")
-    path = Path(path)
-    try:
-        with Image.open(path) as img:
-            img.load()
-            if img.mode.startswith("I;16") or img.mode in ("I", "F"):
-                img = to_rgb(img, str(path))
-            arr = _to_array(_convert(img, mode))
-    except ImageReadError:
-        raise
-    except FileNotFoundError as exc:
-        raise ImageReadError(f"image {path} does not exist") from exc
-    except Image.DecompressionBombError as exc:
-        raise ImageReadError(f"image {path} is too large to decode safely ({exc})") from exc
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        raise ImageReadError(f"cannot read image {path}: {text}") from exc
-    if 0 in arr.shape[:2]:
-        raise ImageReadError(f"image {path} has no pixels ({arr.shape[1]}x{arr.shape[0]})")
-    return arr
+    rgb = open_rgb(path)
+    return _to_array(rgb if mode == "RGB" else rgb.convert("L"))
 
 
 @dataclass

@@ -15,7 +15,9 @@ reads every sample exactly once over all slots, in order.
 
 What resume means for a stream: checkpoints are written at epoch ends; the next epoch's order depends only on the
 seed, the epoch index and the slot, so a resumed run reads exactly the samples, in the same order, as an
-uninterrupted one (with the same number of ranks and workers). Unreadable images are skipped with a warning
+uninterrupted one (with the same number of ranks and workers). Images are decoded by
+:func:`pdevision.data.imageio.decode_rgb`, with the rules of every other input (16-bit scaled, EXIF orientation
+applied). Unreadable images are skipped with a warning
 (webdataset's handler), as unreadable files of a folder tree are: one corrupt JPEG among a million should not end a
 week-long run; neither webdataset nor timm's readers report them otherwise.
 """
@@ -33,9 +35,11 @@ from typing import Any
 
 import torch
 import webdataset as wds
+from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
-from pdevision.data.datasets import DataError
+from pdevision.data.errors import DataError
+from pdevision.data.imageio import decode_rgb
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,19 @@ def _scan(urls: list[str], read_labels: bool) -> tuple[int, int]:
         count += len(complete)
         top = max([top, *(labels[k] for k in complete)])
     return count, top
+
+
+def _decode_sample(sample: dict[str, Any]) -> tuple[Image.Image, int]:
+    """``(8-bit RGB image, class index)`` of a raw shard sample, the image read by the reader of every task."""
+    name = f"{sample.get('__url__', 'shard')}:{sample.get('__key__', '?')}"
+    ext = next((k for k in IMAGE_KEYS if k in sample), None)
+    if ext is None or "cls" not in sample:
+        raise DataError(f"shard sample {name} lacks its image ({', '.join(IMAGE_KEYS)}) or its class (cls)")
+    try:
+        label = int(sample["cls"])
+    except ValueError:
+        raise DataError(f"shard sample {name}: the class {sample['cls'][:20]!r} is not an integer") from None
+    return decode_rgb(sample[ext], f"{name}.{ext}"), label
 
 
 def _warn(exc: Exception) -> bool:
@@ -123,10 +140,8 @@ class ShardDataset(IterableDataset):
             per_rank = self.count // world
             quota = per_rank // workers + (wid < per_rank % workers)
             samples = islice(chain(samples, self._repeats(mine, keep)), quota)
-        decoded = wds.to_tuple("jpg;jpeg;png", "cls", handler=_warn)(wds.decode("pil", handler=_warn)(samples))
-        for image, label in decoded:
-            image = image.convert("RGB")
-            yield (self.transform(image) if self.transform else image), int(label)
+        for image, label in wds.map(_decode_sample, handler=_warn)(samples):
+            yield (self.transform(image) if self.transform else image), label
 
     def _samples(self, urls: list[str], keep: tuple[int, int] | None) -> Iterator[dict[str, Any]]:
         """Raw samples of ``urls`` (of every ``keep[1]``-th from ``keep[0]``), one pass."""

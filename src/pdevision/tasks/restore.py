@@ -32,6 +32,7 @@ from torch.utils.data import Dataset
 
 import pdevision.models.restoration as restoration_models
 from pdevision.data.datasets import DataError
+from pdevision.data.imageio import read_image_native
 from pdevision.data.restoration import (
     MODES,
     Degradation,
@@ -474,33 +475,9 @@ def train(config: RestoreConfig) -> dict[str, Any]:
 
 def _read_image(src: Path) -> tuple[Image.Image, np.ndarray, str, float]:
     """The image at ``src``, its pixels as float32 in 0..1, its mode (``"I;16"`` for 16-bit grey) and the scale
-    (255 or 65535) of its integer values; an unreadable file or an unsupported mode is a :class:`DataError`."""
-    try:
-        img = Image.open(src)
-        img.load()
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"no such image: {src}") from exc
-    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        raise DataError(f"cannot read {src} as an image ({type(exc).__name__}: {text})") from exc
-    mode = img.mode
-    if mode not in ("L", "LA", "RGB", "RGBA", "I") and not mode.startswith("I;16"):
-        raise DataError(
-            f"{src} is a {mode} image; restore supports L, LA, RGB, RGBA and 16-bit grey (convert it first)"
-        )
-    if 0 in img.size:
-        raise DataError(f"{src} has no pixels ({img.size[0]}x{img.size[1]})")
-    scale = 255.0
-    if mode == "I" or mode.startswith("I;16"):
-        values = np.asarray(img)
-        if values.min() < 0 or values.max() > 65535:
-            raise DataError(
-                f"{src}: 32-bit integer image with values in [{values.min()}, {values.max()}], outside the 16-bit "
-                "range (convert it to 8 or 16 bits first)"
-            )
-        mode, scale = "I;16", 65535.0
-    arr = np.asarray(img, dtype=np.float32) / scale
-    return img, arr, mode, scale
+    (255 or 65535) of its integer values, by the data layer's reader; an unreadable file or an unsupported mode
+    is an :class:`~pdevision.data.imageio.ImageReadError` (a :class:`DataError`)."""
+    return read_image_native(src, caller="restore")
 
 
 def restore_file(

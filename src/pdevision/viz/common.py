@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch import nn
 
-from pdevision.data import build_datasets, eval_transform_for
+from pdevision.data import ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.engine.modeling import build_model, classifier_from_meta
 from pdevision.engine.modeling import load_checkpoint_model as load_model
 
@@ -166,10 +166,10 @@ def load_image_files(paths: Sequence[str | Path], transform) -> torch.Tensor:
         if not p.is_file():
             raise FileNotFoundError(f"image {p} does not exist")
         try:
-            with Image.open(p) as img:
-                out.append(transform(img.convert("RGB")))
-        except (UnidentifiedImageError, OSError) as exc:
-            raise VizError(f"cannot read image {p}: {exc}") from exc
+            img = open_rgb(p)
+        except ImageReadError as exc:
+            raise VizError(str(exc)) from exc
+        out.append(transform(img))
     return torch.stack(out)
 
 
