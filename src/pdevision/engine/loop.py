@@ -49,7 +49,7 @@ from pdevision.engine.runtime import (
     write_metrics,
 )
 from pdevision.engine.state import RunState
-from pdevision.models._common import fuse_linears
+from pdevision.layers import fuse_linears
 from pdevision.ops.fused import fused_update_supported
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,8 @@
-"""nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling."""
+"""nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling, the fused inference
+linears."""
 
 from pdevision.layers.blocks import ConvDownsample, ConvStem, MixerBlock, run_block
+from pdevision.layers.fused_linear import InferenceLinear, fuse_linears
 from pdevision.layers.hcl import HeatConductionLayer, HeatConductionMixer, RefinementActivation, refinement_act_layer
 from pdevision.layers.hco import HeatConductionOperator
 from pdevision.layers.hyperbolic import (
@@ -33,11 +35,13 @@ __all__ = [
     "HeatConductionMixer",
     "HeatConductionOperator",
     "HyperbolicBlock",
+    "InferenceLinear",
     "MixerBlock",
     "RefinementActivation",
     "ResNetStem",
     "create_activation",
     "derivative_stencils",
+    "fuse_linears",
     "refinement_act_layer",
     "run_block",
 ]

@@ -58,7 +58,7 @@ import torch.utils.checkpoint
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 
-from pdevision.layers import ConvDownsample, MixerBlock, run_block
+from pdevision.layers import ConvDownsample, MixerBlock, fuse_linears, run_block
 from pdevision.layers.hcl import (
     DEFAULT_PARAMETRISATION,
     HeatConductionLayer,
@@ -69,7 +69,8 @@ from pdevision.layers.hcl import (
     matched_hidden,
     refinement_act_layer,
 )
-from pdevision.models._common import StagedBackbone, default_cfg, fuse_linears, resolve_local_head, to_2tuple_size
+from pdevision.models._staged import StagedBackbone, to_2tuple_size
+from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.fdm import Boundary
 
 __all__ = ["LAYOUTS", "HcNet", "HcNetStage", "PatchStem"]
@@ -244,7 +245,7 @@ class HcNet(StagedBackbone):
 
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
-        """Inference folding: the linear layers on the fused kernels (:func:`~pdevision.models._common.fuse_linears`;
+        """Inference folding: the linear layers on the fused kernels (:func:`~pdevision.layers.fuse_linears`;
         same parameters, state dict and function). ``img_size`` is accepted for the common folding call (checked, then
         unused)."""
         if img_size is not None:
