@@ -17,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta
-from pdevision.models.factory import ModelNameError, build_model
+from pdevision.models.factory import ModelNameError, build_model, check_image_size, min_input_size
 
 __all__ = [
     "ModelNameError",
@@ -28,27 +28,6 @@ __all__ = [
     "min_input_size",
     "model_from_meta",
 ]
-
-
-def min_input_size(model: nn.Module) -> int:
-    """Smallest height/width the model accepts: its ``min_input_size`` or its largest feature stride."""
-    size = getattr(model, "min_input_size", None)
-    if size:
-        return int(size)
-    info = getattr(model, "feature_info", None)
-    if info:
-        try:
-            return int(max(f["reduction"] for f in info))
-        except (TypeError, KeyError):
-            pass
-    return 1
-
-
-def check_image_size(model: nn.Module, img_size: int) -> None:
-    if img_size < min_input_size(model):
-        raise ValueError(
-            f"image size {img_size} is below the model's minimum of {min_input_size(model)} (its total stride)"
-        )
 
 
 def load_into_model(

@@ -1,10 +1,11 @@
-"""nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling, the fused inference
-linears."""
+"""nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling, QB-Heat's
+extrapolator and pixel decoders, the fused inference linears."""
 
 from pdevision.layers.blocks import ConvDownsample, ConvStem, MixerBlock, run_block
 from pdevision.layers.fused_linear import InferenceLinear, fuse_linears
 from pdevision.layers.hcl import HeatConductionLayer, HeatConductionMixer, RefinementActivation, refinement_act_layer
 from pdevision.layers.hco import HeatConductionOperator
+from pdevision.layers.heat_extrapolator import HeatExtrapolator
 from pdevision.layers.hyperbolic import (
     ACTIVATIONS,
     BILINEAR_FORMS,
@@ -34,6 +35,7 @@ __all__ = [
     "HeatConductionLayer",
     "HeatConductionMixer",
     "HeatConductionOperator",
+    "HeatExtrapolator",
     "HyperbolicBlock",
     "InferenceLinear",
     "MixerBlock",

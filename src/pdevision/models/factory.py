@@ -40,6 +40,27 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
         raise ModelArgumentError(f"{name} does not take the arguments {sorted(kwargs)}: {exc}") from exc
 
 
+def min_input_size(model: nn.Module) -> int:
+    """Smallest height/width the model accepts: its ``min_input_size`` or its largest feature stride."""
+    size = getattr(model, "min_input_size", None)
+    if size:
+        return int(size)
+    info = getattr(model, "feature_info", None)
+    if info:
+        try:
+            return int(max(f["reduction"] for f in info))
+        except (TypeError, KeyError):
+            pass
+    return 1
+
+
+def check_image_size(model: nn.Module, img_size: int) -> None:
+    if img_size < min_input_size(model):
+        raise ValueError(
+            f"image size {img_size} is below the model's minimum of {min_input_size(model)} (its total stride)"
+        )
+
+
 def fold_for_inference(
     model: nn.Module, img_size: int | tuple[int, int] | None = None, inplace: bool = False
 ) -> nn.Module:
