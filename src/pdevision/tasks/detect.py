@@ -21,6 +21,7 @@ Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from pdevision.data.dense import build_dense_datasets, detection_collate
+from pdevision.engine.checkpoint import resolve_checkpoint
 from pdevision.models.dense import create_detection_model
 from pdevision.tasks.segment import (
     DenseConfig,
@@ -116,7 +118,11 @@ class DetectTask(DenseTask):
             self.config.model,
             len(self.classes),
             head=self.head,
-            checkpoint=self.config.init_from,
+            checkpoint=(  # the weights file of an --init-from folder: the models layer takes files, not folders
+                resolve_checkpoint(self.config.init_from) / "model.safetensors"
+                if self.config.init_from and Path(self.config.init_from).is_dir()
+                else self.config.init_from or None
+            ),
             **self.settings,
             **self.kwargs,
         )

@@ -35,7 +35,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from pdevision.data.dense import IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, build_dense_datasets
-from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta
+from pdevision.engine.checkpoint import CheckpointError, load_weights, read_meta, resolve_checkpoint
 from pdevision.models.dense import create_segmentation_model
 from pdevision.tasks.base import Task
 
@@ -252,7 +252,11 @@ class SegmentTask(DenseTask):
             self.config.model,
             len(self.classes),
             head=self.head,
-            checkpoint=self.config.init_from,
+            checkpoint=(  # the weights file of an --init-from folder: the models layer takes files, not folders
+                resolve_checkpoint(self.config.init_from) / "model.safetensors"
+                if self.config.init_from and Path(self.config.init_from).is_dir()
+                else self.config.init_from or None
+            ),
             decoder_channels=self.recipe.decoder_channels,
             **self.kwargs,
         )
