@@ -6,6 +6,7 @@ import difflib
 from typing import Any
 
 import timm
+from timm.utils.model import reparameterize_model
 from torch import nn
 
 
@@ -66,8 +67,6 @@ def fold_for_inference(
 ) -> nn.Module:
     """timm's ``reparameterize_model`` (re-parameterisable blocks fused), then, for models whose
     folding depends on the input size (vHeat's decay factors), a fold at ``img_size``."""
-    from timm.utils.model import reparameterize_model
-
     model = reparameterize_model(model, inplace=inplace)
     if img_size is not None and hasattr(model, "reparameterize"):
         try:

@@ -55,7 +55,9 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
+from timm.layers import LayerNorm2d
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models.swin_transformer import PatchMerging
 from torch import nn
 
 from pdevision.layers import ConvDownsample, MixerBlock, fuse_linears, run_block
@@ -84,8 +86,6 @@ class PatchStem(nn.Module):
 
     def __init__(self, in_chans: int, out_chans: int) -> None:
         super().__init__()
-        from timm.layers import LayerNorm2d
-
         self.conv = nn.Conv2d(in_chans, out_chans, kernel_size=4, stride=4)
         self.norm = LayerNorm2d(out_chans)
 
@@ -117,8 +117,6 @@ class HcNetStage(nn.Module):
             mlp_ratio = (matched_hidden(dim, int(dim * mlp_ratio)) + 0.5) / dim
         dpr = list(drop_path) or [0.0] * depth
         if layout == "paper":
-            from timm.models.swin_transformer import PatchMerging
-
             self.downsample = PatchMerging(in_dim, dim) if in_dim is not None else nn.Identity()
             self.blocks = nn.ModuleList(
                 PaperHcRaBlock(dim, mlp_ratio, ra_filter, layer_scale, dpr[i], **hcl_kwargs) for i in range(depth)
