@@ -52,7 +52,7 @@ from pdevision.data.crops import build_pretrain_dataset
 from pdevision.engine import RunConfig, save_checkpoint
 from pdevision.engine.checkpoint import load_weights, read_meta
 from pdevision.engine.modeling import build_model
-from pdevision.ssl.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL
+from pdevision.models.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL
 from pdevision.tasks.classify import ClassifyConfig, train
 from pdevision.tasks.pretrain import PretrainConfig, build_pretrainer, pretrain
 from pdevision.tasks.pretrain.figures import save_reconstruction_grid
@@ -388,8 +388,8 @@ def _setup_lines(state: dict[str, Any], state_path: Path, seeds: list[str]) -> l
         "depth 4, average pooling, built at 64 px: an 8x8 token grid); `resnet18` (timm). QB-Heat takes the ViT's "
         "tokens of the visible block, with the position embeddings of their place in the image, as a 4x4 feature "
         "grid (stride 8 = the patch size); from `vheat_micro` and `resnet18` it takes the stride-8 stage with the "
-        "deeper stages fused (`pdevision.ssl.encoders`). MAE cannot pretrain `resnet18` or `vheat_micro` (it drops "
-        "patches, which needs a Transformer).",
+        "deeper stages fused (`pdevision.models.qbheat_encoders`). MAE cannot pretrain `resnet18` or `vheat_micro` "
+        "(it drops patches, which needs a Transformer).",
         "- Pretraining data: the 5,000 training scenes of `--data scenes` at 64 px, labels unused, random resized "
         "crops of scale 0.2-1 (no flip). QB-Heat: the centre 32x32 block (a quarter of the area), discrete "
         "predictor with the library's default skew-symmetric, rate-capped A and B. MAE: 75% of the 64 patches "

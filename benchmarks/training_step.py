@@ -27,7 +27,7 @@ from torch import nn
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import interleaved_medians, machine_description, steady_allocator
 from pdevision.cli import _positive_int  # the CLI's check: a clear argparse error
-from pdevision.models._common import fuse_linears
+from pdevision.layers import fuse_linears
 from pdevision.ops.fused import reference_kernels
 
 OUT = Path(__file__).with_name("training_step.md")

@@ -77,7 +77,7 @@ def test_fused_peer_computes_the_peer_function_on_the_fused_kernels() -> None:
     import torch
 
     from pdevision.bench.models import build_for_bench
-    from pdevision.models._common import InferenceLinear
+    from pdevision.layers import InferenceLinear
 
     torch.manual_seed(0)
     peer = build_for_bench("convnext_tiny", 64, torch.device("cpu"))

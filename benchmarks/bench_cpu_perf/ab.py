@@ -23,7 +23,7 @@ import torch
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import matmul_gflops, onednn_matmul_gflops
 from pdevision.bench.models import build_for_bench
-from pdevision.models._common import fuse_linears
+from pdevision.layers import fuse_linears
 from pdevision.ops.dct import dct2, idct2
 from pdevision.ops.fused import heat_filter_nhwc, reference_kernels
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pdevision.data
 
 DATA = Path(pdevision.data.__file__).parent
-ABOVE = ("pdevision.engine", "pdevision.tasks", "pdevision.viz", "pdevision.cli", "pdevision.ssl", "pdevision.bench")
+ABOVE = ("pdevision.engine", "pdevision.tasks", "pdevision.viz", "pdevision.cli", "pdevision.bench")
 
 
 def _imports(tree: ast.AST) -> list[tuple[str, int, bool]]:

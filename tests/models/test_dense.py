@@ -121,13 +121,18 @@ def test_segmentation_init_from_classification_checkpoint(tmp_path) -> None:
 
     clf = timm.create_model("hcnet_micro", num_classes=7)
     save_checkpoint(tmp_path, "best", clf, {"model": "hcnet_micro"})
-    model = create_segmentation_model("hcnet_micro", 3, head="fpn", checkpoint=tmp_path / "best")
-    enc = model.backbone.state_dict()
+    weights = tmp_path / "best" / "model.safetensors"  # the models layer takes the weights file, not the folder
     src = clf.state_dict()
-    shared = [k for k in enc if k.removeprefix("model.") in src]
-    assert len(shared) > 10
-    for k in shared:
-        assert torch.equal(enc[k], src[k.removeprefix("model.")]), k
+    for checkpoint in (weights, src):  # or a state dict
+        model = create_segmentation_model("hcnet_micro", 3, head="fpn", checkpoint=checkpoint)
+        enc = model.backbone.state_dict()
+        shared = [k for k in enc if k.removeprefix("model.") in src]
+        assert len(shared) > 10
+        for k in shared:
+            assert torch.equal(enc[k], src[k.removeprefix("model.")]), k
+    assert set(src) == set(clf.state_dict())  # the caller's state dict keeps its classifier
+    with pytest.raises(IsADirectoryError, match="pass its weights file"):
+        create_segmentation_model("hcnet_micro", 3, head="fpn", checkpoint=tmp_path / "best")
 
 
 # -- detection ------------------------------------------------------------------------------------

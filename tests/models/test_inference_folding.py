@@ -9,7 +9,7 @@ import torch
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench import count_macs
-from pdevision.models._common import InferenceLinear
+from pdevision.layers import InferenceLinear
 from pdevision.models.factory import fold_for_inference
 from pdevision.ops.fused import _onednn_ok, reference_kernels
 

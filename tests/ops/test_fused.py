@@ -163,7 +163,7 @@ def test_a_training_step_on_the_kernels_gives_the_reference_gradients(name: str)
     import timm
 
     import pdevision  # noqa: F401  (registers the models)
-    from pdevision.models._common import fuse_linears
+    from pdevision.layers import fuse_linears
 
     torch.manual_seed(0)
     model = timm.create_model(name, num_classes=5, **({} if "convnext" in name else {"img_size": 32}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pdevision.models._common import fuse_linears
+from pdevision.layers import fuse_linears
 from pdevision.models.factory import build_model, fold_for_inference
 
 FUSED = "+fused"  # a peer's name with this suffix: its linear layers on this library's fused kernels

@@ -52,7 +52,7 @@ from pdevision.engine.runtime import (
 )
 from pdevision.engine.state import RunState
 from pdevision.engine.task import RunContext, Task
-from pdevision.models._common import fuse_linears
+from pdevision.layers import fuse_linears
 from pdevision.ops.fused import fused_update_supported
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,10 @@ from pdevision.models.factory import (
     ModelArgumentError,
     ModelNameError,
     build_model,
+    check_image_size,
     check_model_args,
     check_model_name,
+    min_input_size,
 )
 
 __all__ = [
@@ -42,27 +44,6 @@ __all__ = [
 ]
 
 MAX_IMAGE_SIZE = 16384
-
-
-def min_input_size(model: nn.Module) -> int:
-    """Smallest height/width the model accepts: its ``min_input_size`` or its largest feature stride."""
-    size = getattr(model, "min_input_size", None)
-    if size:
-        return int(size)
-    info = getattr(model, "feature_info", None)
-    if info:
-        try:
-            return int(max(f["reduction"] for f in info))
-        except (TypeError, KeyError):
-            pass
-    return 1
-
-
-def check_image_size(model: nn.Module, img_size: int) -> None:
-    if img_size < min_input_size(model):
-        raise ValueError(
-            f"image size {img_size} is below the model's minimum of {min_input_size(model)} (its total stride)"
-        )
 
 
 def load_into_model(

@@ -1,8 +1,11 @@
-"""nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling."""
+"""nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling, QB-Heat's
+extrapolator and pixel decoders, the fused inference linears."""
 
 from pdevision.layers.blocks import ConvDownsample, ConvStem, MixerBlock, run_block
+from pdevision.layers.fused_linear import InferenceLinear, fuse_linears
 from pdevision.layers.hcl import HeatConductionLayer, HeatConductionMixer, RefinementActivation, refinement_act_layer
 from pdevision.layers.hco import HeatConductionOperator
+from pdevision.layers.heat_extrapolator import HeatExtrapolator
 from pdevision.layers.hyperbolic import (
     ACTIVATIONS,
     BILINEAR_FORMS,
@@ -32,12 +35,15 @@ __all__ = [
     "HeatConductionLayer",
     "HeatConductionMixer",
     "HeatConductionOperator",
+    "HeatExtrapolator",
     "HyperbolicBlock",
+    "InferenceLinear",
     "MixerBlock",
     "RefinementActivation",
     "ResNetStem",
     "create_activation",
     "derivative_stencils",
+    "fuse_linears",
     "refinement_act_layer",
     "run_block",
 ]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
+from timm.layers import DropPath, LayerScale, Mlp
 from torch import nn
 
 from pdevision.ops.fdm import BOUNDARIES, Boundary, fdm_heat_step, stable_coefficients
@@ -173,8 +174,6 @@ class PaperHcRaBlock(nn.Module):
         **hcl_kwargs: Any,
     ) -> None:
         super().__init__()
-        from timm.layers import DropPath, LayerScale, Mlp
-
         hidden = int(dim * mlp_ratio)
         self.heat = HeatConductionLayer(dim, **hcl_kwargs)
         self.ls1 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()

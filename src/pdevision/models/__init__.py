@@ -1,4 +1,4 @@
-"""Model families, registered in timm's registry on import."""
+"""Model families, registered in timm's registry on import, and the self-supervised models QB-Heat and MAE."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pdevision.models import (
     pderesnet,  # noqa: F401  (registers pderesnet* in timm)
     restoration,  # noqa: F401  (registers vheatir_*, swinir_*, dncnn_* in timm; not backbones, not in FAMILIES)
 )
+from pdevision.models.mae import MAE
+from pdevision.models.qbheat import QBHeat
 from pdevision.models.vheat import VHeat, checkpoint_filter_fn
 
 FAMILIES: tuple[str, ...] = ("vheat", "hcnet", "pderesnet")
@@ -22,4 +24,4 @@ def list_models(pattern: str = "") -> list[str]:
     return names
 
 
-__all__ = ["FAMILIES", "VHeat", "checkpoint_filter_fn", "list_models"]
+__all__ = ["FAMILIES", "MAE", "QBHeat", "VHeat", "checkpoint_filter_fn", "list_models"]

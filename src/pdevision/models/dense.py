@@ -20,9 +20,11 @@ encoder returns them.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import types
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,11 @@ import torch
 import torch.nn.functional as F
 from timm.layers import LayerNorm2d
 from torch import nn
+from torchvision.models.detection import FasterRCNN, MaskRCNN
+from torchvision.models.detection.anchor_utils import AnchorGenerator
+from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
+from torchvision.ops.feature_pyramid_network import FeaturePyramidNetwork, LastLevelMaxPool
 
 from pdevision.models.factory import ModelNameError
 
@@ -52,8 +59,6 @@ DETECTION_HEADS = ("mask_rcnn", "faster_rcnn")
 
 def _check_name(name: str) -> None:
     if not timm.is_model(name):
-        import difflib
-
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else " (see `pdevision models` or timm.list_models())"
         raise ModelNameError(f"unknown model {name!r}{hint}")
@@ -84,18 +89,25 @@ def backbone_kwargs_for(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return dict(kwargs)
 
 
-def pretrained_overlay(checkpoint: str | Path | None) -> dict[str, Any]:
-    """timm arguments that load a local classification or pretraining checkpoint (a folder with
-    ``model.safetensors``, or the file itself) into a ``features_only`` backbone: timm loads the
-    weights into the whole network first (through the family's checkpoint filter, which for vHeat
-    resizes the FVEs by ``fve_resize``), drops the classifier, and then cuts the feature extractor."""
+# Backbone weights for the dense builders: a local weights file (``.safetensors`` or ``.pth``) or a state dict.
+# Turning a checkpoint folder into its weights file is the caller's job (pdevision.engine.checkpoint).
+Weights = str | Path | Mapping[str, torch.Tensor]
+
+
+def pretrained_overlay(checkpoint: Weights | None) -> dict[str, Any]:
+    """timm arguments that load local classification or pretraining weights (a weights file, e.g. a checkpoint
+    folder's ``model.safetensors``, or a state dict) into a ``features_only`` backbone: timm loads the weights into
+    the whole network first (through the family's checkpoint filter, which for vHeat resizes the FVEs by
+    ``fve_resize``), drops the classifier, and then cuts the feature extractor. A folder is refused: resolve it to
+    its weights file first."""
     if checkpoint is None:
         return {}
+    if isinstance(checkpoint, Mapping):
+        # a copy: timm drops the classifier entries from the dict it is given
+        return dict(pretrained=True, pretrained_cfg_overlay=dict(state_dict=dict(checkpoint), hf_hub_id=None, url=None))
     path = Path(checkpoint)
     if path.is_dir():
-        from pdevision.engine.checkpoint import resolve_checkpoint
-
-        path = resolve_checkpoint(path) / "model.safetensors"
+        raise IsADirectoryError(f"{checkpoint} is a folder; pass its weights file (e.g. model.safetensors)")
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {checkpoint}")
     return dict(pretrained=True, pretrained_cfg_overlay=dict(file=str(path), hf_hub_id=None, url=None))
@@ -153,7 +165,7 @@ def create_segmentation_model(
     num_classes: int,
     head: str = "upernet",
     size_divisor: int = 32,
-    checkpoint: str | Path | None = None,
+    checkpoint: Weights | None = None,
     decoder_channels: int | None = None,
     **backbone_kwargs: Any,
 ) -> SegmentationModel:
@@ -164,10 +176,12 @@ def create_segmentation_model(
         num_classes: output classes (background included when it is a class).
         head: ``"upernet"`` (the papers' ADE20K head), ``"fpn"`` or ``"unet"``.
         size_divisor: inputs are padded to a multiple of this (the backbone's total stride, 32).
-        checkpoint: a local classification or pretraining checkpoint for the backbone (its head is dropped).
+        checkpoint: local classification or pretraining weights for the backbone, a weights file or a state dict
+            (its head is dropped); see :func:`pretrained_overlay`.
         decoder_channels: UPerNet/FPN width (smp's defaults: 256 / 256); Unet keeps smp's widths.
         **backbone_kwargs: passed to ``timm.create_model`` (``img_size``, ``fve_resize``, ``drop_path_rate``).
     """
+    # smp is imported on use only (it pulls in huggingface_hub and every smp encoder); not to dodge a cycle
     import segmentation_models_pytorch as smp
 
     _check_name(backbone)
@@ -205,12 +219,10 @@ class BackboneWithFPN(nn.Module):
         name: str,
         out_channels: int = 256,
         out_norm: bool | None = None,
-        checkpoint: str | Path | None = None,
+        checkpoint: Weights | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
-        from torchvision.ops.feature_pyramid_network import FeaturePyramidNetwork, LastLevelMaxPool
-
         _check_name(name)
         kwargs = backbone_kwargs_for(name, kwargs)
         reductions = list(_probe(name, kwargs).feature_info.reduction())
@@ -249,7 +261,7 @@ def create_detection_model(
     mask_channels: int = 256,
     anchor_sizes: tuple[int, ...] = (32, 64, 128, 256, 512),
     out_norm: bool | None = None,
-    checkpoint: str | Path | None = None,
+    checkpoint: Weights | None = None,
     detector_kwargs: dict[str, Any] | None = None,
     **backbone_kwargs: Any,
 ) -> nn.Module:
@@ -268,18 +280,13 @@ def create_detection_model(
         anchor_sizes: one anchor size per pyramid level P2-P6 (aspect ratios 0.5, 1, 2), torchvision's
             default for COCO-sized images; smaller for small images.
         out_norm: see :class:`BackboneWithFPN`.
-        checkpoint: a local classification or pretraining checkpoint for the backbone.
+        checkpoint: local classification or pretraining weights for the backbone, a weights file or a state dict.
         detector_kwargs: further arguments of torchvision's ``MaskRCNN``/``FasterRCNN``.
         **backbone_kwargs: passed to ``timm.create_model``.
 
     Images go in as a list of ``(3, H, W)`` tensors in ``[0, 1]`` (any size); ImageNet mean and std
     are applied by the detector's transform.
     """
-    from torchvision.models.detection import FasterRCNN, MaskRCNN
-    from torchvision.models.detection.anchor_utils import AnchorGenerator
-    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
-    from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
-
     if head not in DETECTION_HEADS:
         raise ValueError(f"unknown detection head {head!r}; choose from {', '.join(DETECTION_HEADS)}")
     body = BackboneWithFPN(backbone, fpn_channels, out_norm=out_norm, checkpoint=checkpoint, **backbone_kwargs)

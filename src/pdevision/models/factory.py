@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import timm
+from timm.utils.model import reparameterize_model
 from torch import nn
 
 
@@ -109,13 +110,32 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
         raise ModelArgumentError(f"{name} does not take the arguments {sorted(kwargs)}: {exc}") from exc
 
 
+def min_input_size(model: nn.Module) -> int:
+    """Smallest height/width the model accepts: its ``min_input_size`` or its largest feature stride."""
+    size = getattr(model, "min_input_size", None)
+    if size:
+        return int(size)
+    info = getattr(model, "feature_info", None)
+    if info:
+        try:
+            return int(max(f["reduction"] for f in info))
+        except (TypeError, KeyError):
+            pass
+    return 1
+
+
+def check_image_size(model: nn.Module, img_size: int) -> None:
+    if img_size < min_input_size(model):
+        raise ValueError(
+            f"image size {img_size} is below the model's minimum of {min_input_size(model)} (its total stride)"
+        )
+
+
 def fold_for_inference(
     model: nn.Module, img_size: int | tuple[int, int] | None = None, inplace: bool = False
 ) -> nn.Module:
     """timm's ``reparameterize_model`` (re-parameterisable blocks fused), then, for models whose
     folding depends on the input size (vHeat's decay factors), a fold at ``img_size``."""
-    from timm.utils.model import reparameterize_model
-
     model = reparameterize_model(model, inplace=inplace)
     if img_size is not None and hasattr(model, "reparameterize"):
         try:

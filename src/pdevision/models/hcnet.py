@@ -55,10 +55,12 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
+from timm.layers import LayerNorm2d
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models.swin_transformer import PatchMerging
 from torch import nn
 
-from pdevision.layers import ConvDownsample, MixerBlock, run_block
+from pdevision.layers import ConvDownsample, MixerBlock, fuse_linears, run_block
 from pdevision.layers.hcl import (
     DEFAULT_PARAMETRISATION,
     HeatConductionLayer,
@@ -69,7 +71,8 @@ from pdevision.layers.hcl import (
     matched_hidden,
     refinement_act_layer,
 )
-from pdevision.models._common import StagedBackbone, default_cfg, fuse_linears, resolve_local_head, to_2tuple_size
+from pdevision.models._staged import StagedBackbone, to_2tuple_size
+from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.fdm import Boundary
 
 __all__ = ["LAYOUTS", "HcNet", "HcNetStage", "PatchStem"]
@@ -83,8 +86,6 @@ class PatchStem(nn.Module):
 
     def __init__(self, in_chans: int, out_chans: int) -> None:
         super().__init__()
-        from timm.layers import LayerNorm2d
-
         self.conv = nn.Conv2d(in_chans, out_chans, kernel_size=4, stride=4)
         self.norm = LayerNorm2d(out_chans)
 
@@ -116,8 +117,6 @@ class HcNetStage(nn.Module):
             mlp_ratio = (matched_hidden(dim, int(dim * mlp_ratio)) + 0.5) / dim
         dpr = list(drop_path) or [0.0] * depth
         if layout == "paper":
-            from timm.models.swin_transformer import PatchMerging
-
             self.downsample = PatchMerging(in_dim, dim) if in_dim is not None else nn.Identity()
             self.blocks = nn.ModuleList(
                 PaperHcRaBlock(dim, mlp_ratio, ra_filter, layer_scale, dpr[i], **hcl_kwargs) for i in range(depth)
@@ -244,7 +243,7 @@ class HcNet(StagedBackbone):
 
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
-        """Inference folding: the linear layers on the fused kernels (:func:`~pdevision.models._common.fuse_linears`;
+        """Inference folding: the linear layers on the fused kernels (:func:`~pdevision.layers.fuse_linears`;
         same parameters, state dict and function). ``img_size`` is accepted for the common folding call (checked, then
         unused)."""
         if img_size is not None:

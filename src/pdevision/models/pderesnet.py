@@ -59,15 +59,10 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._common import (
-    StagedBackbone,
-    check_image_batch,
-    default_cfg,
-    resolve_local_head,
-    stage_widths,
-)
+from pdevision.models._staged import StagedBackbone, check_image_batch, stage_widths
+from pdevision.models._weights import default_cfg, resolve_local_head
 
-torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._common)
+torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._staged)
 
 __all__ = ["TABLE1_ROWS", "PDEResNet", "PDEResNetStage"]
 

@@ -44,7 +44,7 @@ from timm.models.swin_transformer import SwinTransformerBlock
 from torch import nn
 
 from pdevision.layers import run_block
-from pdevision.models._common import to_2tuple_size
+from pdevision.models._staged import to_2tuple_size
 from pdevision.models.vheat import VHeatStage
 from pdevision.ops.dct import DctMethod
 

@@ -25,15 +25,9 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
-from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, run_block
-from pdevision.models._common import (
-    StagedBackbone,
-    conv_out_size,
-    default_cfg,
-    fuse_linears,
-    resolve_local_head,
-    to_2tuple_size,
-)
+from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, fuse_linears, run_block
+from pdevision.models._staged import StagedBackbone, conv_out_size, to_2tuple_size
+from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
@@ -217,7 +211,7 @@ class VHeat(StagedBackbone):
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
         """Fold every stage's FVE projection into decay factors for ``img_size`` (default: training), and put the
-        linear layers on the fused inference kernels (:func:`~pdevision.models._common.fuse_linears`: same
+        linear layers on the fused inference kernels (:func:`~pdevision.layers.fuse_linears`: same
         parameters and state dict, same function)."""
         size = to_2tuple_size(img_size) if img_size is not None else self.img_size
         for i, stage in enumerate(self.stages):

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdevision.engine.config import RunConfig, resolve_run
-from pdevision.ssl.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
-from pdevision.ssl.qbheat import QBHeat
+from pdevision.models.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
+from pdevision.models.qbheat import QBHeat
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ QB-Heat (arXiv:2211.13228) needs, for the visible block only, a feature map ``(B
   position embedding of *its place in the whole image* (the ViT is built at the full image size, as MAE's is), so
   the encoder is the very module MAE trains and fine-tuning needs no position resampling; prefix (class,
   register) tokens are kept. The ViT's blocks and final norm run on the block's tokens only (the same calls as
-  :meth:`pdevision.ssl.MAE.encode`), and the tokens are reshaped to the block's grid (NCHW). The feature stride
+  :meth:`pdevision.models.MAE.encode`), and the tokens are reshaped to the block's grid (NCHW). The feature stride
   is the patch size. This is our adapter: the QB-Heat source (a blog post on the paper) says only that a
   contiguous block lets the encoder be a Transformer or a plain CNN, not how positions are given.
 * ``"intermediates"``: any other backbone with ``forward_intermediates`` and ``feature_info`` (this library's

@@ -6,7 +6,7 @@ the hidden positions with a shared learned mask token in the decoder, decode eve
 mean squared error on the per-patch normalised pixels of the masked patches.
 
 Layouts: images ``(B, 3, H, W)`` NCHW; tokens ``(B, N, D)`` in raster order of the ``H/p x W/p`` patch grid.
-The decoder is :class:`~pdevision.ssl.decoder.TokenDecoder`, the same module (and size) that QB-Heat uses.
+The decoder is :class:`~pdevision.layers.decoder.TokenDecoder`, the same module (and size) that QB-Heat uses.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from timm.layers import trunc_normal_
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from pdevision.engine.modeling import build_model
-from pdevision.ssl.decoder import TokenDecoder, reconstruction_loss, to_pixels
+from pdevision.layers.decoder import TokenDecoder, reconstruction_loss, to_pixels
+from pdevision.models.factory import build_model
 
 # ~1.8M parameters: the size of vheat_micro (1.87M)
 DEFAULT_MAE_MODEL = "vit_tiny_patch16_224"

@@ -1,15 +1,18 @@
-"""Helpers shared by the model families: input validation and feature-map sizes."""
+"""The staged-backbone base shared by the model families (``stem -> stages -> norm -> head``, timm's model API)
+and its helpers: argument and input validation, feature-map sizes."""
 
 from __future__ import annotations
 
 import math
-import pickle
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
+from timm.layers import ClassifierHead, trunc_normal_
+from timm.models._features import feature_take_indices
 from torch import nn
+
+from pdevision.layers import ConvStem
 
 
 def _is_int(v: object) -> bool:
@@ -93,91 +96,6 @@ def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> torch.Te
 torch.fx.wrap("check_image_batch")
 
 
-# Classifier weights of this library's models and of the vHeat authors' checkpoints.
-_HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
-
-
-def _file_num_classes(path: str) -> int | None:
-    """Rows of the classifier in a local ``.pth`` / ``.safetensors`` file (memory-mapped), ``None`` if none."""
-    if str(path).endswith(".safetensors"):
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if k.endswith(_HEAD_KEYS)}
-    else:
-        import argparse
-
-        # timm's train.py checkpoints also hold its argparse.Namespace of arguments
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            try:
-                sd = torch.load(str(path), map_location="cpu", mmap=True, weights_only=True)
-            except RuntimeError as exc:  # the legacy (non-zip) format cannot be memory-mapped
-                if "mmap can only be used" not in str(exc):
-                    raise
-                sd = torch.load(str(path), map_location="cpu", weights_only=True)
-        if not isinstance(sd, dict):
-            raise ValueError(f"it holds a {type(sd).__name__}, not a state dict")
-        for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
-            if isinstance(sd, dict) and isinstance(sd.get(key), dict):
-                sd = sd[key]
-                break
-        shapes = {k: list(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor) and k.endswith(_HEAD_KEYS)}
-    for head in _HEAD_KEYS:
-        for key, shape in shapes.items():
-            if key.removeprefix("module.") == head and len(shape) == 2:
-                return int(shape[0])
-    return None
-
-
-def resolve_local_head(pretrained: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Keep a trained head when weights come from a local file (``pretrained_cfg_overlay=dict(file=...)``).
-
-    timm drops the classifier weights whenever ``num_classes`` differs from the pretrained config's (1000 for
-    every config here), so a 5-class checkpoint loaded with ``num_classes=5`` would silently get a fresh head.
-    When the overlay names a file and no ``num_classes``, the file's own classifier size is written into the
-    overlay: the head is then kept when it matches the requested ``num_classes`` and re-initialised only when it
-    does not (fine-tuning to another label set), as timm does for its hub weights.
-    """
-    overlay = kwargs.get("pretrained_cfg_overlay")
-    if not pretrained or not isinstance(overlay, dict) or "num_classes" in overlay:
-        return kwargs
-    path = overlay.get("file")
-    if not path:
-        return kwargs
-    file = Path(path)
-    if not file.is_file():  # timm's loader raised a FileNotFoundError without a message
-        raise FileNotFoundError(f"checkpoint file {path} not found" + (" (it is a folder)" if file.is_dir() else ""))
-    if file.stat().st_size == 0:
-        raise ValueError(f"checkpoint file {path} is empty")
-    try:
-        classes = _file_num_classes(path)
-    except pickle.UnpicklingError:  # not weights-only (or not a pickle at all): timm's loader decides and reports
-        return kwargs
-    except Exception as exc:  # a truncated archive or safetensors header, or no state dict inside
-        raise ValueError(f"checkpoint file {path} cannot be read as weights ({type(exc).__name__}: {exc})") from None
-    if classes is not None:
-        kwargs["pretrained_cfg_overlay"] = {**overlay, "num_classes": classes}
-    return kwargs
-
-
-def default_cfg(**kwargs: Any) -> dict[str, Any]:
-    """timm pretrained config shared by the families (ImageNet normalisation, ``stem.conv1``, ``head.fc``)."""
-    return {
-        "url": "",
-        "num_classes": 1000,
-        "input_size": (3, 224, 224),
-        "pool_size": (7, 7),
-        "crop_pct": 0.875,
-        "interpolation": "bicubic",
-        "mean": (0.485, 0.456, 0.406),
-        "std": (0.229, 0.224, 0.225),
-        "first_conv": "stem.conv1",
-        "classifier": "head.fc",
-        "license": "apache-2.0",
-        **kwargs,
-    }
-
-
 class StagedBackbone(nn.Module):
     """timm's model API for the families' common shape: ``stem -> stages -> norm -> head``.
 
@@ -230,10 +148,6 @@ class StagedBackbone(nn.Module):
     ) -> None:
         """Conv stem (stride 4), one stage per depth from ``make_stage(index, in_dim, dim, depth,
         drop_path_rates)``, final LayerNorm and an NHWC pooled linear head; linear layers initialised."""
-        from timm.layers import ClassifierHead
-
-        from pdevision.layers import ConvStem
-
         depths = self.depths
         self.stem = ConvStem(self.in_chans, self.dims[0])
         dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
@@ -254,8 +168,6 @@ class StagedBackbone(nn.Module):
     def init_linear(m: nn.Module) -> None:
         """Truncated-normal (std 0.02) linear weights and zero biases, as Swin / vHeat initialise them."""
         if isinstance(m, nn.Linear):
-            from timm.layers import trunc_normal_
-
             trunc_normal_(m.weight, std=0.02)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -310,8 +222,6 @@ class StagedBackbone(nn.Module):
         intermediates_only: bool = False,
     ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
         """Stage outputs for ``indices`` (NCHW by default); with ``norm`` the final norm is applied to the last."""
-        from timm.models._features import feature_take_indices
-
         if output_fmt not in ("NCHW", "NHWC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
         take_indices, max_index = feature_take_indices(len(self.stages), indices)
@@ -337,8 +247,6 @@ class StagedBackbone(nn.Module):
         self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
     ) -> list[int]:
         """Drop stages after the last needed one (and the norm / head), for feature extraction."""
-        from timm.models._features import feature_take_indices
-
         take_indices, max_index = feature_take_indices(len(self.stages), indices)
         self.stages = self.stages[: max_index + 1]
         if prune_norm:
@@ -346,63 +254,3 @@ class StagedBackbone(nn.Module):
         if prune_head:
             self.reset_classifier(0, "")
         return take_indices
-
-
-# -- inference folding: linear layers on the fused oneDNN kernels ---------------------------------------------
-
-
-class InferenceLinear(nn.Linear):
-    """``nn.Linear`` (same parameters and state-dict keys) whose CPU forward runs on
-    :func:`pdevision.ops.fused.linear`: without autograd one oneDNN product with the following activation fused
-    (``act``: ``"none"``, ``"gelu"``, ``"silu"``), in float32 training the forward and gradient products on oneDNN
-    and the activation after them. On other devices, under autocast with autograd, or under
-    :func:`pdevision.ops.fused.reference_kernels` it computes ``act(F.linear(x, weight, bias))`` as before. The name
-    is kept from when it served inference only."""
-
-    act: str = "none"
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear, act: str = "none") -> InferenceLinear:
-        """A module sharing ``linear``'s parameters (no copy)."""
-        new = cls.__new__(cls)
-        nn.Module.__init__(new)
-        new.in_features, new.out_features = linear.in_features, linear.out_features
-        new.weight, new.bias = linear.weight, linear.bias
-        new.act = act
-        return new
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from pdevision.ops.fused import linear
-
-        if "_cast_cache" not in self.__dict__:
-            self._cast_cache: dict[Any, Any] = {}
-        return linear(x, self.weight, self.bias, self.act, cache=self._cast_cache)
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + (f", act={self.act}" if self.act != "none" else "")
-
-
-def fuse_linears(model: nn.Module) -> int:
-    """Swap every ``nn.Linear`` of ``model`` for an :class:`InferenceLinear` sharing its parameters, in place, and
-    fuse an MLP's exact GELU into its first linear (timm's ``Mlp``: ``fc1, act, ..., fc2``; HcNet's refinement
-    activation, whose GELU comes first). The function and the state dict are unchanged (keys and values); only the
-    CPU forward takes the oneDNN kernels (inference, and float32 training). Returns the number of linears swapped."""
-    from timm.layers import Mlp
-
-    from pdevision.layers.hcl import RefinementActivation
-
-    for module in list(model.modules()):
-        if type(module) is not Mlp or type(module.fc1) is not nn.Linear:  # not GluMlp & co: fc1 feeds a gate there
-            continue
-        fc1, act = module.fc1, module.act
-        if isinstance(act, nn.GELU) and act.approximate == "none":
-            module.fc1, module.act = InferenceLinear.from_linear(fc1, "gelu"), nn.Identity()
-        elif isinstance(act, RefinementActivation) and isinstance(act.act, nn.GELU) and act.act.approximate == "none":
-            module.fc1, act.act = InferenceLinear.from_linear(fc1, "gelu"), nn.Identity()
-    count = 0
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is nn.Linear:
-                setattr(module, name, InferenceLinear.from_linear(child))
-                count += 1
-    return count + sum(1 for m in model.modules() if isinstance(m, InferenceLinear) and m.act == "gelu")

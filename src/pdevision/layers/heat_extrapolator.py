@@ -30,7 +30,7 @@ matrices (``Re lambda < 0``) decay one way and blow up the other. Hence, with ``
 
 ``constraint="none"`` uses ``A = W_A`` as published. This class caps its rate only when ``max_rate`` is a number
 (gains ``<= (1 + max_rate)^n`` discrete, ``<= exp(n max_rate)`` exact: fine for the few cells of a quarter block,
-not for long distances); ``max_rate=None`` removes the cap. :class:`pdevision.ssl.QBHeat`, :class:`PretrainConfig`
+not for long distances); ``max_rate=None`` removes the cap. :class:`pdevision.models.QBHeat`, :class:`PretrainConfig`
 and ``pdevision pretrain`` resolve ``max_rate="auto"`` to no cap for ``"none"``, so there ``constraint="none"``
 alone is the published, uncapped predictor. ``W_A = W_B = 0`` at initialisation: the predictor starts as a copy of the
 nearest border feature (replicate padding).

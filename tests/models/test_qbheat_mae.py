@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pdevision.ssl import MAE, QBHeat
-from pdevision.ssl.decoder import normalise_patches, patchify, to_pixels, unpatchify
+from pdevision.layers.decoder import normalise_patches, patchify, to_pixels, unpatchify
+from pdevision.models import MAE, QBHeat
 
 VIT_ARGS = {"patch_size": 8, "depth": 2, "embed_dim": 64, "num_heads": 2}
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pdevision.ssl.predictor import HeatExtrapolator, propagate
+from pdevision.layers.heat_extrapolator import HeatExtrapolator, propagate
 
 
 def _skew(d: int, scale: float, seed: int) -> torch.Tensor:

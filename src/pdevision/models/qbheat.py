@@ -10,7 +10,7 @@ Layouts: images ``(B, 3, H, W)`` NCHW; the encoder runs on the crop ``(B, 3, blo
 out before the encoder is called, so pixels outside the block cannot reach it); feature grids are NCHW with
 one cell per ``stride x stride`` pixel patch.
 
-Encoders (:mod:`pdevision.ssl.encoders`): the source (a blog post on the paper) says that because the visible
+Encoders (:mod:`pdevision.models.qbheat_encoders`): the source (a blog post on the paper) says that because the visible
 part is one contiguous block, the encoder can be a Transformer or a plain CNN (unlike MAE's, which must be a
 Transformer to drop patches); it gives no architecture details. Here the encoder is any registered backbone:
 
@@ -34,10 +34,10 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from pdevision.engine.modeling import build_model, min_input_size
-from pdevision.ssl.decoder import build_decoder, reconstruction_loss, to_pixels
-from pdevision.ssl.encoders import block_features, encoder_kind
-from pdevision.ssl.predictor import HeatExtrapolator
+from pdevision.layers.decoder import build_decoder, reconstruction_loss, to_pixels
+from pdevision.layers.heat_extrapolator import HeatExtrapolator
+from pdevision.models.factory import build_model, min_input_size
+from pdevision.models.qbheat_encoders import block_features, encoder_kind
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def feature_strides(encoder: nn.Module) -> list[int]:
 def build_encoder(name: str, img_size: int, block_size: int, encoder_args: dict[str, Any]) -> tuple[nn.Module, dict]:
     """A registered backbone without classifier, built for ``img_size`` (the fine-tuning resolution) and able
     to run on the ``block_size`` crop. A timm ViT is built as is (its block tokens take the positions of their
-    place in the image, :func:`pdevision.ssl.encoders.vit_block_tokens`); other models with a
+    place in the image, :func:`pdevision.models.qbheat_encoders.vit_block_tokens`); other models with a
     ``dynamic_img_size`` switch get ``dynamic_img_size=True``. Returns it and its arguments."""
     args = dict(encoder_args)
     encoder = build_model(name, num_classes=0, img_size=img_size, **args)
@@ -93,7 +93,7 @@ class QBHeat(nn.Module):
     Args:
         encoder: a registered model name (built without classifier at ``img_size``) or a module: a timm ViT
             (built at ``img_size``, patch size ``stride``) or a backbone with ``forward_intermediates``
-            (see :mod:`pdevision.ssl.encoders`); anything else is a one-line :class:`ValueError`.
+            (see :mod:`pdevision.models.qbheat_encoders`); anything else is a one-line :class:`ValueError`.
         img_size: image side in pixels (a multiple of ``stride``).
         block_size: side of the visible square block in pixels (default ``img_size // 2``: a quarter of the
             area); a multiple of ``stride``, smaller than the image, at least the encoder's minimum input.
@@ -105,7 +105,7 @@ class QBHeat(nn.Module):
             ``constraint="skew"``, no cap with ``constraint="none"``, so ``constraint="none"`` alone is the
             published predictor (``A = W_A`` free and uncapped); a number caps either form, ``None`` uncaps.
         fuse_deeper: add the deeper stages' features onto the ``stride`` grid (see the module docstring).
-        decoder, decoder_width, decoder_depth, decoder_heads: the pixel decoder (:mod:`pdevision.ssl.decoder`).
+        decoder, decoder_width, decoder_depth, decoder_heads: the pixel decoder (:mod:`pdevision.layers.decoder`).
         loss_region: ``"unseen"`` (cells outside the block) or ``"all"``.
         norm_pix: per-patch normalised pixel targets.
         encoder_args: extra arguments for building ``encoder`` by name.

@@ -1,0 +1,92 @@
+"""timm pretrained configs shared by the model families, and reading a local weights file's classifier size so that
+a trained head is kept when weights load from a local file."""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+# Classifier weights of this library's models and of the vHeat authors' checkpoints.
+_HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
+
+
+def _file_num_classes(path: str) -> int | None:
+    """Rows of the classifier in a local ``.pth`` / ``.safetensors`` file (memory-mapped), ``None`` if none."""
+    if str(path).endswith(".safetensors"):
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if k.endswith(_HEAD_KEYS)}
+    else:
+        # timm's train.py checkpoints also hold its argparse.Namespace of arguments
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            try:
+                sd = torch.load(str(path), map_location="cpu", mmap=True, weights_only=True)
+            except RuntimeError as exc:  # the legacy (non-zip) format cannot be memory-mapped
+                if "mmap can only be used" not in str(exc):
+                    raise
+                sd = torch.load(str(path), map_location="cpu", weights_only=True)
+        if not isinstance(sd, dict):
+            raise ValueError(f"it holds a {type(sd).__name__}, not a state dict")
+        for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
+            if isinstance(sd, dict) and isinstance(sd.get(key), dict):
+                sd = sd[key]
+                break
+        shapes = {k: list(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor) and k.endswith(_HEAD_KEYS)}
+    for head in _HEAD_KEYS:
+        for key, shape in shapes.items():
+            if key.removeprefix("module.") == head and len(shape) == 2:
+                return int(shape[0])
+    return None
+
+
+def resolve_local_head(pretrained: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keep a trained head when weights come from a local file (``pretrained_cfg_overlay=dict(file=...)``).
+
+    timm drops the classifier weights whenever ``num_classes`` differs from the pretrained config's (1000 for
+    every config here), so a 5-class checkpoint loaded with ``num_classes=5`` would silently get a fresh head.
+    When the overlay names a file and no ``num_classes``, the file's own classifier size is written into the
+    overlay: the head is then kept when it matches the requested ``num_classes`` and re-initialised only when it
+    does not (fine-tuning to another label set), as timm does for its hub weights.
+    """
+    overlay = kwargs.get("pretrained_cfg_overlay")
+    if not pretrained or not isinstance(overlay, dict) or "num_classes" in overlay:
+        return kwargs
+    path = overlay.get("file")
+    if not path:
+        return kwargs
+    file = Path(path)
+    if not file.is_file():  # timm's loader raised a FileNotFoundError without a message
+        raise FileNotFoundError(f"checkpoint file {path} not found" + (" (it is a folder)" if file.is_dir() else ""))
+    if file.stat().st_size == 0:
+        raise ValueError(f"checkpoint file {path} is empty")
+    try:
+        classes = _file_num_classes(path)
+    except pickle.UnpicklingError:  # not weights-only (or not a pickle at all): timm's loader decides and reports
+        return kwargs
+    except Exception as exc:  # a truncated archive or safetensors header, or no state dict inside
+        raise ValueError(f"checkpoint file {path} cannot be read as weights ({type(exc).__name__}: {exc})") from None
+    if classes is not None:
+        kwargs["pretrained_cfg_overlay"] = {**overlay, "num_classes": classes}
+    return kwargs
+
+
+def default_cfg(**kwargs: Any) -> dict[str, Any]:
+    """timm pretrained config shared by the families (ImageNet normalisation, ``stem.conv1``, ``head.fc``)."""
+    return {
+        "url": "",
+        "num_classes": 1000,
+        "input_size": (3, 224, 224),
+        "pool_size": (7, 7),
+        "crop_pct": 0.875,
+        "interpolation": "bicubic",
+        "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225),
+        "first_conv": "stem.conv1",
+        "classifier": "head.fc",
+        "license": "apache-2.0",
+        **kwargs,
+    }
