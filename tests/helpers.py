@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 from torch import nn
 
@@ -60,3 +61,18 @@ def exit_code(argv: list[str]) -> int:
         return main(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+
+
+def _bf16_onednn() -> bool:
+    import torch
+
+    from pdevision.ops.fused import _onednn_ok
+
+    return _onednn_ok(torch.bfloat16)
+
+
+#: the tests of the fused bfloat16 kernels need a CPU whose oneDNN has a bfloat16 inner product (AVX-512 or AMX);
+#: elsewhere the library takes PyTorch's path (``pdevision.ops.fused.compute_dtype`` is ``None``) and they skip
+needs_bf16_onednn = pytest.mark.skipif(
+    not _bf16_onednn(), reason="this CPU's oneDNN has no bfloat16 inner product (AVX-512 or AMX needed)"
+)

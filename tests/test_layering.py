@@ -68,3 +68,19 @@ def test_the_layers_contract_holds() -> None:
         pytest.fail("lint-imports is not installed (pip install -e '.[test]')")
     result = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_no_library_import_inside_a_function() -> None:
+    """Imports of the library's own modules sit at module top (an import inside a function hid the cycles and
+    upward imports this layering forbids)."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "src" / "pdevision").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.ImportFrom) and (inner.module or "").startswith("pdevision"):
+                        found.append(f"{path.relative_to(ROOT)}:{inner.lineno} {inner.module}")
+    assert found == []

@@ -43,6 +43,7 @@ from pdevision.tasks.args import output_folder as _output_folder
 from pdevision.tasks.args import path as _path
 from pdevision.tasks.args import positive_int as _positive_int
 from pdevision.tasks.args import side as _side
+from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
 
 
@@ -210,7 +211,7 @@ def cmd_viz(args: argparse.Namespace) -> int:
             f"{r['threshold']} x RMS {100 * r['sparsity_before']:.1f}% -> {100 * r['sparsity_after']:.1f}%"
         )
     else:
-        r = viz.report(args.checkpoint, args.output, args.data, args.images, args.steps)
+        r = viz.report(args.checkpoint, args.output, args.data, args.images, args.steps, evaluate_checkpoint)
         print(f"{r['model']}: {len(r['figures'])} figures; open {r['files'][0]}")
     print("written: " + ", ".join(r["files"]))
     return 0

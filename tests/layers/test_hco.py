@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from pdevision.layers import HeatConductionOperator
 from pdevision.ops import frequency_energy
 from pdevision.ops.dct import dct2, idct2
+from tests.helpers import needs_bf16_onednn
 
 
 def _reference_hco(op: HeatConductionOperator, x: torch.Tensor, fve: torch.Tensor) -> np.ndarray:
@@ -157,6 +158,7 @@ def test_fused_inference_path_matches_scipy_reference(folded: bool) -> None:
         assert not torch.allclose(again, got)
 
 
+@needs_bf16_onednn
 def test_folded_bf16_path_keeps_the_decay_cast_once_and_sees_new_values() -> None:
     """Under bfloat16 autocast the folded decay is cast once and multiplied in place: the same logits as the
     reference kernels, the cast kept between calls, renewed when ``k_exp`` changes in place."""

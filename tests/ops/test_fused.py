@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from pdevision.ops import fused
+from tests.helpers import needs_bf16_onednn
 
 pytestmark = pytest.mark.skipif(not fused._onednn_ok(), reason="PyTorch built without oneDNN")
 
@@ -38,6 +39,7 @@ def test_linear_matches_f_linear_with_activation(act: str) -> None:
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@needs_bf16_onednn
 def test_bf16_autocast_computes_in_bf16_close_to_fp32() -> None:
     x, w, b = torch.randn(64, 32), torch.randn(48, 32) / 6, torch.randn(48)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -64,6 +66,7 @@ def test_reference_path_where_the_kernels_do_not_apply() -> None:
         fused.linear(x, w, None, "tanh")
 
 
+@needs_bf16_onednn
 def test_conv2d_equals_autocast_conv_and_casts_the_weight_once() -> None:
     conv = torch.nn.Conv2d(6, 10, kernel_size=3, padding=1, groups=2)
     x = torch.randn(2, 6, 9, 7)

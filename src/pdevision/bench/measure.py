@@ -22,6 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from pdevision.bench.models import build_for_bench
+from pdevision.ops.dct import tally_fft_flops
+from pdevision.ops.fused import _onednn_ok, fused_update_supported
+
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
@@ -94,7 +98,6 @@ def matmul_gflops(device: torch.device, n: int = 1024, repeats: int = 7, dtype: 
 def onednn_matmul_gflops(n: int = 1024, repeats: int = 7, dtype: torch.dtype = torch.float32) -> float | None:
     """The CPU's matrix-multiply rate through oneDNN (the library of PyTorch's CPU convolutions and of the fused
     inference kernels), GFLOP/s for ``n x n`` operands; ``None`` where oneDNN is not available."""
-    from pdevision.ops.fused import _onednn_ok
 
     if not _onednn_ok(dtype):
         return None
@@ -146,7 +149,6 @@ def inference_fn(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = 
 def train_step_fn(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None) -> Callable[[], Any]:
     """One training step: forward, cross-entropy, backward, AdamW step (fused where PyTorch has the fused update
     for the device, as the training loop uses it)."""
-    from pdevision.ops.fused import fused_update_supported
 
     fused = fused_update_supported(model.parameters()) or None
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
@@ -214,8 +216,6 @@ def macs_and_peak_memory(model: Any, first: Any, inputs: Any, device: torch.devi
     high-water mark on the CPU). Run in a fresh process for a clean RSS reading."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from pdevision.ops.dct import tally_fft_flops
-
     with torch.inference_mode(), tally_fft_flops() as fft, FlopCounterMode(display=False) as counter:
         model(first)
     macs = (counter.get_total_flops() + fft[0]) / 2
@@ -234,8 +234,6 @@ def macs_and_peak_memory(model: Any, first: Any, inputs: Any, device: torch.devi
 
 
 def _probe(args: dict[str, Any]) -> list[dict[str, float]]:
-
-    from pdevision.bench.models import build_for_bench
 
     device = torch.device(args["device"])
     results = []

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pdevision.bench.operators import fit_exponent
+from pdevision.bench.run import run_bench, write_results
 
 # per-row measurements that are medians over the runs; the rest (parameters, MACs, batch) are the same in every run
 _TIMED = ("infer_img_s", "infer_ms_per_batch", "train_img_s", "achieved_gflops", "fraction_of_matmul", "peak_mem_mib")
@@ -151,7 +152,6 @@ def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs
     series. A run that fails stops the series with one error naming it, and an interrupted series stops too: the
     folder's record and run folders are untouched, the finished runs stay in the staging folder until the next
     series starts."""
-    from pdevision.bench.run import write_results
 
     if runs < 1:
         raise ValueError(f"runs must be a positive number, got {runs}")
@@ -186,8 +186,6 @@ def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs
 
 def _child(job: dict[str, Any]) -> int:
     import torch
-
-    from pdevision.bench.run import run_bench
 
     if job.get("threads"):
         torch.set_num_threads(int(job["threads"]))

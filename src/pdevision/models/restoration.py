@@ -54,6 +54,7 @@ __all__ = [
     "RestorationNet",
     "SwinIRStyle",
     "VHeatIR",
+    "build_restoration_model",
     "count_params",
     "create_restoration_model",
     "match_params",
@@ -364,6 +365,25 @@ def create_restoration_model(
     else:
         cfg = {**restoration_config(arch, size), **overrides, "in_chans": in_chans}
     return _CLASSES[arch](**cfg)
+
+
+def build_restoration_model(name: str, in_chans: int, patch_size: int, model_args: dict[str, Any]) -> nn.Module:
+    """A registered restoration model by name (``vheatir_*``, ``swinir_*``, ``dncnn_*``) for ``in_chans``
+    channels; vHeatIR's FVEs are sized for ``patch_size`` unless ``model_args`` says otherwise. The one builder the
+    restoration tasks and their checkpoints use (:func:`create_restoration_model` builds by architecture and size)."""
+    arch, _, size = name.rpartition("_")
+    if arch not in ARCHITECTURES or size not in ("micro", "base"):
+        raise ValueError(
+            f"{name!r} is not a restoration model; choose one of "
+            + ", ".join(f"{a}_micro/_base" for a in ARCHITECTURES)
+        )
+    args = dict(model_args)
+    if arch == "vheatir":
+        args.setdefault("img_size", patch_size)
+    try:
+        return globals()[name](in_chans=in_chans, **args)
+    except TypeError as exc:  # an unknown or ill-typed model argument
+        raise ValueError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
 
 
 # -- timm registry --------------------------------------------------------------------------------

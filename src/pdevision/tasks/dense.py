@@ -10,13 +10,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
 
-from pdevision.data import open_rgb
+from pdevision.data.imageio import read_rgb_array
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.config import RunConfig
 from pdevision.engine.modeling import load_checkpoint_model
@@ -198,7 +197,7 @@ def predict_files(
     records: list[Any] = []
     for index, name in enumerate(images):
         path = Path(name)
-        uint8 = torch.from_numpy(np.array(open_rgb(path))).permute(2, 0, 1).contiguous()
+        uint8 = torch.from_numpy(read_rgb_array(path)).permute(2, 0, 1).contiguous()  # the one reader
         with torch.no_grad():
             overlay, found = predict_one(model, uint8, meta, colours, dev, index, path, out)
         records.append(found)

@@ -30,7 +30,6 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
 
-import pdevision.models.restoration as restoration_models
 from pdevision.data.datasets import DataError
 from pdevision.data.imageio import read_image_native
 from pdevision.data.restoration import (
@@ -50,6 +49,7 @@ from pdevision.engine.loop import fit
 from pdevision.engine.modeling import check_finite_weights, load_checkpoint_model
 from pdevision.engine.runtime import one_line, resolve_device
 from pdevision.engine.task import Task
+from pdevision.models.restoration import build_restoration_model
 from pdevision.tasks import args as A
 from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
 
@@ -68,7 +68,6 @@ __all__ = [
 ]
 
 RESTORE_TASKS = ("denoise", "dejpeg")
-RESTORATION_PREFIXES = tuple(f"{arch}_" for arch in restoration_models.ARCHITECTURES)
 DEFAULT_BASELINES = ("noisy", "nlm", "wavelet", "tv", "bm3d")
 
 
@@ -191,26 +190,6 @@ class HeldOutImages(Dataset):
 
 def _charbonnier(x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.sqrt((x - y).square() + eps * eps).mean()
-
-
-def build_restoration_model(name: str, in_chans: int, patch_size: int, model_args: dict[str, Any]) -> nn.Module:
-    """A registered restoration model (``vheatir_*``, ``swinir_*``, ``dncnn_*``) for ``in_chans`` channels;
-    vHeatIR's FVEs are sized for ``patch_size`` unless ``model_args`` says otherwise."""
-    if not name.startswith(RESTORATION_PREFIXES):
-        raise ValueError(
-            f"{name!r} is not a restoration model; choose one of "
-            + ", ".join(f"{a}_micro/_base" for a in restoration_models.ARCHITECTURES)
-        )
-    factory = getattr(restoration_models, name, None)
-    if factory is None:
-        raise ValueError(f"unknown restoration model {name!r}")
-    args = dict(model_args)
-    if name.startswith("vheatir_"):
-        args.setdefault("img_size", patch_size)
-    try:
-        return factory(in_chans=in_chans, **args)
-    except TypeError as exc:  # an unknown or ill-typed model argument
-        raise ValueError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
 
 
 class RestoreTask(Task):

@@ -9,13 +9,15 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from pdevision.data import eval_transform_for
+from pdevision.engine.checkpoint import resolve_checkpoint
 from pdevision.engine.runtime import resolve_device
 from pdevision.viz.common import (
     VizError,
@@ -126,7 +128,6 @@ def gradcam(
     device: str = "cpu",
 ) -> dict[str, Any]:
     """Grad-CAM of every stage of a trained checkpoint on image files (or its validation images)."""
-    from pdevision.data import eval_transform_for
 
     out = Path(output)
     model, meta, folder = load_checkpoint_model(checkpoint, resolve_device(device))
@@ -303,18 +304,20 @@ def _run_section(run: Path | None, meta: dict[str, Any], data: str | None, fig: 
     return "".join(part)
 
 
-def _maps_sections(folder: Path, data: str | None, images: int, fig: _Figures, numbers: dict) -> list[str]:
-    """Evaluation with the confusion matrix, ERF and Grad-CAM."""
-    from pdevision.engine.evaluate import evaluate_checkpoint
-
+def _maps_sections(
+    folder: Path, data: str | None, images: int, fig: _Figures, numbers: dict, evaluate: Callable | None
+) -> list[str]:
+    """Evaluation with the confusion matrix (when an ``evaluate`` function is given), ERF and Grad-CAM."""
     out = fig.out
-    ev = evaluate_checkpoint(folder, data=data, output=out / "eval")
-    numbers["eval"] = {k: ev[k] for k in ("top1", "top5", "loss", "images")}
-    sections = [
-        f"<h2>Evaluation</h2><p>{ev['images']} validation images: top-1 {ev['top1']:.2f}%, top-5 {ev['top5']:.2f}%, "
-        f"loss {ev['loss']:.4f}.</p>"
-        + fig(out / "eval" / "confusion_matrix.png", "confusion matrix (rows: true class)")
-    ]
+    sections = []
+    if evaluate is not None:
+        ev = evaluate(folder, data=data, output=out / "eval")
+        numbers["eval"] = {k: ev[k] for k in ("top1", "top5", "loss", "images")}
+        sections.append(
+            f"<h2>Evaluation</h2><p>{ev['images']} validation images: top-1 {ev['top1']:.2f}%, "
+            f"top-5 {ev['top5']:.2f}%, loss {ev['loss']:.4f}.</p>"
+            + fig(out / "eval" / "confusion_matrix.png", "confusion matrix (rows: true class)")
+        )
     e = erf(checkpoints=[folder], output=out / "erf", data=data, images=images)
     shares = "; ".join(
         f"{s['stage']}: {100 * s['area_50']:.1f}% / {100 * s['area_95']:.1f}%" for s in e["models"][0]["stages"]
@@ -365,10 +368,11 @@ def report(
     data: str | None = None,
     images: int = 8,
     steps: int = 50,
+    evaluate: Callable | None = None,
 ) -> dict[str, Any]:
-    """``index.html`` in ``output``: the run's curves and metrics, the confusion matrix, and the figures that
-    apply to the model's family, every image linked relatively and present in ``output``."""
-    from pdevision.engine.checkpoint import resolve_checkpoint
+    """``index.html`` in ``output``: the run's curves and metrics, the confusion matrix (from ``evaluate``, e.g.
+    :func:`pdevision.tasks.classify.evaluate_checkpoint`, which the command passes), and the figures that apply to
+    the model's family, every image linked relatively and present in ``output``."""
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
@@ -383,7 +387,7 @@ def report(
         "checkpoint": f"{folder.parent.name}/{folder.name}",
     }
     sections = [_run_section(run_folder_of(folder), meta, data, fig, numbers)]
-    sections += _maps_sections(folder, data, images, fig, numbers)
+    sections += _maps_sections(folder, data, images, fig, numbers, evaluate)
     sections += _physics_sections(folder, kind, data, images, steps, fig, numbers)
     jsons = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
     links = "".join(f'<li><a href="{html.escape(j)}">{html.escape(j)}</a></li>' for j in jsons)

@@ -15,8 +15,12 @@ from PIL import Image
 from torch import nn
 
 from pdevision.data import ImageReadError, build_datasets, eval_transform_for, open_rgb
+from pdevision.data.datasets import scan_folder
 from pdevision.engine.modeling import build_model, classifier_from_meta
 from pdevision.engine.modeling import load_checkpoint_model as load_model
+from pdevision.models.hcnet import HcNet
+from pdevision.models.pderesnet import PDEResNet
+from pdevision.models.vheat import VHeat
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +148,6 @@ def photo_images(transform, count: int) -> tuple[torch.Tensor, list[str]]:
 
 def folder_images(data: str | Path, transform, count: int) -> tuple[torch.Tensor, list[str]]:
     """``count`` images of an ImageFolder tree (or its ``val/``), spread over the files."""
-    from pdevision.data.datasets import scan_folder
 
     root = Path(data)
     if not root.exists():
@@ -199,9 +202,6 @@ def stage_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def family(model: nn.Module) -> str:
     """``"vheat"``, ``"hcnet"``, ``"pderesnet"`` or ``"other"``."""
-    from pdevision.models.hcnet import HcNet
-    from pdevision.models.pderesnet import PDEResNet
-    from pdevision.models.vheat import VHeat
 
     for cls, name in ((VHeat, "vheat"), (HcNet, "hcnet"), (PDEResNet, "pderesnet")):
         if isinstance(model, cls):

@@ -23,8 +23,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from pdevision.layers.hcl import HeatConductionLayer
+from pdevision.ops.fdm import heat_stencil
 from pdevision.ops.heat import frequency_energy, heat_conduct
 from pdevision.viz.common import VizError, family, pyplot, save_figure
+from pdevision.viz.erf import second_moments
 
 TIMES = (0.25, 0.5, 1.0, 2.0, 4.0)
 
@@ -86,7 +89,6 @@ def point_source(stage: nn.Module, times: Sequence[float] = TIMES, side: int = 3
 
 def spread(u: np.ndarray) -> float:
     """RMS distance (pixels) of a heat map from its centre of mass, ``sqrt(var_y + var_x)``."""
-    from pdevision.viz.erf import second_moments
 
     vy, vx = second_moments(u)
     return math.sqrt(vy + vx)
@@ -186,7 +188,6 @@ def _gif(frames: list[list[np.ndarray]], path: Path) -> None:
 def hcnet_coefficients(model: nn.Module, images: torch.Tensor) -> list[dict[str, Any]]:
     """For every Heat Conduction Layer: its name, the step sizes ``k`` used on ``images`` (``(B, C)`` or a
     scalar, after stabilisation) and the stencil weights ``w (C, 4)``."""
-    from pdevision.layers.hcl import HeatConductionLayer
 
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, HeatConductionLayer)]
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -211,7 +212,6 @@ def hcnet_coefficients(model: nn.Module, images: torch.Tensor) -> list[dict[str,
 def hcnet_heat(model: nn.Module, images: torch.Tensor, out: Path) -> dict[str, Any]:
     """Figures ``hcnet_k.png`` (distribution of ``k`` per layer over the images) and ``hcnet_stencils.png``
     (channel-mean stencil of ``N(z) - W z`` per layer); returns the numbers."""
-    from pdevision.ops.fdm import heat_stencil
 
     plt = pyplot()
     coeffs = hcnet_coefficients(model, images)
