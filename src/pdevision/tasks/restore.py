@@ -220,7 +220,6 @@ class RestoreTask(Task):
         self.deg = config.degradation()
         self.mode = "RGB" if config.color else "L"
         self.baseline_scores: dict[str, dict[str, float]] = {}
-        self.history: list[dict[str, float]] = []
 
     def run_defaults(self) -> dict[str, Any]:
         return dict(RESTORE_RUN_DEFAULTS)
@@ -315,12 +314,7 @@ class RestoreTask(Task):
             n += 1
         total_p, total_s, n = ctx.sum([total_p, total_s, n])
         model.train(was_training)
-        metrics = {"psnr": total_p / max(n, 1), "ssim": total_s / max(n, 1)}
-        self.history.append(metrics)
-        return metrics
-
-    def extra_state(self) -> dict[str, Any]:
-        return {"restore_history": [dict(m) for m in self.history]}
+        return {"psnr": total_p / max(n, 1), "ssim": total_s / max(n, 1)}
 
     def check_resume(self, meta: dict[str, Any]) -> None:
         """A resumed run continues the same training: the checkpoint must be this task's, with the same
@@ -332,9 +326,6 @@ class RestoreTask(Task):
             raise CheckpointError(
                 "the checkpoint was trained with other settings; resume continues the same run: " + ", ".join(diff)
             )
-
-    def load_extra_state(self, state: dict[str, Any], model: nn.Module, ema: nn.Module | None) -> None:
-        self.history = [dict(m) for m in state.get("restore_history", [])]  # best_val_* across a resume
 
     def checkpoint_meta(self) -> dict[str, Any]:
         c = self.config
@@ -348,10 +339,10 @@ class RestoreTask(Task):
             "degradation": self.deg.describe(),
         }
 
-    def summary(self, run: dict[str, Any] | None = None) -> dict[str, Any]:
-        best = max(self.history, key=lambda m: m["psnr"]) if self.history else {}
-        if run is not None and run.get("best") is not None and best.get("psnr") != run["best"]:
-            best = {"psnr": run["best"], "ssim": None}  # the loop's best (e.g. from before a resume)
+    def summary(self, run: dict[str, Any]) -> dict[str, Any]:
+        row = run.get("best_row") or {}  # the loop keeps the best epoch's row, across a resume too
+        ema = row.get("val_psnr_ema") is not None and row.get("val_psnr_ema") == run.get("best")
+        best = {"psnr": run.get("best"), "ssim": row.get("val_ssim_ema" if ema else "val_ssim")}
         return {
             "task": self.config.task,
             "model": self.config.model,
