@@ -15,10 +15,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
-from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, load_weights, read_meta, resolve_checkpoint
+from pdevision.engine.checkpoint import (
+    CheckpointError,
+    check_finite_weights,
+    checkpoint_kind,
+    load_weights,
+    read_meta,
+    resolve_checkpoint,
+)
 from pdevision.models.factory import (
     ModelArgumentError,
     ModelNameError,
@@ -57,6 +63,7 @@ def load_into_model(
             f"checkpoint {checkpoint} holds a {meta['model']!r} model, not {model_name!r} (use --model {meta['model']})"
         )
     state = load_weights(checkpoint)
+    check_finite_weights(state, checkpoint)
     head = model.get_classifier() if hasattr(model, "get_classifier") else None
     head_keys = {f"{n}" for n, m in model.named_modules() if m is head}
     if reset_head:
@@ -102,13 +109,6 @@ def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
             if not ok:
                 raise CheckpointError(f"image size {value!r} in the checkpoint is not an integer from 1 to 16384")
     return args
-
-
-def check_finite_weights(state: dict[str, torch.Tensor], folder: str | Path) -> None:
-    """A :class:`CheckpointError` naming the first tensor with a NaN or infinite value."""
-    for key, value in state.items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise CheckpointError(f"checkpoint {folder} holds non-finite weights (first: {key}); refused")
 
 
 def load_checkpoint_model(
