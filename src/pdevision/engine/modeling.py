@@ -93,15 +93,16 @@ def load_into_model(
 
 def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     """The model arguments of checkpoint metadata, refused with a :class:`CheckpointError` unless they are plain
-    constructor arguments (see the module docstring); ``img_size`` checked to be an integer (pair) up to 16384."""
+    constructor arguments (see the module docstring); ``img_size`` (of the arguments and of the metadata) checked to
+    be an integer (pair) up to 16384."""
     try:
         check_model_name(meta.get("model"), "in the checkpoint")
         args = dict(check_model_args(meta.get("model_args", {}), "in the checkpoint"))
     except (ModelArgumentError, ModelNameError) as exc:
         raise CheckpointError(str(exc)) from exc
-    for key in ("img_size",):
-        if key in args or meta.get(key) is not None:
-            value = args.get(key, meta.get(key))
+    # the metadata's own image size too: the evaluation transforms read it (an OverflowError at 10**12)
+    for value in [args[k] for k in ("img_size",) if k in args] + [meta[k] for k in ("img_size",) if k in meta]:
+        if value is not None:
             sizes = value if isinstance(value, (list, tuple)) else [value]
             ok = sizes and all(
                 isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_IMAGE_SIZE for v in sizes
