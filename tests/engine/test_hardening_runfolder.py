@@ -462,3 +462,32 @@ def test_a_file_size_limit_while_saving_in_a_real_process(data: Path, tmp_path: 
     assert f"no space left on device while writing the checkpoint {out / 'last'}" in last
     assert "inline_container" not in proc.stderr and "no intact checkpoint exists yet" in last
     assert not (out / "last").exists() and not list(out.glob(".last.*"))
+
+
+def _with_meta(folder: Path, dst: Path, **changes: object) -> Path:
+    """A copy of the checkpoint ``folder`` at ``dst`` with its metadata changed."""
+    shutil.copytree(folder, dst)
+    with safetensors.safe_open(str(dst / "model.safetensors"), framework="pt") as f:
+        metadata = {**f.metadata(), **{k: json.dumps(v) for k, v in changes.items()}}
+    safetensors.torch.save_file(load_weights(dst), str(dst / "model.safetensors"), metadata=metadata)
+    return dst
+
+
+@pytest.mark.parametrize("size", [10**12, [10**12, 32], "abc", 1e12])
+def test_an_absurd_image_size_in_the_metadata_is_one_line(
+    size: object, runs: dict[str, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An image size of 10**12 beside valid model arguments read "OverflowError: signed integer is greater than
+    maximum" in eval (k-NN), and classification from that encoder "Storage size calculation overflowed"."""
+    enc = _with_meta(runs["pretrain"] / "encoder", tmp_path / "encoder", img_size=size)
+    clf = _with_meta(runs["classify"] / "best", tmp_path / "clf" / "best", img_size=size)
+    for argv in (
+        ["eval", "--checkpoint", enc, "--output", tmp_path / "e1"],
+        [*_argv("classify", data, tmp_path / "r1"), "--init-from", enc],
+        ["eval", "--checkpoint", clf, "--output", tmp_path / "e2"],
+        ["predict", "--checkpoint", clf, data / "photo.png"],
+    ):
+        assert _exit_code(argv) == 2, argv
+        line = _one_line(capsys)
+        assert f"image size {size!r} in the checkpoint is not an integer from 1 to 16384" in line, line
+    assert not (tmp_path / "r1" / "last").exists()
