@@ -400,12 +400,13 @@ def test_resume_of_non_finite_ema_weights_is_refused(
     assert f"{run / 'last' / 'ema.safetensors'} holds non-finite weights" in _one_line(capsys)
 
 
+@pytest.mark.parametrize("task", ["classify", "segment", "detect"])
 def test_init_from_a_non_finite_checkpoint_is_refused(
-    runs: dict[str, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    task: str, runs: dict[str, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = _copy(runs["classify"], tmp_path)
     _poison(run / "best")
-    argv = [*_argv("classify", data, tmp_path / "new"), "--init-from", run / "best"]
+    argv = [*_argv(task, data, tmp_path / "new"), "--model", "vheat_micro", "--init-from", run / "best"]
     assert _exit_code(argv) == 2
     assert "holds non-finite weights" in _one_line(capsys)
     assert not (tmp_path / "new" / "last").exists()
