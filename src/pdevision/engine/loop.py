@@ -171,7 +171,7 @@ def _writing(path: Path, state: RunState | None = None) -> Iterator[None]:
     except OSError as exc:
         if exc.errno not in NO_SPACE_ERRNOS:
             raise
-        tail = f"; the run stopped; {state.intact()}" if state is not None else ""
+        tail = f"; the run stopped; {state.intact(False)}" if state is not None else ""
         raise NoSpaceError(no_space_message(exc, path) + tail) from exc
 
 

@@ -60,9 +60,11 @@ class RunState:
     def ema_module(self) -> nn.Module | None:
         return self.ema.module if self.ema is not None else None
 
-    def intact(self) -> str:
-        """Which checkpoint a stopped run leaves behind, in words."""
+    def intact(self, nan_hint: bool = True) -> str:
+        """Which checkpoint a stopped run leaves behind, in words (``nan_hint``: with advice against a NaN stop)."""
         if self.saved is None:
+            if not nan_hint:
+                return "no intact checkpoint exists yet (nothing to resume)"
             return "no intact checkpoint exists yet (nothing to resume; try a lower --lr, --clip-grad or --amp none)"
         return f"the last intact checkpoint is {self.saved} (resume with --resume)"
 
@@ -122,7 +124,7 @@ class RunState:
             if best_module is not None:
                 save_checkpoint(run_dir, "best", best_module, meta)
         except NoSpaceError as exc:
-            raise NoSpaceError(f"{exc} after epoch {self.epoch}; the run stopped; {self.intact()}") from exc
+            raise NoSpaceError(f"{exc} after epoch {self.epoch}; the run stopped; {self.intact(False)}") from exc
 
     def restore(self, path: str | Path, info: DistInfo, task: Any, epochs: int | None = None) -> Path:
         """Load a ``last/`` checkpoint (or a run folder) into every part of the state; returns the folder.
