@@ -276,6 +276,8 @@ def _crafted_states(state: dict) -> list[tuple[object, str]]:
         ({**state, "optimizer": [1, 2]}, "'optimizer' is a list, not a dict"),
         ({**state, "optimizer": {"state": {}}}, "'optimizer' has no parameter groups"),
         ({**state, "scaler": None}, "'scaler' is a NoneType, not a dict"),
+        ({**state, "scheduler": {**state["scheduler"], "t_initial": "x"}}, "'scheduler' has t_initial = 'x'"),
+        ({**state, "scheduler": {**state["scheduler"], "base_values": [float("nan")]}}, "'scheduler' has base_values"),
         ([1, 2, 3], "holds a list, not the trainer state"),
         ({**state, "rng": [{"torch": torch.zeros(3, dtype=torch.uint8)}]}, "its rng states are not this library's"),
     ]

@@ -155,6 +155,8 @@ class RunState:
             check_finite_weights(ema_weights, folder / "ema.safetensors")
             self.ema.module.load_state_dict(ema_weights)
         _check_same_optimizer(self.optimizer, state["optimizer"], folder)
+        if "scheduler" in state:
+            _check_scheduler_state(self.scheduler.state_dict(), state["scheduler"], file)
         for name, part in (("optimizer", self.optimizer), ("scheduler", self.scheduler), ("scaler", self.scaler)):
             if name not in state:
                 continue
@@ -238,6 +240,30 @@ def check_trainer_state(state: dict[str, Any], file: Path) -> dict[str, Any]:
     if not isinstance(rng, list) or not rng or not all(isinstance(r, dict) for r in rng):
         raise bad("rng", "must be a non-empty list of RNG states (dicts)")
     return state
+
+
+def _same_kind(want: Any, have: Any) -> bool:
+    """Whether a saved scheduler setting ``have`` has the type of this run's ``want`` (numbers finite)."""
+    if want is None or have is None:
+        return True
+    if isinstance(want, bool) or isinstance(have, bool):
+        return isinstance(want, bool) and isinstance(have, bool)
+    if isinstance(want, (int, float)):
+        return _is_number(have)
+    if isinstance(want, (list, tuple)):
+        return isinstance(have, (list, tuple)) and all(_same_kind(want[0], h) if want else True for h in have)
+    return type(want) is type(have)
+
+
+def _check_scheduler_state(current: dict[str, Any], saved: dict[str, Any], file: Path) -> None:
+    """timm's schedulers load a state by updating their attributes with it: a setting of another type (a string
+    for ``t_initial``) would fail at the first step with a bare ``TypeError``."""
+    for key, value in saved.items():
+        if key in current and not _same_kind(current[key], value):
+            raise CheckpointError(
+                f"checkpoint file {file}: trainer state field 'scheduler' has {key} = {value!r:.40}, not a "
+                f"{type(current[key]).__name__}; it cannot be resumed"
+            )
 
 
 def _check_same_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], folder: Path) -> None:
