@@ -23,7 +23,14 @@ from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS,
 from pdevision.bench.run import DEFAULT_OURS, run_bench
 from pdevision.bench.runs import run_in_processes
 from pdevision.data import DataError
-from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta
+from pdevision.engine.checkpoint import (
+    NO_SPACE_ERRNOS,
+    CheckpointError,
+    NoSpaceError,
+    checkpoint_kind,
+    no_space_message,
+    read_meta,
+)
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
@@ -528,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NonFiniteLossError as exc:
         print(f"pdevision {args.command}: stopped: {one_line(exc)}", file=sys.stderr)
         return 1
-    except RunLockedError as exc:
+    except (RunLockedError, NoSpaceError) as exc:
         print(f"pdevision {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 1
     except DistributedTimeoutError as exc:
@@ -538,6 +545,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pdevision {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # anything else: still one line; the traceback on request
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:  # a full disk under a command's own writes
+            print(
+                f"pdevision {args.command}: error: {no_space_message(exc, exc.filename or 'its output')}",
+                file=sys.stderr,
+            )
+            return 1
         if os.environ.get("PDEVISION_TRACEBACK"):
             raise
         print(

@@ -26,11 +26,17 @@ at every step, twice in a row. Folders and files follow the umask.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import pickle
+import pickletools
+import re
 import secrets
 import shutil
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,42 @@ from pdevision.engine.runtime import one_line
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or does not fit the model."""
+
+
+class NoSpaceError(RuntimeError):
+    """A write failed for want of space (a full disk, a quota, a file-size limit); nothing was half-written."""
+
+
+# errors of a write that mean "no room for this file": a full disk, a quota, a file-size limit (RLIMIT_FSIZE)
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_space_message(exc: OSError, what: str | Path) -> str:
+    """One line for a write of ``what`` that failed with one of :data:`NO_SPACE_ERRNOS`."""
+    why = {errno.EFBIG: " (a file reached the file-size limit)", errno.EDQUOT: " (disk quota exceeded)"}
+    return f"no space left on device while writing {what}{why.get(exc.errno or 0, '')}"
+
+
+CHECKPOINT_NAMES = ("last", "best", "encoder")
+# the temporary and previous folders of a save (see the module docstring)
+_SIBLING = re.compile(r"^\.(last|best|encoder)\.(old|tmp-.*)$")
+
+
+def checkpoint_folder_of(path: str | Path) -> Path | None:
+    """The checkpoint folder that ``path`` is or lies inside, or ``None``: a folder holding ``model.safetensors``,
+    a save's temporary or previous folder (``RUN/.best.old``, ``RUN/.last.tmp-*``), or ``RUN/last``, ``RUN/best`` or
+    ``RUN/encoder`` of a run folder. The next save of that checkpoint replaces the folder whole, deleting whatever
+    a command wrote there."""
+    path = Path(os.path.abspath(path))
+    for folder in (path, *path.parents):
+        if _SIBLING.match(folder.name) or (folder / "model.safetensors").is_file():
+            return folder
+        parent = folder.parent
+        if folder.name in CHECKPOINT_NAMES and (
+            (parent / "config.json").is_file() or (parent / "summary.json").is_file()
+        ):
+            return folder
+    return None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -121,8 +163,27 @@ def save_checkpoint(
     trainer_state: dict[str, Any] | None = None,
     ema: nn.Module | None = None,
 ) -> Path:
-    """Write ``run_dir/name`` atomically and return its path. ``meta`` values must be JSON-serialisable."""
+    """Write ``run_dir/name`` atomically and return its path. ``meta`` values must be JSON-serialisable.
+
+    A write that fails for want of space raises :class:`NoSpaceError` naming the checkpoint; the previous
+    checkpoint of that name stays as it was."""
     run_dir = Path(run_dir)
+    try:
+        return _save_checkpoint(run_dir, name, model, meta, trainer_state, ema)
+    except OSError as exc:
+        if exc.errno in NO_SPACE_ERRNOS:
+            raise NoSpaceError(no_space_message(exc, f"the checkpoint {run_dir / name}")) from exc
+        raise
+
+
+def _save_checkpoint(
+    run_dir: Path,
+    name: str,
+    model: nn.Module,
+    meta: dict[str, Any],
+    trainer_state: dict[str, Any] | None,
+    ema: nn.Module | None,
+) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     final, old = run_dir / name, run_dir / f".{name}.old"
     recover_checkpoint(run_dir, name)
@@ -136,10 +197,12 @@ def save_checkpoint(
         if ema is not None:
             _write_bytes(tmp / "ema.safetensors", safetensors.torch.save(_state_dict_for_save(ema), metadata=metadata))
         if trainer_state is not None:
-            with open(tmp / "trainer.pt", "wb") as f:
-                torch.save(trainer_state, f)
-                f.flush()
-                os.fsync(f.fileno())
+            # serialised in memory first: torch's writer reports a failed write (a full disk) as an internal
+            # "enforce fail at inline_container.cc", where a plain write raises the OSError that says why
+            buffer = io.BytesIO()
+            torch.save(trainer_state, buffer)
+            _write_bytes(tmp / "trainer.pt", buffer.getvalue())
+            del buffer
         _fsync_dir(tmp)
         if final.exists():
             if old.exists():
@@ -196,6 +259,13 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def check_finite_weights(state: dict[str, torch.Tensor], folder: str | Path) -> None:
+    """A :class:`CheckpointError` naming the first tensor with a NaN or infinite value."""
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"checkpoint {folder} holds non-finite weights (first: {key}); refused")
+
+
 def default_eval_output(folder: str | Path) -> Path:
     """Where evaluation results of the checkpoint ``folder`` go by default: beside it, never inside it (the next
     save of ``RUN/best/`` replaces that folder whole): ``RUN/eval-best/`` for ``RUN/best/``."""
@@ -228,14 +298,37 @@ def load_weights(path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]
         raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc, first=True)})") from exc
 
 
+def _is_pickle(file: Path) -> bool:
+    """Whether ``file`` parses as a pickle stream (its opcodes read, never executed)."""
+    try:
+        with open(file, "rb") as f:
+            ops = list(pickletools.genops(io.BytesIO(f.read(1 << 26))))
+    except Exception:  # not a pickle: pickletools raises ValueError, struct.error, ... on bad opcodes
+        return False
+    return bool(ops) and ops[-1][0].name == "STOP"
+
+
 def load_trainer_state(path: str | Path) -> dict[str, Any]:
     """Trainer state (optimizer, scheduler, RNG, epoch), read with ``weights_only=True``."""
     folder = resolve_checkpoint(path)
     file = folder / "trainer.pt"
     if not file.exists():
         raise CheckpointError(f"checkpoint {folder} has no trainer state (trainer.pt); it cannot be resumed")
+    # torch.save writes a zip archive; anything else (a raw pickle, which may carry code) is refused unread, before
+    # torch's fallback to its legacy format, which warns on stderr and then fails on the pickle's first opcode
+    if not zipfile.is_zipfile(file):
+        if _is_pickle(file):
+            raise CheckpointError(
+                f"checkpoint file {file} was refused: it is a raw pickle, not a weights file written by torch.save "
+                "(it was not loaded)"
+            )
+        raise CheckpointError(
+            f"checkpoint file {file} is corrupt or truncated (not a zip archive as torch.save writes)"
+        )
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's advice to load with weights_only=False would run the file's code
+            warnings.simplefilter("ignore")
+            state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         lines = [ln.strip() for ln in str(exc).splitlines()]
         # PyTorch writes "WeightsUnpickler error:" with the reason on the same line or on a later one
@@ -253,3 +346,6 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
         ) from exc
     except Exception as exc:  # truncated zip archive, garbage bytes
         raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc, first=True)})") from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint file {file} holds a {type(state).__name__}, not the trainer state (a dict)")
+    return state

@@ -14,10 +14,14 @@ non-finite is ever saved.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import math
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,14 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
-from pdevision.engine.checkpoint import CheckpointError, read_meta, save_checkpoint
+from pdevision.engine.checkpoint import (
+    NO_SPACE_ERRNOS,
+    CheckpointError,
+    NoSpaceError,
+    no_space_message,
+    read_meta,
+    save_checkpoint,
+)
 from pdevision.engine.config import RunConfig, resolve_run
 from pdevision.engine.distributed import (
     DistInfo,
@@ -41,7 +52,7 @@ from pdevision.engine.distributed import (
     init_distributed,
     parameters_identical_across_ranks,
 )
-from pdevision.engine.lock import RunLock
+from pdevision.engine.lock import LOCK_NAME, RunLock
 from pdevision.engine.runtime import (
     EpochSampler,
     NonFiniteLossError,
@@ -81,19 +92,99 @@ def held_run(run_dir: Path) -> str | None:
     return ", ".join(held) or None
 
 
+# what the loop writes into a run folder (a task adds its own: Task.run_files), and the save's own folders
+RUN_FILES = ("config.json", "metrics.csv", "metrics.csv.tmp", "summary.json", "curves.png", "tensorboard")
+_SAVE_FOLDER = re.compile(r"^(last|best|encoder|\.(last|best|encoder)\.(old|tmp-.*))$")
+
+
+def _outputs_of(task: Task, name: str) -> bool:
+    """Whether a run of ``task`` writes ``name`` into its run folder (replacing whatever has that name)."""
+    return name in RUN_FILES or name in task.run_files or bool(_SAVE_FOLDER.match(name))
+
+
+def _check_run_folder(run_dir: Path, task: Task, run: RunConfig) -> None:
+    """Refuse a new run in a folder that holds another run (unless ``overwrite``) or files that are not a run's.
+
+    Files beside a run that the loop never writes are left untouched by ``--overwrite``; in a folder without a run,
+    every file is the user's: refused, unless ``--overwrite`` is given and no run file would replace one of them."""
+    if run.resume or not run_dir.is_dir():
+        return
+    held = held_run(run_dir)
+    if held:
+        if not run.overwrite:  # a new run would replace that run's files one by one
+            raise ValueError(
+                f"{run_dir} already holds a run ({held}); continue it with --resume {run_dir}, start over in it with "
+                "--overwrite, or give another --output"
+            )
+        return
+    names = sorted(entry.name for entry in run_dir.iterdir() if entry.name != LOCK_NAME)
+    clashes = [name for name in names if _outputs_of(task, name)]
+    if run.overwrite and not clashes:
+        return
+    shown = clashes or names
+    if not shown:
+        return
+    listed = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
+    if clashes:
+        raise ValueError(
+            f"{run_dir} holds files that are not a run's but have the names of its outputs ({listed}); a run would "
+            "overwrite them: give another --output (a new or empty folder)"
+        )
+    raise ValueError(
+        f"{run_dir} holds files that are not a run's ({listed}); give another --output (a new or empty folder), or "
+        "--overwrite to write the run beside them (they are left untouched)"
+    )
+
+
+def _fit_batch_size(train_set: Dataset, run: RunConfig, info: DistInfo) -> RunConfig:
+    """``run`` with a batch no larger than a process's share of the training set, said in a warning: a larger one made
+    one short batch per epoch while the learning rate was scaled by the nominal batch size (``lr_base x batch /
+    lr_base_batch``); the rate follows the batch the loader really makes."""
+    try:
+        samples = len(train_set)  # type: ignore[arg-type]
+    except TypeError:  # a stream without a length: its batches are whatever it yields
+        return run
+    if not isinstance(train_set, IterableDataset):  # a stream's length is already per rank
+        samples = math.ceil(samples / info.world_size)
+    assert run.batch_size is not None
+    if samples <= 0 or run.batch_size <= samples:
+        return run
+    where = " per process" if info.world_size > 1 else ""
+    rate = "" if run.lr is not None else " (the learning rate is scaled by that batch)"
+    log.warning(
+        "batch size %d is larger than the training set (%d samples%s); using batches of %d%s",
+        run.batch_size,
+        samples,
+        where,
+        samples,
+        rate,
+    )
+    return dataclasses.replace(run, batch_size=samples)
+
+
+@contextlib.contextmanager
+def _writing(path: Path, state: RunState | None = None) -> Iterator[None]:
+    """A write into the run folder: no room for it is a :class:`NoSpaceError` naming ``path`` (and the intact
+    checkpoint), not an ``OSError`` from deep inside a writer."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in NO_SPACE_ERRNOS:
+            raise
+        tail = f"; the run stopped; {state.intact(False)}" if state is not None else ""
+        raise NoSpaceError(no_space_message(exc, path) + tail) from exc
+
+
 def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> dict[str, Any]:
     run_dir = Path(run.output)
-    held = held_run(run_dir)
-    if held and not run.resume and not run.overwrite:  # a new run would replace that run's files one by one
-        raise ValueError(
-            f"{run_dir} already holds a run ({held}); continue it with --resume {run_dir}, start over in it with "
-            "--overwrite, or give another --output"
-        )
+    _check_run_folder(run_dir, task, run)
     assert run.batch_size is not None and run.epochs is not None  # resolved by fit
     seed_everything(run.seed, run.deterministic)
-    ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn)
     train_set, val_set = task.datasets()
     task.train_set, task.val_set = train_set, val_set
+    run = _fit_batch_size(train_set, run, info)
+    assert run.batch_size is not None
+    ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn)
     model = task.build_model().to(device)
     if run.fused_kernels and device.type == "cpu" and is_library_model(model):
         fuse_linears(model)  # float32 training: forward and gradient products on oneDNN (ops.fused.linear)
@@ -107,7 +198,7 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
     task.prepare(model, ctx)  # before the EMA copy and the optimizer
     state = build_state(model, run, steps, info)
     if run.resume:
-        state.restore(run.resume, info, task)
+        state.restore(run.resume, info, task, run.epochs)
     train_model = _wrap(model, run, device, info)
     writer = _start_run_folder(run_dir, task, run, info)
     stop = run.epochs if run.stop_after_epochs is None else min(run.epochs, run.stop_after_epochs)
@@ -213,7 +304,8 @@ def _start_run_folder(run_dir: Path, task: Task, run: RunConfig, info: DistInfo)
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = {"task": task.name, **task.config_json(), **asdict(run)}
-    (run_dir / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
+    with _writing(run_dir / "config.json"):
+        (run_dir / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
@@ -338,7 +430,8 @@ def _end_epoch(
     if score is not None:
         meta[f"val_{task.best_metric}"] = score
     if ctx.info.is_main:
-        write_metrics(ctx.run_dir / "metrics.csv", state.history)
+        with _writing(ctx.run_dir / "metrics.csv", state):
+            write_metrics(ctx.run_dir / "metrics.csv", state.history)
         if writer is not None:
             for key, value in row.items():
                 if key != "epoch" and isinstance(value, (int, float)):
@@ -411,10 +504,13 @@ def _finish(
     }
     summary.update(task.summary(summary))
     if info.is_main:
-        (ctx.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        with _writing(ctx.run_dir / "summary.json", state):
+            (ctx.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         if state.history:
-            _plot_curves(state.history, task.best_metric, ctx.run_dir / "curves.png")
-            task.finish(model, ctx.run_dir)
+            with _writing(ctx.run_dir / "curves.png", state):
+                _plot_curves(state.history, task.best_metric, ctx.run_dir / "curves.png")
+            with _writing(ctx.run_dir, state):
+                task.finish(model, ctx.run_dir)
         if writer is not None:
             writer.close()
     return summary
@@ -445,4 +541,4 @@ def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) 
     plt.close(fig)
 
 
-__all__ = ["RunConfig", "RunContext", "fit", "held_run", "is_library_model"]
+__all__ = ["RUN_FILES", "RunConfig", "RunContext", "fit", "held_run", "is_library_model"]

@@ -15,10 +15,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
-from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, load_weights, read_meta, resolve_checkpoint
+from pdevision.engine.checkpoint import (
+    CheckpointError,
+    check_finite_weights,
+    checkpoint_kind,
+    load_weights,
+    read_meta,
+    resolve_checkpoint,
+)
 from pdevision.models.factory import (
     ModelArgumentError,
     ModelNameError,
@@ -57,6 +63,7 @@ def load_into_model(
             f"checkpoint {checkpoint} holds a {meta['model']!r} model, not {model_name!r} (use --model {meta['model']})"
         )
     state = load_weights(checkpoint)
+    check_finite_weights(state, checkpoint)
     head = model.get_classifier() if hasattr(model, "get_classifier") else None
     head_keys = {f"{n}" for n, m in model.named_modules() if m is head}
     if reset_head:
@@ -86,15 +93,16 @@ def load_into_model(
 
 def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     """The model arguments of checkpoint metadata, refused with a :class:`CheckpointError` unless they are plain
-    constructor arguments (see the module docstring); ``img_size`` checked to be an integer (pair) up to 16384."""
+    constructor arguments (see the module docstring); ``img_size`` (of the arguments and of the metadata) checked to
+    be an integer (pair) up to 16384."""
     try:
         check_model_name(meta.get("model"), "in the checkpoint")
         args = dict(check_model_args(meta.get("model_args", {}), "in the checkpoint"))
     except (ModelArgumentError, ModelNameError) as exc:
         raise CheckpointError(str(exc)) from exc
-    for key in ("img_size",):
-        if key in args or meta.get(key) is not None:
-            value = args.get(key, meta.get(key))
+    # the metadata's own image size too: the evaluation transforms read it (an OverflowError at 10**12)
+    for value in [args[k] for k in ("img_size",) if k in args] + [meta[k] for k in ("img_size",) if k in meta]:
+        if value is not None:
             sizes = value if isinstance(value, (list, tuple)) else [value]
             ok = sizes and all(
                 isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_IMAGE_SIZE for v in sizes
@@ -102,13 +110,6 @@ def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
             if not ok:
                 raise CheckpointError(f"image size {value!r} in the checkpoint is not an integer from 1 to 16384")
     return args
-
-
-def check_finite_weights(state: dict[str, torch.Tensor], folder: str | Path) -> None:
-    """A :class:`CheckpointError` naming the first tensor with a NaN or infinite value."""
-    for key, value in state.items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise CheckpointError(f"checkpoint {folder} holds non-finite weights (first: {key}); refused")
 
 
 def load_checkpoint_model(

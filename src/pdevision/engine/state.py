@@ -24,6 +24,8 @@ from torch import nn
 
 from pdevision.engine.checkpoint import (
     CheckpointError,
+    NoSpaceError,
+    check_finite_weights,
     checkpoint_kind,
     load_trainer_state,
     load_weights,
@@ -32,7 +34,7 @@ from pdevision.engine.checkpoint import (
     save_checkpoint,
 )
 from pdevision.engine.distributed import DistInfo
-from pdevision.engine.runtime import NonFiniteLossError, rng_state, set_rng_state
+from pdevision.engine.runtime import NonFiniteLossError, one_line, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +60,11 @@ class RunState:
     def ema_module(self) -> nn.Module | None:
         return self.ema.module if self.ema is not None else None
 
-    def intact(self) -> str:
-        """Which checkpoint a stopped run leaves behind, in words."""
+    def intact(self, nan_hint: bool = True) -> str:
+        """Which checkpoint a stopped run leaves behind, in words (``nan_hint``: with advice against a NaN stop)."""
         if self.saved is None:
+            if not nan_hint:
+                return "no intact checkpoint exists yet (nothing to resume)"
             return "no intact checkpoint exists yet (nothing to resume; try a lower --lr, --clip-grad or --amp none)"
         return f"the last intact checkpoint is {self.saved} (resume with --resume)"
 
@@ -111,16 +115,22 @@ class RunState:
         if not info.is_main:
             return
         meta = {**meta, "epoch": self.epoch}
-        for name, (module, export_meta) in (exports or {}).items():  # before last/: a crash here redoes the epoch
-            save_checkpoint(run_dir, name, module, {**export_meta, "epoch": self.epoch})
         state = self.trainer_state(rng, extra)
-        folder = save_checkpoint(run_dir, "last", self.model, meta, state, self.ema_module)
-        self.saved = f"{folder} (epoch {self.epoch})"
-        if best_module is not None:
-            save_checkpoint(run_dir, "best", best_module, meta)
+        try:
+            for name, (module, export_meta) in (exports or {}).items():  # before last/: a crash redoes the epoch
+                save_checkpoint(run_dir, name, module, {**export_meta, "epoch": self.epoch})
+            folder = save_checkpoint(run_dir, "last", self.model, meta, state, self.ema_module)
+            self.saved = f"{folder} (epoch {self.epoch})"
+            if best_module is not None:
+                save_checkpoint(run_dir, "best", best_module, meta)
+        except NoSpaceError as exc:
+            raise NoSpaceError(f"{exc} after epoch {self.epoch}; the run stopped; {self.intact(False)}") from exc
 
-    def restore(self, path: str | Path, info: DistInfo, task: Any) -> Path:
-        """Load a ``last/`` checkpoint (or a run folder) into every part of the state; returns the folder."""
+    def restore(self, path: str | Path, info: DistInfo, task: Any, epochs: int | None = None) -> Path:
+        """Load a ``last/`` checkpoint (or a run folder) into every part of the state; returns the folder.
+
+        The trainer state is checked field by field (:func:`check_trainer_state`), a checkpoint further along than
+        ``epochs`` (the run's) is refused, and the model and EMA weights must be finite."""
         folder = resolve_checkpoint(path, prefer=("last",))
         meta = read_meta(folder)
         kind = checkpoint_kind(meta)
@@ -130,28 +140,130 @@ class RunState:
                 + (f" (--task {kind})" if kind else "")
             )
         task.check_resume(meta)
-        state = load_trainer_state(folder)
+        file = folder / "trainer.pt"
+        state = check_trainer_state(load_trainer_state(folder), file)
+        epoch = int(state.get("sampler_epoch", state["epoch"] + 1))
+        if epochs is not None and epoch > epochs:
+            raise CheckpointError(
+                f"{folder} has finished {epoch} epochs, more than this run's {epochs}; nothing would be trained "
+                f"(resume with --epochs {epoch} or more)"
+            )
         task.load_for_resume(self.model, folder)
+        check_finite_weights(self.model.state_dict(), folder)
         if self.ema is not None:
-            self.ema.module.load_state_dict(load_weights(folder, ema=True))
+            ema_weights = load_weights(folder, ema=True)
+            check_finite_weights(ema_weights, folder / "ema.safetensors")
+            self.ema.module.load_state_dict(ema_weights)
         _check_same_optimizer(self.optimizer, state["optimizer"], folder)
-        self.optimizer.load_state_dict(state["optimizer"])
         if "scheduler" in state:
-            self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        self.epoch = int(state.get("sampler_epoch", state["epoch"] + 1))
+            _check_scheduler_state(self.scheduler.state_dict(), state["scheduler"], file)
+        for name, part in (("optimizer", self.optimizer), ("scheduler", self.scheduler), ("scaler", self.scaler)):
+            if name not in state:
+                continue
+            try:
+                part.load_state_dict(state[name])
+            except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError) as exc:
+                raise CheckpointError(
+                    f"checkpoint file {file}: its {name} state does not fit this run ({one_line(exc, first=True)})"
+                ) from exc
+        self.epoch = epoch
         self.num_updates = int(state.get("num_updates", 0))
         self.elapsed = float(state.get("elapsed", 0.0))
         self.best = state.get("best", state.get("best_top1"))
         self.best_row = state.get("best_row")
         self.history = list(state["history"])
         task.load_extra_state(state.get("task", {}), self.model, self.ema_module)
-        set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])
+        check_finite_weights(self.model.state_dict(), folder)  # the task's extra state may hold weights (heads)
+        if self.ema_module is not None:
+            check_finite_weights(self.ema_module.state_dict(), folder / "ema.safetensors")
+        try:
+            set_rng_state(state["rng"][info.rank] if info.rank < len(state["rng"]) else state["rng"][0])
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError) as exc:
+            raise CheckpointError(
+                f"checkpoint file {file}: its rng states are not this library's ({one_line(exc, first=True)})"
+            ) from exc
         self.saved = f"{folder} (epoch {self.epoch})"
         log.info(
             "resumed from %s after epoch %d (%d updates, %.0f s)", folder, self.epoch, self.num_updates, self.elapsed
         )
         return folder
+
+
+# bounds of the counters in a trainer state: far beyond any real run, far below what overflows a schedule
+MAX_EPOCHS = 10**7
+MAX_UPDATES = 2**53
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_trainer_state(state: dict[str, Any], file: Path) -> dict[str, Any]:
+    """``state`` (a ``trainer.pt``) when each field the resume reads is present and of its type and range; else a
+    :class:`CheckpointError` naming the file and the field."""
+
+    def bad(field: str, why: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint file {file}: trainer state field {field!r} {why}; it cannot be resumed")
+
+    for key in ("optimizer", "scaler", "history", "rng"):
+        if key not in state:
+            raise bad(key, "is missing")
+    for key in ("optimizer", "scaler", "scheduler", "task"):
+        if key in state and not isinstance(state[key], dict):
+            raise bad(key, f"is a {type(state[key]).__name__}, not a dict")
+    groups = state["optimizer"].get("param_groups")
+    if not (isinstance(groups, list) and groups and all(isinstance(g, dict) for g in groups)):
+        raise bad("optimizer", "has no parameter groups (a non-empty list of dicts under 'param_groups')")
+    if "sampler_epoch" not in state and "epoch" not in state:
+        raise bad("sampler_epoch", "is missing")
+    if "sampler_epoch" in state:
+        if not _is_int(state["sampler_epoch"]) or not 0 <= state["sampler_epoch"] <= MAX_EPOCHS:
+            raise bad("sampler_epoch", f"must be an integer from 0 to {MAX_EPOCHS}, got {state['sampler_epoch']!r:.40}")
+    if "epoch" in state and (not _is_int(state["epoch"]) or not -1 <= state["epoch"] < MAX_EPOCHS):
+        raise bad("epoch", f"must be an integer from -1 to {MAX_EPOCHS - 1}, got {state['epoch']!r:.40}")
+    if "num_updates" in state and (not _is_int(state["num_updates"]) or not 0 <= state["num_updates"] <= MAX_UPDATES):
+        raise bad("num_updates", f"must be an integer from 0 to {MAX_UPDATES}, got {state['num_updates']!r:.40}")
+    if "elapsed" in state and not (_is_number(state["elapsed"]) and state["elapsed"] >= 0):
+        raise bad("elapsed", f"must be a finite number of seconds >= 0, got {state['elapsed']!r:.40}")
+    for key in ("best", "best_top1"):
+        if state.get(key) is not None and not _is_number(state[key]):
+            raise bad(key, f"must be a finite number or None, got {state[key]!r:.40}")
+    if state.get("best_row") is not None and not isinstance(state["best_row"], dict):
+        raise bad("best_row", f"is a {type(state['best_row']).__name__}, not a dict")
+    if not isinstance(state["history"], list) or not all(isinstance(row, dict) for row in state["history"]):
+        raise bad("history", "must be a list of metric rows (dicts)")
+    rng = state["rng"]
+    if not isinstance(rng, list) or not rng or not all(isinstance(r, dict) for r in rng):
+        raise bad("rng", "must be a non-empty list of RNG states (dicts)")
+    return state
+
+
+def _same_kind(want: Any, have: Any) -> bool:
+    """Whether a saved scheduler setting ``have`` has the type of this run's ``want`` (numbers finite)."""
+    if want is None or have is None:
+        return True
+    if isinstance(want, bool) or isinstance(have, bool):
+        return isinstance(want, bool) and isinstance(have, bool)
+    if isinstance(want, (int, float)):
+        return _is_number(have)
+    if isinstance(want, (list, tuple)):
+        return isinstance(have, (list, tuple)) and all(_same_kind(want[0], h) if want else True for h in have)
+    return type(want) is type(have)
+
+
+def _check_scheduler_state(current: dict[str, Any], saved: dict[str, Any], file: Path) -> None:
+    """timm's schedulers load a state by updating their attributes with it: a setting of another type (a string
+    for ``t_initial``) would fail at the first step with a bare ``TypeError``."""
+    for key, value in saved.items():
+        if key in current and not _same_kind(current[key], value):
+            raise CheckpointError(
+                f"checkpoint file {file}: trainer state field 'scheduler' has {key} = {value!r:.40}, not a "
+                f"{type(current[key]).__name__}; it cannot be resumed"
+            )
 
 
 def _check_same_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], folder: Path) -> None:
@@ -167,4 +279,4 @@ def _check_same_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any
         )
 
 
-__all__ = ["RunState"]
+__all__ = ["MAX_EPOCHS", "RunState", "check_trainer_state"]

@@ -27,7 +27,8 @@ to load the weights with clearer errors; ``exports(model)`` -> ``{name: (module,
 written before ``last/`` at every epoch (so a run killed while exporting redoes the export on resume);
 ``extra_state()`` / ``load_extra_state(state, model, ema)`` for task state in ``trainer.pt``; ``saving(model, ema)``,
 a context manager around the checkpoint writes; ``summary(run)`` -> extra keys for ``summary.json``;
-``finish(model, run_dir)`` on rank 0 at the end (figures); ``epoch_log(row)`` -> one line for the log.
+``finish(model, run_dir)`` on rank 0 at the end (figures; their names in ``run_files``, so that a new run refuses
+a folder where a file of that name is not a run's); ``epoch_log(row)`` -> one line for the log.
 
 Minimal example (a regression task; ``fit`` does the rest)::
 
@@ -130,6 +131,7 @@ class Task:
     best_metric: str | None = "loss"
     higher_is_better: bool = False
     collate_fn: Callable | None = None
+    run_files: tuple[str, ...] = ()  # names this task writes into the run folder (``finish``'s figures)
     train_set: Dataset | None = None
     val_set: Dataset | None = None
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from timm.data.auto_augment import augment_and_mix_transform, auto_augment_transform, rand_augment_transform
 
+from pdevision.engine.checkpoint import checkpoint_folder_of
 from pdevision.engine.config import RunConfig
 from pdevision.models.factory import ModelArgumentError, check_model_args
 
@@ -133,6 +134,24 @@ def _output_folder(text: str) -> str:
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder")
+    _outside_checkpoints(text)
+    return text
+
+
+def _outside_checkpoints(text: str) -> None:
+    """Refuse a place to write that is (or lies inside) a checkpoint folder: its next save replaces it whole."""
+    folder = checkpoint_folder_of(text)
+    if folder is not None:
+        raise argparse.ArgumentTypeError(
+            f"{text} is inside the checkpoint folder {folder}, which the next save replaces whole (deleting what is "
+            "written there); write beside it instead"
+        )
+
+
+def _output_file(text: str) -> str:
+    """A file to write (restore's output): not empty, and not inside a checkpoint folder."""
+    _path(text)
+    _outside_checkpoints(str(Path(text).parent))
     return text
 
 
@@ -178,6 +197,7 @@ device = _device
 path = _path
 auto_augment = _auto_augment
 output_folder = _output_folder
+output_file = _output_file
 json_dict = _json_dict
 rate = _rate
 

@@ -16,7 +16,14 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from pdevision.data.imageio import read_rgb_array
-from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
+from pdevision.engine.checkpoint import (
+    CheckpointError,
+    check_finite_weights,
+    checkpoint_kind,
+    load_weights,
+    read_meta,
+    resolve_checkpoint,
+)
 from pdevision.engine.config import RunConfig
 from pdevision.engine.modeling import load_checkpoint_model
 from pdevision.engine.runtime import resolve_device
@@ -93,6 +100,7 @@ def check_backbone_checkpoint(path: str, model: str) -> dict[str, Any]:
         )
     if meta.get("model") and meta["model"] != model:
         raise CheckpointError(f"{path} holds a {meta['model']!r} backbone, not {model!r} (use --model {meta['model']})")
+    check_finite_weights(load_weights(path), resolve_checkpoint(path))
     return meta
 
 

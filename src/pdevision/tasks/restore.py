@@ -625,7 +625,7 @@ def add_restore_arguments(p: argparse.ArgumentParser) -> None:
         "--checkpoint", type=A.path, required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg"
     )
     p.add_argument("input", type=A.path, help="image file (L, LA, RGB, RGBA or 16-bit grey)")
-    p.add_argument("output", type=A.path, help="output file (format from the extension); same size and mode")
+    p.add_argument("output", type=A.output_file, help="output file (format from the extension); same size and mode")
     p.add_argument(
         "--tile", type=A.non_negative_int, default=512, help="tile side for large images (0: whole image; default 512)"
     )

@@ -26,7 +26,7 @@ from pdevision.data.embedded import is_embedded
 from pdevision.data.shards import is_shard_folder, shard_datasets
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
-from pdevision.engine.modeling import build_model, check_image_size, load_into_model
+from pdevision.engine.modeling import build_model, check_image_size, checked_model_args, load_into_model
 from pdevision.engine.runtime import autocast
 from pdevision.engine.task import RunContext, Task
 from pdevision.tasks.classify.config import ClassifyConfig
@@ -70,6 +70,7 @@ class ClassifyTask(Task):
             stored = self.init_meta.get("model_args", {})
             kept = {k: v for k, v in stored.items() if k not in ("img_size", "drop_path_rate")}
             self.model_args = {**kept, **self.model_args}
+            checked_model_args(self.init_meta)  # its image size and arguments, bounded like any checkpoint's
             self.img_size = config.img_size or int(self.init_meta["img_size"])
         if config.drop_path is not None:
             self.model_args["drop_path_rate"] = config.drop_path

@@ -44,6 +44,7 @@ class PretrainTask(Task):
 
     name = "pretrain"
     best_metric = None  # no validation set: no best/, the encoder export instead
+    run_files = ("reconstructions.png",)
 
     def __init__(self, config: PretrainConfig) -> None:
         _check(config)
