@@ -595,7 +595,7 @@ class RestoreCommands(TaskCommands):
             g.add_argument("--quality", type=A.bounded(int, 1, 100), default=10, help="JPEG quality (default 10)")
         g.add_argument("--color", action="store_true", help="colour images (default grey); PSNR/SSIM on Y")
         g.add_argument("--patch-size", type=A.bounded(int, 8, 1024), default=32, help="training patch side (32)")
-        g.add_argument("--patches-per-epoch", type=A.positive_int, default=16384, help="default 16384")
+        g.add_argument("--patches-per-epoch", type=A.per_epoch, default=16384, help="default 16384")
         g.add_argument("--loss", default="l1", choices=["l1", "charbonnier"], help="default l1")
         g.add_argument(
             "--baselines",
@@ -656,10 +656,8 @@ def add_restore_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("input", type=A.path, help="image file (L, LA, RGB, RGBA or 16-bit grey)")
     p.add_argument("output", type=A.path, help="output file (format from the extension); same size and mode")
-    p.add_argument(
-        "--tile", type=A.non_negative_int, default=512, help="tile side for large images (0: whole image; default 512)"
-    )
-    p.add_argument("--overlap", type=A.non_negative_int, default=32, help="tile overlap in pixels (default 32)")
+    p.add_argument("--tile", type=A.tile, default=512, help="tile side for large images (0: whole image; default 512)")
+    p.add_argument("--overlap", type=A.tile, default=32, help="tile overlap in pixels (default 32)")
     p.add_argument("--device", type=A.device, default="auto")
 
 

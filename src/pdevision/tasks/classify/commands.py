@@ -45,7 +45,7 @@ class ClassifyCommands(TaskCommands):
             help="ImageFolder root (train/ and val/, or one folder), WebDataset shards (train/*.tar, val/*.tar), "
             "or an embedded set; default: the embedded digits",
         )
-        g.add_argument("--shuffle-buffer", type=A.positive_int, default=1000, help="shards: shuffle buffer (samples)")
+        g.add_argument("--shuffle-buffer", type=A.samples, default=1000, help="shards: shuffle buffer (samples)")
         g.add_argument("--val-split", type=A.open_fraction, default=0.2, help="validation fraction for a single folder")
         g.add_argument("--img-size", type=A.side, default=None, help="default: 64 on digits, else the model's")
         g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
@@ -91,14 +91,14 @@ class ClassifyCommands(TaskCommands):
         p.add_argument(
             "--data", type=A.path, default=None, help="ImageFolder root or embedded set name (default: the run's)"
         )
-        p.add_argument("--batch-size", type=A.positive_int, default=64)
+        p.add_argument("--batch-size", type=A.batch, default=64)
         g = p.add_argument_group("corruption robustness (ImageNet-C corruptions, imagecorruptions package)")
         g.add_argument(
             "--corruptions", nargs="?", const="all", default=None, help="'all' (default) or comma-separated names"
         )
         g.add_argument("--severities", default=None, help="comma-separated severities 1-5 (default: all five)")
         g.add_argument("--baseline", default=None, help="checkpoint (or corruptions.json) that mCE is relative to")
-        g.add_argument("--max-images", type=A.positive_int, default=None, help="evaluate only the first N val images")
+        g.add_argument("--max-images", type=A.samples, default=None, help="evaluate only the first N val images")
 
     def evaluate(self, args: argparse.Namespace) -> str:
         output = args.output or str(default_eval_output(resolve_checkpoint(args.checkpoint)))
@@ -132,7 +132,7 @@ class ClassifyCommands(TaskCommands):
 
     @staticmethod
     def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--topk", type=A.positive_int, default=5)
+        p.add_argument("--topk", type=A.count, default=5)
         p.add_argument("--json", action="store_true", help="also print the result as JSON")
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
