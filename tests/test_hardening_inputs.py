@@ -4,6 +4,7 @@ never block, and bad input is one line naming the problem (exit 2)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,17 @@ def test_huge_sizes_are_refused_when_parsed(argv: list[str], capsys: pytest.Capt
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "must be an integer in" in err, err
+
+
+@pytest.mark.parametrize("data", ["digits", "scenes"])
+def test_image_sizes_the_embedded_sets_cannot_use_are_one_line(
+    data: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """16384 px passed the flag's bound: the digits ended in Pillow's DecompressionBombError from the library's
+    own resize, the scenes asked for 4 TB of generated images."""
+    argv = ["train", "--data", data, "--img-size", "16384", "--output", str(tmp_path / "run"), "--epochs", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "image size 16384" in err and "at most" in err and "--img-size" in err, err
+    assert "Decompression" not in err
