@@ -4,12 +4,22 @@ never block, and bad input is one line naming the problem (exit 2)."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
+import timm
+from PIL import Image
 
 from pdevision.cli import build_parser, main
+from pdevision.data import DataError
+from pdevision.data.dense import CocoDetection, MaskFolder
+from pdevision.data.shards import shard_datasets, write_shards
+from pdevision.engine.checkpoint import CheckpointError, load_trainer_state, load_weights, read_meta, save_checkpoint
+from pdevision.models.dense import pretrained_overlay
 from pdevision.tasks import tasks
+from pdevision.tasks.classify.robustness import evaluate_corruptions
+from pdevision.viz.common import load_image_files, run_data
 from tests.test_cli_fuzz import _subparsers
 
 HUGE = str(10**12)  # a typo's worth of zeros: asks for hours of work or terabytes of memory
@@ -79,3 +89,115 @@ def test_image_sizes_the_embedded_sets_cannot_use_are_one_line(
     assert len(err.splitlines()) == 1, err
     assert "image size 16384" in err and "at most" in err and "--img-size" in err, err
     assert "Decompression" not in err
+
+
+# -- special files where a regular file is expected: refused, never waited on ------------------------------------
+
+
+def _fifo(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def _checkpoint(run: Path) -> Path:
+    model = timm.create_model("vheat_micro", num_classes=3, img_size=32)
+    meta = {"model": "vheat_micro", "classes": ["a", "b", "c"], "img_size": 32, "epoch": 1, "kind": "classify"}
+    return save_checkpoint(run, "last", model, meta, {"epoch": 1})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["model.safetensors", "trainer.pt"])
+def test_a_fifo_checkpoint_file_is_refused(name: str, tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path / "run")
+    (folder / name).unlink()
+    _fifo(folder / name)
+    with pytest.raises(CheckpointError, match="is a FIFO, not a regular file"):
+        read_meta(folder) if name == "model.safetensors" else load_trainer_state(folder)
+    if name == "model.safetensors":
+        with pytest.raises(CheckpointError, match="is a FIFO"):
+            load_weights(folder)
+
+
+@pytest.mark.timeout(60)
+def test_eval_of_a_fifo_checkpoint_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _checkpoint(tmp_path / "run")
+    (folder / "model.safetensors").unlink()
+    _fifo(folder / "model.safetensors")
+    assert main(["eval", "--checkpoint", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "FIFO" in err, err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("with_classes", [False, True])
+def test_local_weights_file_that_is_a_fifo_is_refused(with_classes: bool, tmp_path: Path) -> None:
+    """``num_classes`` in the overlay skipped the check and timm's loader opened the FIFO: blocked forever."""
+    overlay = dict(file=str(_fifo(tmp_path / "w.safetensors")), **({"num_classes": 3} if with_classes else {}))
+    with pytest.raises(ValueError, match="is a FIFO, not a regular file"):
+        timm.create_model("vheat_micro", pretrained=True, pretrained_cfg_overlay=overlay)
+
+
+@pytest.mark.timeout(60)
+def test_dense_backbone_weights_that_are_a_fifo_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is a FIFO"):
+        pretrained_overlay(_fifo(tmp_path / "model.safetensors"))
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_corruptions_baseline_is_refused(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path / "run")
+    with pytest.raises(ValueError, match=r"--baseline .* is a FIFO"):
+        evaluate_corruptions(
+            str(folder), ["gaussian_noise"], [1], "digits", 8, "cpu",
+            baseline=str(_fifo(tmp_path / "corruptions.json")), output=str(tmp_path / "out"), max_images=4,
+        )  # fmt: skip
+
+
+@pytest.mark.timeout(60)
+def test_fifo_coco_annotations_are_refused(tmp_path: Path) -> None:
+    _fifo(tmp_path / "coco" / "annotations" / "instances_train.json")
+    with pytest.raises(DataError, match="is a FIFO, not a regular file"):
+        CocoDetection(tmp_path / "coco", "train")
+
+
+@pytest.mark.timeout(60)
+def test_fifo_classes_txt_of_a_mask_folder_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "masks"
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    for i in range(3):
+        Image.new("RGB", (16, 16)).save(root / "images" / f"{i}.png")
+        Image.new("L", (16, 16)).save(root / "masks" / f"{i}.png")
+    _fifo(root / "classes.txt")
+    with pytest.raises(DataError, match="is a FIFO"):
+        MaskFolder(root, "train")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("which", ["classes.txt", "train/b.tar"])
+def test_fifo_in_a_shard_folder_is_refused(which: str, tmp_path: Path) -> None:
+    """classes.txt was read and a FIFO named *.tar opened by tarfile: both blocked forever."""
+    root = tmp_path / "shards"
+    samples = [(Image.new("RGB", (8, 8), (i * 40, 0, 0)), i % 2) for i in range(4)]
+    write_shards(samples, root / "train", per_shard=4)
+    write_shards(samples, root / "val", per_shard=4)
+    _fifo(root / which)
+    with pytest.raises(DataError, match="is a FIFO"):
+        shard_datasets(root, None, None)
+
+
+@pytest.mark.timeout(60)
+def test_viz_image_that_is_a_fifo_is_named_a_fifo(tmp_path: Path) -> None:
+    """It used to read "does not exist"."""
+    with pytest.raises(ValueError, match="FIFO") as exc:
+        load_image_files([_fifo(tmp_path / "x.png")], lambda img: img)
+    assert "does not exist" not in str(exc.value)
+
+
+@pytest.mark.timeout(60)
+def test_viz_report_skips_fifo_run_files(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    folder = _checkpoint(run)
+    _fifo(run / "config.json")
+    assert run_data(folder) is None

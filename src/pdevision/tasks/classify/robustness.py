@@ -34,6 +34,7 @@ from pdevision.data.corruptions import CORRUPTIONS, SEVERITIES, CorruptedDataset
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.runtime import resolve_device
+from pdevision.models._weights import not_a_regular_file
 from pdevision.tasks.classify.evaluate import evaluate_model, load_classifier
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,9 @@ def evaluate_corruptions(
         seed=seed,
         workers=workers,
     )
+    what = None if baseline is None else not_a_regular_file(baseline)
+    if what is not None and what != "a folder":  # before the evaluation: a FIFO would block after it
+        raise ValueError(f"--baseline {baseline} is {what}; give a checkpoint or a corruptions.json file")
     result = corruption_accuracy(checkpoint, **args)  # type: ignore[arg-type]
     if baseline is not None:
         path = Path(baseline)
