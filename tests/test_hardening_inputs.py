@@ -201,3 +201,50 @@ def test_viz_report_skips_fifo_run_files(tmp_path: Path) -> None:
     folder = _checkpoint(run)
     _fifo(run / "config.json")
     assert run_data(folder) is None
+
+
+# -- messages that name the problem, not an internal ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["restored", "restored.xyz", "restored.tmp"])
+def test_restore_to_a_name_without_an_image_extension_is_one_line(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to name its temporary file (``.restored.tmp-PID``) in Pillow's "unknown file extension"."""
+    src = tmp_path / "in.png"
+    Image.new("L", (16, 16)).save(src)
+    assert main(["restore", "--checkpoint", str(tmp_path / "no_ckpt"), str(src), str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "names no image format" in err and ".png" in err, err
+    assert "tmp-" not in err
+
+
+def test_bench_fp16_on_the_cpu_is_refused_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to end in a oneDNN primitive error after the models were built."""
+    argv = ["bench", "--dtype", "fp16", "--device", "cpu", "--models", "vheat_micro", "--out", str(tmp_path / "b")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--dtype fp16 needs a CUDA device" in err, err
+
+
+def test_eval_of_a_class_folder_named_in_non_utf8_writes_the_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A class folder whose name is not UTF-8 made matplotlib fail and left eval-best/ empty."""
+    root = tmp_path / "data"
+    names = [os.fsdecode(b"caf\xe9"), "plain"]
+    for c, name in enumerate(names):
+        for split in ("train", "val"):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (32, 32), (200 * c, 50 * i, 0)).save(folder / f"{i}.png")
+    model = timm.create_model("vheat_micro", num_classes=2, img_size=32)
+    meta = {"model": "vheat_micro", "classes": sorted(names), "img_size": 32, "model_args": {"img_size": 32},
+            "mean": [0.5] * 3, "std": [0.5] * 3, "epoch": 1, "kind": "classify"}  # fmt: skip
+    folder = save_checkpoint(tmp_path / "run", "best", model, meta)
+    assert main(["eval", "--checkpoint", str(folder), "--data", str(root), "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "caf\\xe9" in out
+    assert (tmp_path / "run" / "eval-best" / "confusion_matrix.png").stat().st_size > 0
+    assert (tmp_path / "run" / "eval-best" / "eval.json").is_file()

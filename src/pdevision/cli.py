@@ -125,6 +125,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = str(resolve_device(args.device))  # "auto": the GPU where there is one, else the CPU
+    if "fp16" in args.dtype and not device.startswith("cuda"):  # oneDNN has no fp16 primitives for this CPU
+        raise UsageError(f"--dtype fp16 needs a CUDA device, the bench runs on {device} (use fp32 or bf16 there)")
     models = list(args.models or [*DEFAULT_OURS, *DEFAULT_PEERS])
     if args.peers:
         models += [m for m in LARGER_PEERS[args.peers] if m not in models]
@@ -148,7 +151,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         resolutions=list(args.resolutions),
         batch=args.batch,
         repeats=args.repeats,
-        device=str(resolve_device(args.device)),  # "auto": the GPU where there is one, else the CPU
+        device=device,
         dtype=args.dtype,
         train_resolutions=tuple(args.train_resolutions),
         operators=not args.no_operators,
@@ -521,6 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    for stream in (sys.stdout, sys.stderr):  # names from the file system may not be UTF-8 (class folders)
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         return int(args.func(args))

@@ -480,6 +480,19 @@ def _read_image(src: Path) -> tuple[Image.Image, np.ndarray, str, float]:
     return read_image_native(src, caller="restore")
 
 
+def _check_output_format(dst: Path) -> None:
+    """Refuse, before any work, an output name whose extension names no image format Pillow writes (the
+    temporary file it is saved under would otherwise be named in the error)."""
+    Image.init()
+    fmt = Image.registered_extensions().get(dst.suffix.lower())
+    if fmt is None or fmt not in Image.SAVE:
+        what = f"extension {dst.suffix!r}" if dst.suffix else "no extension"
+        raise DataError(
+            f"output {dst} has {what}, which names no image format to write; "
+            "give a name ending in .png, .tif, .jpg, .bmp or .webp"
+        )
+
+
 def restore_file(
     checkpoint: str | Path,
     src: str | Path,
@@ -504,6 +517,7 @@ def restore_file(
         raise DataError(f"{src} is not a file; restore takes one image file")
     if dst.is_dir():
         raise DataError(f"{dst} is a folder; give the output image's file name (e.g. {dst / src.name})")
+    _check_output_format(dst)
     model, meta = load_restoration_model(checkpoint, device)
     img, arr, mode, scale = _read_image(src)
     arr = arr[..., None] if arr.ndim == 2 else arr

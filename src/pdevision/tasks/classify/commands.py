@@ -14,7 +14,7 @@ from pdevision.engine.loop import fit
 from pdevision.tasks import args as A
 from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
-from pdevision.tasks.classify.evaluate import evaluate_checkpoint, predict_images
+from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
 from pdevision.tasks.classify.task import ClassifyTask
 from pdevision.tasks.registry import TaskCommands, register
 
@@ -123,7 +123,7 @@ class ClassifyCommands(TaskCommands):
             head = f"{r['model']} on {r['images']} images, top-1 (%) per corruption and severity:"
             return f"{head}\n{table}\n{line}; {r['json']}"
         r = evaluate_checkpoint(args.checkpoint, args.model, args.data, args.batch_size, output, args.device)
-        per_class = ", ".join(f"{c} {v:.1f}%" for c, v in r["per_class_top1"].items() if v is not None)
+        per_class = ", ".join(f"{display_label(c)} {v:.1f}%" for c, v in r["per_class_top1"].items() if v is not None)
         return (
             f"{r['model']} on {r['images']} images: top-1 {r['top1']:.2f}%  top-5 {r['top5']:.2f}%  "
             f"loss {r['loss']:.4f}  {r['images_per_s']:.0f} img/s\nper-class top-1: {per_class}\n"
@@ -142,7 +142,7 @@ class ClassifyCommands(TaskCommands):
             if "error" in r:
                 lines.append(f"{r['image']}: FAILED: {r['error']}")
             else:
-                lines.append(r["image"] + ": " + ", ".join(f"{c} {p:.3f}" for c, p in r["top"]))
+                lines.append(r["image"] + ": " + ", ".join(f"{display_label(c)} {p:.3f}" for c, p in r["top"]))
         if args.json:
             lines.append(json.dumps(results))
         failed = [r["image"] for r in results if "error" in r]
