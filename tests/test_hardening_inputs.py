@@ -248,3 +248,14 @@ def test_eval_of_a_class_folder_named_in_non_utf8_writes_the_figure(
     assert "caf\\xe9" in out
     assert (tmp_path / "run" / "eval-best" / "confusion_matrix.png").stat().st_size > 0
     assert (tmp_path / "run" / "eval-best" / "eval.json").is_file()
+
+
+@pytest.mark.parametrize("task", ["segment", "detect"])
+def test_image_sizes_the_embedded_scenes_cannot_use_are_one_line(
+    task: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sweep case: detect at 16384 px on the 64-px scenes built a backbone at that size and ran past four minutes."""
+    argv = ["train", "--task", task, "--img-size", "16384", "--output", str(tmp_path / "run"), "--epochs", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "image size 16384" in err and "at most 1024" in err, err

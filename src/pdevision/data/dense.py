@@ -567,6 +567,20 @@ class DenseData:
     source: str
 
 
+# the embedded scenes are 64 px: beyond 16 times that, a crop or a detector's side is only upsampling (and a
+# backbone built at 16384 px asks for gigabytes before the first step)
+SCENES_MAX_IMG_SIZE = 1024
+
+
+def check_scene_img_size(img_size: int) -> None:
+    """Refuse (:class:`DataError`, one line) an image size the embedded 64-px scenes cannot use sensibly."""
+    if not 1 <= int(img_size) <= SCENES_MAX_IMG_SIZE:
+        raise DataError(
+            f"image size {img_size} is more than the embedded scenes (64 px) can use: at most {SCENES_MAX_IMG_SIZE} "
+            "px; give a smaller --img-size or --data"
+        )
+
+
 def build_dense_datasets(
     task: str,
     data: str | Path | None,
