@@ -259,3 +259,14 @@ def test_image_sizes_the_embedded_scenes_cannot_use_are_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "image size 16384" in err and "at most 1024" in err, err
+
+
+@pytest.mark.parametrize("data", [None, "digits"])
+def test_pretrain_crops_larger_than_the_embedded_images_are_one_line(
+    data: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sweep case: pretrain --img-size 16384 on the sample photos built a 1,008M-parameter encoder and ran on."""
+    argv = ["pretrain", "--img-size", "16384", "--output", str(tmp_path / "run"), "--epochs", "1"]
+    assert main(argv + (["--data", data] if data else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "image size 16384" in err and "at most" in err, err
