@@ -270,3 +270,14 @@ def test_pretrain_crops_larger_than_the_embedded_images_are_one_line(
     assert main(argv + (["--data", data] if data else [])) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "image size 16384" in err and "at most" in err, err
+
+
+def test_restore_onto_its_own_input_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Sweep case: ``restore IN IN`` replaced the user's original with the restored image, exit 0."""
+    src = tmp_path / "in.png"
+    Image.new("L", (16, 16), 7).save(src)
+    before = src.read_bytes()
+    assert main(["restore", "--checkpoint", str(tmp_path / "no_ckpt"), str(src), str(tmp_path / "." / "in.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is the input image" in err, err
+    assert src.read_bytes() == before

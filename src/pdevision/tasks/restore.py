@@ -517,6 +517,8 @@ def restore_file(
         raise DataError(f"{src} is not a file; restore takes one image file")
     if dst.is_dir():
         raise DataError(f"{dst} is a folder; give the output image's file name (e.g. {dst / src.name})")
+    if src.exists() and dst.exists() and os.path.samefile(src, dst):
+        raise DataError(f"output {dst} is the input image; give another name (restoring in place loses the original)")
     _check_output_format(dst)
     model, meta = load_restoration_model(checkpoint, device)
     img, arr, mode, scale = _read_image(src)
