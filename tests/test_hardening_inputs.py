@@ -14,6 +14,7 @@ from PIL import Image
 from pdevision.cli import build_parser, main
 from pdevision.data import DataError
 from pdevision.data.dense import CocoDetection, MaskFolder
+from pdevision.data.imageio import open_rgb
 from pdevision.data.shards import shard_datasets, write_shards
 from pdevision.engine.checkpoint import CheckpointError, load_trainer_state, load_weights, read_meta, save_checkpoint
 from pdevision.models.dense import pretrained_overlay
@@ -281,3 +282,27 @@ def test_restore_onto_its_own_input_is_refused(tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "is the input image" in err, err
     assert src.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(b"\xff\xfe{not json", "is not JSON"), (b"[1, 2]", "a JSON list"), (b'{"images": 4}', "no field")],
+)
+def test_a_corruptions_baseline_that_is_not_one_is_one_line_exit_2(
+    content: bytes, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sweep case: a baseline JSON holding a list ended in ``TypeError: list indices must be integers``, exit 1."""
+    folder = _checkpoint(tmp_path / "run")
+    (tmp_path / "corruptions.json").write_bytes(content)
+    argv = ["eval", "--checkpoint", str(folder), "--corruptions", "gaussian_noise", "--severities", "1"]
+    assert main([*argv, "--baseline", str(tmp_path / "corruptions.json"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and why in err and "expected a corruptions.json" in err, err
+
+
+def test_a_file_that_is_not_an_image_is_named_not_its_file_object(tmp_path: Path) -> None:
+    """Sweep case: Pillow's "cannot identify image file <_io.BufferedReader name=3>" reached the user."""
+    (tmp_path / "text.png").write_text("hello")
+    with pytest.raises(ValueError, match="not an image format Pillow knows") as exc:
+        open_rgb(tmp_path / "text.png")
+    assert "BufferedReader" not in str(exc.value) and "text.png" in str(exc.value)
