@@ -42,6 +42,7 @@ from pdevision.tasks.args import count as _count
 from pdevision.tasks.args import device as _device
 from pdevision.tasks.args import output_folder as _output_folder
 from pdevision.tasks.args import path as _path
+from pdevision.tasks.args import positive_int as _positive_int  # noqa: F401  (the benchmark scripts' flags)
 from pdevision.tasks.args import repeats as _repeats
 from pdevision.tasks.args import samples as _samples
 from pdevision.tasks.args import seed as _seed
