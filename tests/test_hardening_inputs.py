@@ -64,6 +64,8 @@ def test_every_integer_flag_of_every_command_is_bounded() -> None:
         ["train", "--warmup-epochs", HUGE],
         ["viz", "erf", "--img-size", HUGE],
         ["viz", "heat", "--model", "vheat_micro", "--img-size", HUGE],
+        ["viz", "heat", "--model", "vheat_micro", "--img-size", "16384"],  # sweep: ran past four minutes
+        ["viz", "erf", "--models", "vheat_micro", "--img-size", "4096"],
         ["viz", "symmetry", "--checkpoint", "x", "--seed", "-1"],
         ["bench", "--batch", HUGE],
         ["restore", "--checkpoint", "x", "in.png", "out.png", "--tile", HUGE],

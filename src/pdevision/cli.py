@@ -40,6 +40,7 @@ from pdevision.tasks.args import batch as _batch
 from pdevision.tasks.args import bounded as _bounded
 from pdevision.tasks.args import count as _count
 from pdevision.tasks.args import device as _device
+from pdevision.tasks.args import figure_side as _figure_side
 from pdevision.tasks.args import output_folder as _output_folder
 from pdevision.tasks.args import path as _path
 from pdevision.tasks.args import positive_int as _positive_int  # noqa: F401  (the benchmark scripts' flags)
@@ -235,7 +236,7 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("--checkpoint", nargs="+", default=None, help=f"trained models: {ckpt_help}")
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--img-size", type=_side, default=128, help="input size for --models (default 128)")
+    q.add_argument("--img-size", type=_figure_side, default=128, help="input size for --models (default 128)")
     q.add_argument("--images", type=_samples, default=16, help="images to average over (default 16)")
     q.add_argument("--device", type=_device, default="cpu")
     q.add_argument("--output", type=_output_folder, default="runs/viz/erf", help="folder for erf.png and erf.json")
@@ -253,7 +254,7 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--model", default=None, help="model name, random weights")
     g.add_argument("--checkpoint", default=None, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--img-size", type=_side, default=64, help="input size for --model (default 64)")
+    q.add_argument("--img-size", type=_figure_side, default=64, help="input size for --model (default 64)")
     q.add_argument("--images", type=_samples, default=32, help="images for HcNet / PDE-ResNet (default 32)")
     q.add_argument(
         "--times",

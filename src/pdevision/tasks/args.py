@@ -83,6 +83,7 @@ _samples = _bounded(int, 1, 100_000)  # shuffle buffers, images to show or avera
 _batch = _bounded(int, 1, 65_536)  # images in one evaluation or benchmark batch
 _repeats = _bounded(int, 1, 10_000)  # timed repeats, optimisation steps of a figure
 _tile = _bounded(int, 0, 16_384)  # restore tiles: 0 (whole image) or a side in pixels
+_figure_side = _bounded(int, 1, 2048)  # inputs of random-weight figures (a vHeat at 16384 px builds for minutes)
 
 
 def _device(text: str) -> str:
@@ -192,6 +193,7 @@ samples = _samples
 batch = _batch
 repeats = _repeats
 tile = _tile
+figure_side = _figure_side
 seed = _seed
 device = _device
 path = _path
