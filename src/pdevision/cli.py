@@ -43,12 +43,17 @@ from pdevision.tasks.args import (
     is_rank0,
     run_config,
 )
+from pdevision.tasks.args import batch as _batch
 from pdevision.tasks.args import bounded as _bounded
 from pdevision.tasks.args import count as _count
 from pdevision.tasks.args import device as _device
+from pdevision.tasks.args import figure_side as _figure_side
 from pdevision.tasks.args import output_folder as _output_folder
 from pdevision.tasks.args import path as _path
-from pdevision.tasks.args import positive_int as _positive_int
+from pdevision.tasks.args import positive_int as _positive_int  # noqa: F401  (the benchmark scripts' flags)
+from pdevision.tasks.args import repeats as _repeats
+from pdevision.tasks.args import samples as _samples
+from pdevision.tasks.args import seed as _seed
 from pdevision.tasks.args import side as _side
 from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
@@ -130,6 +135,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = str(resolve_device(args.device))  # "auto": the GPU where there is one, else the CPU
+    if "fp16" in args.dtype and not device.startswith("cuda"):  # oneDNN has no fp16 primitives for this CPU
+        raise UsageError(f"--dtype fp16 needs a CUDA device, the bench runs on {device} (use fp32 or bf16 there)")
     models = list(args.models or [*DEFAULT_OURS, *DEFAULT_PEERS])
     if args.peers:
         models += [m for m in LARGER_PEERS[args.peers] if m not in models]
@@ -153,7 +161,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         resolutions=list(args.resolutions),
         batch=args.batch,
         repeats=args.repeats,
-        device=str(resolve_device(args.device)),  # "auto": the GPU where there is one, else the CPU
+        device=device,
         dtype=args.dtype,
         train_resolutions=tuple(args.train_resolutions),
         operators=not args.no_operators,
@@ -236,15 +244,15 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("--checkpoint", nargs="+", default=None, help=f"trained models: {ckpt_help}")
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--img-size", type=_positive_int, default=128, help="input size for --models (default 128)")
-    q.add_argument("--images", type=_positive_int, default=16, help="images to average over (default 16)")
+    q.add_argument("--img-size", type=_figure_side, default=128, help="input size for --models (default 128)")
+    q.add_argument("--images", type=_samples, default=16, help="images to average over (default 16)")
     q.add_argument("--device", type=_device, default="cpu")
     q.add_argument("--output", type=_output_folder, default="runs/viz/erf", help="folder for erf.png and erf.json")
     q = vsub.add_parser("gradcam", help="Grad-CAM per stage of a trained checkpoint (grad-cam package)")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("images", nargs="*", help="image files (default: validation images of the run's data)")
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--num-images", type=_positive_int, default=4, help="validation images without files (default 4)")
+    q.add_argument("--num-images", type=_samples, default=4, help="validation images without files (default 4)")
     q.add_argument("--device", type=_device, default="cpu")
     q.add_argument(
         "--output", type=_output_folder, default="runs/viz/gradcam", help="folder for gradcam.png and gradcam.json"
@@ -254,8 +262,8 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--model", default=None, help="model name, random weights")
     g.add_argument("--checkpoint", default=None, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--img-size", type=_positive_int, default=64, help="input size for --model (default 64)")
-    q.add_argument("--images", type=_positive_int, default=32, help="images for HcNet / PDE-ResNet (default 32)")
+    q.add_argument("--img-size", type=_figure_side, default=64, help="input size for --model (default 64)")
+    q.add_argument("--images", type=_samples, default=32, help="images for HcNet / PDE-ResNet (default 32)")
     q.add_argument(
         "--times",
         nargs="+",
@@ -268,15 +276,15 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     q = vsub.add_parser("symmetry", help="PDE-ResNet weights under a group element and sparsify; logits difference")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--images", type=_positive_int, default=32, help="images for the logits difference (default 32)")
-    q.add_argument("--steps", type=_positive_int, default=100, help="sparsify steps (default 100)")
-    q.add_argument("--seed", type=int, default=0, help="seed of the random group element")
+    q.add_argument("--images", type=_samples, default=32, help="images for the logits difference (default 32)")
+    q.add_argument("--steps", type=_repeats, default=100, help="sparsify steps (default 100)")
+    q.add_argument("--seed", type=_seed, default=0, help="seed of the random group element")
     q.add_argument("--output", type=_output_folder, default="runs/viz/symmetry")
     q = vsub.add_parser("report", help="one index.html: curves, metrics, confusion matrix and the figures above")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--images", type=_positive_int, default=8, help="images for the figures (default 8)")
-    q.add_argument("--steps", type=_positive_int, default=50, help="sparsify steps for PDE-ResNet (default 50)")
+    q.add_argument("--images", type=_samples, default=8, help="images for the figures (default 8)")
+    q.add_argument("--steps", type=_repeats, default=50, help="sparsify steps for PDE-ResNet (default 50)")
     q.add_argument(
         "--output", type=_output_folder, default="runs/viz/report", help="folder for index.html and its files"
     )
@@ -287,8 +295,8 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", nargs="+", default=None, help="default: our tiny models and the four tiny peers")
     p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
     p.add_argument("--resolutions", nargs="+", type=_side, default=[224, 512, 768, 1024])
-    p.add_argument("--batch", type=_positive_int, default=None, help="default: 8 at 224 and below, 1 above")
-    p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats, median reported (default 5)")
+    p.add_argument("--batch", type=_batch, default=None, help="default: 8 at 224 and below, 1 above")
+    p.add_argument("--repeats", type=_repeats, default=5, help="timed repeats, median reported (default 5)")
     p.add_argument(
         "--runs",
         type=_bounded(int, 1, 20),
@@ -526,6 +534,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    for stream in (sys.stdout, sys.stderr):  # names from the file system may not be UTF-8 (class folders)
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         return int(args.func(args))

@@ -153,3 +153,11 @@ def test_invalid_diffusivity_time_or_shape_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match="real floating-point tensor"):
         heat_conduct(torch.full((1, 1, 4, 4), 5), 0.1)
     assert torch.equal(heat_conduct(u, 0.0), heat_conduct(u, 1.0, t=0.0))  # zero time or diffusivity: allowed
+
+
+@pytest.mark.parametrize("size", [(0, 4), (4, 0), (-2, 3), (3, -1)])
+@pytest.mark.parametrize("mode", ["interp", "pad", "downstream"])
+def test_resize_spectrum_refuses_non_positive_sizes(size: tuple[int, int], mode: str) -> None:
+    """A zero or negative size raised ZeroDivisionError (interp) or made empty maps."""
+    with pytest.raises(ValueError, match=r"resize_spectrum: the (height|width) must be a positive integer"):
+        resize_spectrum(torch.ones(4, 4, 2), size, mode)

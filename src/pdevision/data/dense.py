@@ -49,6 +49,7 @@ from torchvision.transforms import v2
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import IMAGE_EXTENSIONS, MASK_MODES, read_header, read_mask_array, read_rgb_array
 from pdevision.data.scenes import CLASS_NAMES, SceneConfig, make_scene
+from pdevision.models._weights import not_a_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +260,10 @@ class MaskFolder(Dataset):
             raise DataError(f"{base}: no image/mask pairs for split {split!r}")
         self.pairs = pairs
         self.transform = transform
+        for names in (base / "classes.txt", root / "classes.txt"):
+            what = not_a_regular_file(names)
+            if what is not None and what != "a folder":
+                raise DataError(f"{names} is {what}, not a regular file; classes.txt must be a text file")
         classes_file = next((p for p in (base / "classes.txt", root / "classes.txt") if p.is_file()), None)
         if classes_file is not None:
             self.classes = [line.strip() for line in classes_file.read_text().splitlines() if line.strip()]
@@ -468,6 +473,9 @@ class CocoDetection(Dataset):
         root = Path(root)
         self.root = root
         self.ann_file = root / "annotations" / f"instances_{split}.json"
+        what = not_a_regular_file(self.ann_file)
+        if what is not None:
+            raise DataError(f"{self.ann_file} is {what}, not a regular file; COCO annotations must be a JSON file")
         if not self.ann_file.is_file():
             raise DataError(f"{self.ann_file}: not found (a COCO folder has annotations/instances_{split}.json)")
         try:
@@ -557,6 +565,20 @@ class DenseData:
     val: Dataset
     classes: list[str]
     source: str
+
+
+# the embedded scenes are 64 px: beyond 16 times that, a crop or a detector's side is only upsampling (and a
+# backbone built at 16384 px asks for gigabytes before the first step)
+SCENES_MAX_IMG_SIZE = 1024
+
+
+def check_scene_img_size(img_size: int) -> None:
+    """Refuse (:class:`DataError`, one line) an image size the embedded 64-px scenes cannot use sensibly."""
+    if not 1 <= int(img_size) <= SCENES_MAX_IMG_SIZE:
+        raise DataError(
+            f"image size {img_size} is more than the embedded scenes (64 px) can use: at most {SCENES_MAX_IMG_SIZE} "
+            "px; give a smaller --img-size or --data"
+        )
 
 
 def build_dense_datasets(

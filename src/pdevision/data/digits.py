@@ -12,7 +12,11 @@ from torch.utils.data import Dataset
 from pdevision.data.errors import DataError
 from pdevision.data.splits import stratified_split
 
-__all__ = ["DigitsDataset"]
+__all__ = ["DIGITS_MAX_SIZE", "DigitsDataset"]
+
+# the 8x8 scans upsampled 128 times: beyond this nothing is gained, and the library's own resize of each image
+# would pass Pillow's decompression-bomb guard at 16384 px (an internal error instead of a refusal)
+DIGITS_MAX_SIZE = 1024
 
 
 class DigitsDataset(Dataset):
@@ -28,6 +32,7 @@ class DigitsDataset(Dataset):
 
         if split not in ("train", "val", "all"):
             raise DataError(f"digits split must be 'train', 'val' or 'all', got {split!r}")
+        self.check_size(img_size)
         digits = load_digits()
         images = (digits.images * (255.0 / 16.0)).round().astype(np.uint8)
         targets = digits.target.astype(int).tolist()
@@ -42,6 +47,15 @@ class DigitsDataset(Dataset):
         self.img_size = img_size
         self.transform = transform
         self.skipped: list[str] = []
+
+    @staticmethod
+    def check_size(img_size: int) -> None:
+        """Refuse (:class:`DataError`) a size the 8x8 scans cannot use sensibly."""
+        if not 1 <= int(img_size) <= DIGITS_MAX_SIZE:
+            raise DataError(
+                f"image size {img_size} is more than the embedded digits (8x8 scans) can use: "
+                f"at most {DIGITS_MAX_SIZE} px; give a smaller --img-size"
+            )
 
     def __len__(self) -> int:
         return len(self.targets)

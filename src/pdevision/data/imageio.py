@@ -137,6 +137,10 @@ def _decoded(source: IO[bytes], name: str, then: Callable[[Image.Image], T]) -> 
         raise
     except Image.DecompressionBombError as exc:
         raise ImageReadError(f"image {name} is too large to decode safely ({exc})") from exc
+    except (
+        Image.UnidentifiedImageError
+    ) as exc:  # Pillow names its file object (<_io.BufferedReader name=3>), not the file
+        raise ImageReadError(f"cannot read image {name}: not an image format Pillow knows") from exc
     except _DECODE_ERRORS as exc:
         raise ImageReadError(f"cannot read image {name}: {_one_line(exc)}") from exc
 

@@ -40,6 +40,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import decode_rgb
+from pdevision.models._weights import not_a_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,9 @@ class ShardDataset(IterableDataset):
 
 def _classes(root: Path, top: int) -> list[str]:
     names_file = root / "classes.txt"
+    what = not_a_regular_file(names_file)
+    if what is not None:
+        raise DataError(f"{names_file} is {what}, not a regular file; classes.txt must be a text file")
     if names_file.exists():
         names = [line.strip() for line in names_file.read_text().splitlines() if line.strip()]
         if top >= len(names):
@@ -176,11 +180,15 @@ def shard_datasets(
     """Train and validation streams of the shard folder ``root`` (``train/*.tar``, ``val/*.tar``)."""
     root = Path(root)
     splits = {}
-    has_names = (root / "classes.txt").exists()
+    has_names = (root / "classes.txt").exists()  # not read here: _classes refuses a FIFO before reading it
     for split in ("train", "val"):
         urls = sorted(str(p) for p in (root / split).glob("*.tar"))
         if not urls:
             raise DataError(f"shard folder {root} has no {split}/*.tar")
+        for url in urls:
+            what = not_a_regular_file(url)
+            if what is not None:
+                raise DataError(f"shard {url} is {what}, not a regular file; a shard must be a tar file")
         try:
             splits[split] = (urls, *_scan(urls, read_labels=not has_names))
         except (tarfile.TarError, OSError, ValueError) as exc:

@@ -46,6 +46,7 @@ from safetensors import safe_open
 from torch import nn
 
 from pdevision.engine.runtime import one_line
+from pdevision.models._weights import not_a_regular_file
 
 
 class CheckpointError(ValueError):
@@ -238,10 +239,18 @@ def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "las
     return path
 
 
+def _regular(file: Path) -> Path:
+    """``file``; a :class:`CheckpointError` if it is a FIFO, device or folder (reading one would block forever)."""
+    what = not_a_regular_file(file)
+    if what is not None:
+        raise CheckpointError(f"checkpoint file {file} is {what}, not a regular file")
+    return file
+
+
 def read_meta(path: str | Path) -> dict[str, Any]:
     """The metadata stored with a checkpoint's weights (model name, classes, arguments, epoch)."""
     folder = resolve_checkpoint(path)
-    file = folder / "model.safetensors"
+    file = _regular(folder / "model.safetensors")
     try:
         with safe_open(str(file), framework="pt") as f:
             raw = f.metadata() or {}
@@ -292,6 +301,7 @@ def load_weights(path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]
     """Weights of a checkpoint folder (the EMA copy with ``ema=True`` where present)."""
     folder = resolve_checkpoint(path)
     file = folder / ("ema.safetensors" if ema and (folder / "ema.safetensors").exists() else "model.safetensors")
+    _regular(file)
     try:
         return safetensors.torch.load_file(str(file))
     except Exception as exc:
@@ -314,6 +324,7 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
     file = folder / "trainer.pt"
     if not file.exists():
         raise CheckpointError(f"checkpoint {folder} has no trainer state (trainer.pt); it cannot be resumed")
+    _regular(file)
     # torch.save writes a zip archive; anything else (a raw pickle, which may carry code) is refused unread, before
     # torch's fallback to its legacy format, which warns on stderr and then fails on the pickle's first opcode
     if not zipfile.is_zipfile(file):

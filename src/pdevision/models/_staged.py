@@ -59,6 +59,14 @@ def stage_widths(
     return [int(d) for d in widths]
 
 
+def check_drop_path_rate(rate: Any, name: str = "drop_path_rate") -> float:
+    """``rate`` as a float; ``ValueError`` naming the argument unless it is a number in [0, 1) (stochastic depth
+    drops a block with this probability: 1 or more, a negative or a NaN rate fails at the first training step)."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (0.0 <= float(rate) < 1.0):
+        raise ValueError(f"{name} must be a number in [0, 1), got {rate!r}")
+    return float(rate)
+
+
 def conv_out_size(size: int, times: int) -> int:
     """Spatial size after ``times`` 3x3 stride-2 convolutions with padding 1 (``ceil`` halving)."""
     for _ in range(times):

@@ -4,7 +4,9 @@ a trained head is kept when weights load from a local file."""
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,28 @@ from safetensors import safe_open
 
 # Classifier weights of this library's models and of the vHeat authors' checkpoints.
 _HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
+
+
+def not_a_regular_file(path: str | Path) -> str | None:
+    """What ``path`` is in words (``"a FIFO"``, ``"a device"``, ``"a folder"``, ``"a socket"``) when it exists and is
+    not a regular file, else ``None``. Opening a FIFO for reading waits for a writer forever, a device may never end:
+    every path that opens a file it expects to be regular asks this first (a missing file: the caller's own message).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
 
 
 def _file_num_classes(path: str) -> int | None:
@@ -53,14 +77,19 @@ def resolve_local_head(pretrained: bool, kwargs: dict[str, Any]) -> dict[str, An
     does not (fine-tuning to another label set), as timm does for its hub weights.
     """
     overlay = kwargs.get("pretrained_cfg_overlay")
-    if not pretrained or not isinstance(overlay, dict) or "num_classes" in overlay:
+    if not pretrained or not isinstance(overlay, dict):
         return kwargs
     path = overlay.get("file")
     if not path:
         return kwargs
     file = Path(path)
+    what = not_a_regular_file(file)
+    if what is not None:  # a FIFO would block timm's loader forever
+        raise ValueError(f"checkpoint file {path} is {what}, not a regular file; a weights file is expected")
     if not file.is_file():  # timm's loader raised a FileNotFoundError without a message
-        raise FileNotFoundError(f"checkpoint file {path} not found" + (" (it is a folder)" if file.is_dir() else ""))
+        raise FileNotFoundError(f"checkpoint file {path} not found")
+    if "num_classes" in overlay:
+        return kwargs
     if file.stat().st_size == 0:
         raise ValueError(f"checkpoint file {path} is empty")
     try:

@@ -39,6 +39,7 @@ from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHe
 from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
 from torchvision.ops.feature_pyramid_network import FeaturePyramidNetwork, LastLevelMaxPool
 
+from pdevision.models._weights import not_a_regular_file
 from pdevision.models.factory import ModelNameError
 
 __all__ = [
@@ -108,6 +109,9 @@ def pretrained_overlay(checkpoint: Weights | None) -> dict[str, Any]:
     path = Path(checkpoint)
     if path.is_dir():
         raise IsADirectoryError(f"{checkpoint} is a folder; pass its weights file (e.g. model.safetensors)")
+    what = not_a_regular_file(path)
+    if what is not None:
+        raise ValueError(f"{checkpoint} is {what}, not a regular file; a weights file is expected")
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {checkpoint}")
     return dict(pretrained=True, pretrained_cfg_overlay=dict(file=str(path), hf_hub_id=None, url=None))

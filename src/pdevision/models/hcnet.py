@@ -71,7 +71,7 @@ from pdevision.layers.hcl import (
     matched_hidden,
     refinement_act_layer,
 )
-from pdevision.models._staged import StagedBackbone, to_2tuple_size
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, to_2tuple_size
 from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.fdm import Boundary
 
@@ -201,6 +201,7 @@ class HcNet(StagedBackbone):
         super().__init__()
         if kwargs:
             raise TypeError(f"HcNet got unexpected arguments: {sorted(kwargs)}")
+        drop_path_rate = check_drop_path_rate(drop_path_rate)
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if layout == "paper" and post_norm:

@@ -26,7 +26,7 @@ from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, fuse_linears, run_block
-from pdevision.models._staged import StagedBackbone, conv_out_size, to_2tuple_size
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, conv_out_size, to_2tuple_size
 from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
@@ -176,6 +176,7 @@ class VHeat(StagedBackbone):
         super().__init__()
         if kwargs:
             raise TypeError(f"VHeat got unexpected arguments: {sorted(kwargs)}")
+        drop_path_rate = check_drop_path_rate(drop_path_rate)
         if fve_resize not in ("interp", "pad", "downstream"):
             raise ValueError(f"fve_resize must be 'interp' or 'pad' or 'downstream', got {fve_resize!r}")
         self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)

@@ -127,6 +127,9 @@ def resize_spectrum(spec: torch.Tensor, size: tuple[int, int], mode: str = "inte
     """
     h_in, w_in = spec.shape[0], spec.shape[1]
     h, w = size
+    for name, n in (("height", h), ("width", w), ("stored height", h_in), ("stored width", w_in)):
+        if not n >= 1:  # (not isinstance: sizes are symbolic under torch.compile)
+            raise ValueError(f"resize_spectrum: the {name} must be a positive integer, got {n!r} (size {size!r})")
     if (h, w) == (h_in, w_in):
         return spec
     if mode == "pad":

@@ -74,6 +74,17 @@ _seed = _bounded(int, 0, 2**32 - 1)
 _side = _bounded(int, 1, 16384)  # image sides in pixels: beyond this, memory runs out before anything useful
 _width = _bounded(int, 1, 8192)  # channels
 _count = _bounded(int, 1, 1024)  # depths, heads, strides, threads
+# counts that cost time or memory in proportion: each bounded where the cost is already absurd, so a typo (or a
+# hostile value) is one line at parse time instead of hours of work or terabytes asked of the allocator
+_epochs = _bounded(int, 1, 100_000)
+_non_negative_epochs = _bounded(int, 0, 100_000)
+_per_epoch = _bounded(int, 1, 10_000_000)  # patches, crops, batches drawn per epoch
+_scenes = _bounded(int, 1, 100_000)  # generated scenes, cached in memory (about 44 kB each at 64 px)
+_samples = _bounded(int, 1, 100_000)  # shuffle buffers, images to show or average over
+_batch = _bounded(int, 1, 65_536)  # images in one evaluation or benchmark batch
+_repeats = _bounded(int, 1, 10_000)  # timed repeats, optimisation steps of a figure
+_tile = _bounded(int, 0, 16_384)  # restore tiles: 0 (whole image) or a side in pixels
+_figure_side = _bounded(int, 1, 2048)  # inputs of random-weight figures (a vHeat at 16384 px builds for minutes)
 
 
 def _device(text: str) -> str:
@@ -193,6 +204,16 @@ non_negative_int = _non_negative_int
 side = _side
 width = _width
 count = _count
+epochs = _epochs
+non_negative_epochs = _non_negative_epochs
+per_epoch = _per_epoch
+scenes = _scenes
+samples = _samples
+batch = _batch
+repeats = _repeats
+tile = _tile
+figure_side = _figure_side
+seed = _seed
 device = _device
 path = _path
 auto_augment = _auto_augment
@@ -247,7 +268,7 @@ def add_run_arguments(
 
     g = p.add_argument_group("run: schedule and optimiser (default: the task's recipe)")
     add(g, "--output", type=_output_folder, default=output, help=f"run folder (default {output})")
-    add(g, "--epochs", type=_positive_int, default=None)
+    add(g, "--epochs", type=_epochs, default=None)
     add(g, "--batch-size", type=_positive_int, default=None, help="per process")
     add(
         g, "--lr", type=_positive, default=None, help="absolute; default: recipe lr x global batch / the recipe's batch"
@@ -255,7 +276,7 @@ def add_run_arguments(
     add(g, "--opt", default=None, help="timm optimizer: sgd, momentum, nesterov, adamw, lamb, ...")
     add(g, "--momentum", type=_fraction, default=None, help="SGD-type optimizers")
     add(g, "--min-lr", type=_non_negative, default=None)
-    add(g, "--warmup-epochs", type=_non_negative_int, default=None)
+    add(g, "--warmup-epochs", type=_non_negative_epochs, default=None)
     add(g, "--weight-decay", type=_non_negative, default=None)
     add(g, "--clip-grad", type=_non_negative, default=None, help="gradient norm clip (0: off)")
     add(g, "--ema-decay", type=_rate_below_one, default=None, help="EMA of weights (0: off)")
@@ -276,8 +297,8 @@ def add_run_arguments(
     add(g, "--device", type=_device, default="auto", help="auto, cpu, cuda, cuda:1, ...")
     add(g, "--resume", type=_path, default=None, help="checkpoint (RUN/last) or run folder to resume")
     add(g, "--overwrite", action="store_true", help="start a new run in an --output that holds one")
-    add(g, "--stop-after-epochs", type=_positive_int, default=None, help="stop early (resume later)")
-    add(g, "--max-train-batches", type=_positive_int, default=None, help="per epoch, for smoke runs")
+    add(g, "--stop-after-epochs", type=_epochs, default=None, help="stop early (resume later)")
+    add(g, "--max-train-batches", type=_per_epoch, default=None, help="per epoch, for smoke runs")
     add(g, "--time-budget", type=_positive, default=None, help="seconds of training (the schedule follows it)")
     add(g, "--no-progress", dest="progress", action="store_false", help="no progress bar")
 

@@ -237,8 +237,8 @@ class DenseCommands(TaskCommands):
         g.add_argument("--fve-resize", default=None, choices=["interp", "pad", "downstream"], help="vHeat FVE rule")
         g.add_argument("--drop-path", type=A.rate_below_one, default=None, help="stochastic depth (default: model's)")
         g.add_argument("--init-from", type=A.path, default=None, help="backbone checkpoint (classification or encoder)")
-        g.add_argument("--train-scenes", type=A.positive_int, default=None, help="embedded scenes: train set size")
-        g.add_argument("--val-scenes", type=A.positive_int, default=None, help="embedded scenes: val set size")
+        g.add_argument("--train-scenes", type=A.scenes, default=None, help="embedded scenes: train set size")
+        g.add_argument("--val-scenes", type=A.scenes, default=None, help="embedded scenes: val set size")
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> DenseConfig:
         return DenseConfig(**A.task_fields(args, DenseConfig), run=run)

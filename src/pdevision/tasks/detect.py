@@ -32,7 +32,7 @@ from torch.utils.data import Dataset
 from torchmetrics.detection import MeanAveragePrecision
 from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
 
-from pdevision.data.dense import build_dense_datasets, detection_collate
+from pdevision.data.dense import build_dense_datasets, check_scene_img_size, detection_collate
 from pdevision.engine.loop import fit
 from pdevision.models.dense import create_detection_model
 from pdevision.models.factory import check_model_args
@@ -116,6 +116,8 @@ class DetectTask(DenseTask):
         if self.head not in ("mask_rcnn", "faster_rcnn"):
             raise ValueError(f"detection head must be mask_rcnn or faster_rcnn, got {self.head!r}")
         self.img_size = config.img_size or (128 if config.data is None else 800)
+        if config.data is None:
+            check_scene_img_size(self.img_size)
         self.settings = detector_settings(config.recipe, self.img_size, config.multi_scale)
         backbone_size = self.img_size if config.data is None else 512
         self.kwargs = model_kwargs(config, backbone_size)

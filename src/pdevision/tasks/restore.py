@@ -450,6 +450,19 @@ def _read_image(src: Path) -> tuple[Image.Image, np.ndarray, str, float]:
     return read_image_native(src, caller="restore")
 
 
+def _check_output_format(dst: Path) -> None:
+    """Refuse, before any work, an output name whose extension names no image format Pillow writes (the
+    temporary file it is saved under would otherwise be named in the error)."""
+    Image.init()
+    fmt = Image.registered_extensions().get(dst.suffix.lower())
+    if fmt is None or fmt not in Image.SAVE:
+        what = f"extension {dst.suffix!r}" if dst.suffix else "no extension"
+        raise DataError(
+            f"output {dst} has {what}, which names no image format to write; "
+            "give a name ending in .png, .tif, .jpg, .bmp or .webp"
+        )
+
+
 def restore_file(
     checkpoint: str | Path,
     src: str | Path,
@@ -474,6 +487,9 @@ def restore_file(
         raise DataError(f"{src} is not a file; restore takes one image file")
     if dst.is_dir():
         raise DataError(f"{dst} is a folder; give the output image's file name (e.g. {dst / src.name})")
+    if src.exists() and dst.exists() and os.path.samefile(src, dst):
+        raise DataError(f"output {dst} is the input image; give another name (restoring in place loses the original)")
+    _check_output_format(dst)
     model, meta = load_restoration_model(checkpoint, device)
     img, arr, mode, scale = _read_image(src)
     arr = arr[..., None] if arr.ndim == 2 else arr
@@ -565,7 +581,7 @@ class RestoreCommands(TaskCommands):
             g.add_argument("--quality", type=A.bounded(int, 1, 100), default=10, help="JPEG quality (default 10)")
         g.add_argument("--color", action="store_true", help="colour images (default grey); PSNR/SSIM on Y")
         g.add_argument("--patch-size", type=A.bounded(int, 8, 1024), default=32, help="training patch side (32)")
-        g.add_argument("--patches-per-epoch", type=A.positive_int, default=16384, help="default 16384")
+        g.add_argument("--patches-per-epoch", type=A.per_epoch, default=16384, help="default 16384")
         g.add_argument("--loss", default="l1", choices=["l1", "charbonnier"], help="default l1")
         g.add_argument(
             "--baselines",
@@ -626,10 +642,8 @@ def add_restore_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("input", type=A.path, help="image file (L, LA, RGB, RGBA or 16-bit grey)")
     p.add_argument("output", type=A.output_file, help="output file (format from the extension); same size and mode")
-    p.add_argument(
-        "--tile", type=A.non_negative_int, default=512, help="tile side for large images (0: whole image; default 512)"
-    )
-    p.add_argument("--overlap", type=A.non_negative_int, default=32, help="tile overlap in pixels (default 32)")
+    p.add_argument("--tile", type=A.tile, default=512, help="tile side for large images (0: whole image; default 512)")
+    p.add_argument("--overlap", type=A.tile, default=32, help="tile overlap in pixels (default 32)")
     p.add_argument("--device", type=A.device, default="auto")
 
 

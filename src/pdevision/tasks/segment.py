@@ -33,7 +33,13 @@ from torch import nn
 from torch.utils.data import Dataset
 from torchvision.utils import draw_segmentation_masks
 
-from pdevision.data.dense import IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, build_dense_datasets
+from pdevision.data.dense import (
+    IGNORE_INDEX,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    build_dense_datasets,
+    check_scene_img_size,
+)
 from pdevision.engine.loop import fit
 from pdevision.models.dense import create_segmentation_model
 from pdevision.tasks.dense import (
@@ -115,6 +121,8 @@ class SegmentTask(DenseTask):
         self.recipe = SEGMENT_RECIPES[config.recipe]
         self.head = config.head or "upernet"
         self.img_size = config.img_size or 64
+        if config.data is None:
+            check_scene_img_size(self.img_size)
         self.kwargs = model_kwargs(config, self.img_size)
         if config.init_from:
             check_backbone_checkpoint(config.init_from, config.model)

@@ -283,7 +283,7 @@ def _run_section(run: Path | None, meta: dict[str, Any], data: str | None, fig: 
         f"val top-1 {float(meta.get('val_top1', float('nan'))):.2f}%), data "
         f"{html.escape(data or 'the embedded digits')}.</p>"
     ]
-    if run is not None and (run / "summary.json").exists():
+    if run is not None and (run / "summary.json").is_file():
         summary = json.loads((run / "summary.json").read_text())
         numbers["summary"] = {k: summary.get(k) for k in ("status", "epochs_run", "best_val_top1", "seconds")}
         part.append(
@@ -291,10 +291,10 @@ def _run_section(run: Path | None, meta: dict[str, Any], data: str | None, fig: 
             f"{float(summary.get('seconds', 0)):.0f} s, best val top-1 {float(summary.get('best_val_top1', 0)):.2f}%, "
             f"{summary.get('train_images')} train / {summary.get('val_images')} val images.</p>"
         )
-    if run is not None and (run / "curves.png").exists():
+    if run is not None and (run / "curves.png").is_file():
         shutil.copy(run / "curves.png", fig.out / "curves.png")
         part.append(fig(fig.out / "curves.png", "training curves: loss and top-1 per epoch (from the run folder)"))
-    if run is not None and (run / "metrics.csv").exists():
+    if run is not None and (run / "metrics.csv").is_file():
         with open(run / "metrics.csv", newline="") as f:
             rows = list(csv.DictReader(f))
         wanted = ("epoch", "lr", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "epoch_seconds")

@@ -89,7 +89,7 @@ def run_folder_of(folder: Path) -> Path | None:
 def run_data(folder: Path) -> str | None:
     """The ``data`` a run was trained on (its ``config.json``), ``None`` for the embedded digits."""
     run = run_folder_of(folder)
-    if run is None or not (run / "config.json").exists():
+    if run is None or not (run / "config.json").is_file():  # a FIFO would block: no run data then
         return None
     try:
         return json.loads((run / "config.json").read_text()).get("data")
@@ -166,9 +166,7 @@ def load_image_files(paths: Sequence[str | Path], transform) -> torch.Tensor:
     out = []
     for p in paths:
         p = Path(p)
-        if not p.is_file():
-            raise FileNotFoundError(f"image {p} does not exist")
-        try:
+        try:  # the reader names what is wrong: a missing file, a folder, a FIFO or device (never opened)
             img = open_rgb(p)
         except ImageReadError as exc:
             raise VizError(str(exc)) from exc

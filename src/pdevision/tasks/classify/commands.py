@@ -14,7 +14,7 @@ from pdevision.engine.loop import fit
 from pdevision.tasks import args as A
 from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
-from pdevision.tasks.classify.evaluate import evaluate_checkpoint, predict_images
+from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
 from pdevision.tasks.classify.task import ClassifyTask
 from pdevision.tasks.registry import TaskCommands, register
 
@@ -45,7 +45,7 @@ class ClassifyCommands(TaskCommands):
             help="ImageFolder root (train/ and val/, or one folder), WebDataset shards (train/*.tar, val/*.tar), "
             "or an embedded set; default: the embedded digits",
         )
-        g.add_argument("--shuffle-buffer", type=A.positive_int, default=1000, help="shards: shuffle buffer (samples)")
+        g.add_argument("--shuffle-buffer", type=A.samples, default=1000, help="shards: shuffle buffer (samples)")
         g.add_argument("--val-split", type=A.open_fraction, default=0.2, help="validation fraction for a single folder")
         g.add_argument("--img-size", type=A.side, default=None, help="default: 64 on digits, else the model's")
         g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
@@ -91,14 +91,14 @@ class ClassifyCommands(TaskCommands):
         p.add_argument(
             "--data", type=A.path, default=None, help="ImageFolder root or embedded set name (default: the run's)"
         )
-        p.add_argument("--batch-size", type=A.positive_int, default=64)
+        p.add_argument("--batch-size", type=A.batch, default=64)
         g = p.add_argument_group("corruption robustness (ImageNet-C corruptions, imagecorruptions package)")
         g.add_argument(
             "--corruptions", nargs="?", const="all", default=None, help="'all' (default) or comma-separated names"
         )
         g.add_argument("--severities", default=None, help="comma-separated severities 1-5 (default: all five)")
         g.add_argument("--baseline", default=None, help="checkpoint (or corruptions.json) that mCE is relative to")
-        g.add_argument("--max-images", type=A.positive_int, default=None, help="evaluate only the first N val images")
+        g.add_argument("--max-images", type=A.samples, default=None, help="evaluate only the first N val images")
 
     def evaluate(self, args: argparse.Namespace) -> str:
         output = args.output or str(default_eval_output(resolve_checkpoint(args.checkpoint)))
@@ -123,7 +123,7 @@ class ClassifyCommands(TaskCommands):
             head = f"{r['model']} on {r['images']} images, top-1 (%) per corruption and severity:"
             return f"{head}\n{table}\n{line}; {r['json']}"
         r = evaluate_checkpoint(args.checkpoint, args.model, args.data, args.batch_size, output, args.device)
-        per_class = ", ".join(f"{c} {v:.1f}%" for c, v in r["per_class_top1"].items() if v is not None)
+        per_class = ", ".join(f"{display_label(c)} {v:.1f}%" for c, v in r["per_class_top1"].items() if v is not None)
         return (
             f"{r['model']} on {r['images']} images: top-1 {r['top1']:.2f}%  top-5 {r['top5']:.2f}%  "
             f"loss {r['loss']:.4f}  {r['images_per_s']:.0f} img/s\nper-class top-1: {per_class}\n"
@@ -132,7 +132,7 @@ class ClassifyCommands(TaskCommands):
 
     @staticmethod
     def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--topk", type=A.positive_int, default=5)
+        p.add_argument("--topk", type=A.count, default=5)
         p.add_argument("--json", action="store_true", help="also print the result as JSON")
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
@@ -142,7 +142,7 @@ class ClassifyCommands(TaskCommands):
             if "error" in r:
                 lines.append(f"{r['image']}: FAILED: {r['error']}")
             else:
-                lines.append(r["image"] + ": " + ", ".join(f"{c} {p:.3f}" for c, p in r["top"]))
+                lines.append(r["image"] + ": " + ", ".join(f"{display_label(c)} {p:.3f}" for c, p in r["top"]))
         if args.json:
             lines.append(json.dumps(results))
         failed = [r["image"] for r in results if "error" in r]

@@ -94,6 +94,12 @@ def expand_images(images: list[str | Path]) -> list[Path]:
     return out
 
 
+def display_label(name: str) -> str:
+    """A class name as text any font and terminal can show: a folder name that is not UTF-8 (Python keeps its bytes
+    as lone surrogates, which matplotlib and UTF-8 streams refuse) gets those bytes as ``\\xNN`` escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
     import matplotlib
 
@@ -104,6 +110,7 @@ def _plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(size, size))
     ax.imshow(matrix, cmap="Blues")
     ax.set(xlabel="predicted", ylabel="true", title="confusion matrix")
+    classes = [display_label(c) for c in classes]
     if len(classes) <= 30:
         ax.set_xticks(range(len(classes)), classes, rotation=90)
         ax.set_yticks(range(len(classes)), classes)

@@ -34,6 +34,7 @@ from pdevision.data.corruptions import CORRUPTIONS, SEVERITIES, CorruptedDataset
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.runtime import resolve_device
+from pdevision.models._weights import not_a_regular_file
 from pdevision.tasks.classify.evaluate import evaluate_model, load_classifier
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,29 @@ def corruption_accuracy(
     }
 
 
+def _read_baseline(path: Path) -> dict[str, Any]:
+    """A ``corruptions.json`` written by ``pdevision eval --corruptions``; ``ValueError`` naming the file and what
+    was expected when it is not one (not UTF-8 JSON, not an object, a field missing or of the wrong type)."""
+    expected = "a corruptions.json written by `pdevision eval --corruptions`"
+    try:
+        base = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--baseline {path} is not JSON ({type(exc).__name__}); expected {expected}") from None
+    try:
+        if not isinstance(base, dict):
+            raise TypeError(f"a JSON {type(base).__name__}, not an object")
+        for key in ("checkpoint", "model", "clean_top1", "mean_corruption_top1", "images"):
+            if key not in base:
+                raise KeyError(key)
+        if not isinstance(base["images"], int) or isinstance(base["images"], bool):
+            raise TypeError("'images' is not an integer")
+        top1 = {str(c): {int(sev): float(acc) for sev, acc in per.items()} for c, per in dict(base["top1"]).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        why = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"--baseline {path} does not hold corruption results ({why}); expected {expected}") from None
+    return {**base, "top1": top1}
+
+
 def evaluate_corruptions(
     checkpoint: str | Path,
     corruptions: Sequence[str] = CORRUPTIONS,
@@ -161,14 +185,15 @@ def evaluate_corruptions(
         seed=seed,
         workers=workers,
     )
+    what = None if baseline is None else not_a_regular_file(baseline)
+    if what is not None and what != "a folder":  # before the evaluation: a FIFO would block after it
+        raise ValueError(f"--baseline {baseline} is {what}; give a checkpoint or a corruptions.json file")
+    stored = None
+    if baseline is not None and Path(baseline).is_file() and Path(baseline).suffix == ".json":
+        stored = _read_baseline(Path(baseline))  # before the evaluation: a bad file fails at once
     result = corruption_accuracy(checkpoint, **args)  # type: ignore[arg-type]
     if baseline is not None:
-        path = Path(baseline)
-        if path.is_file() and path.suffix == ".json":
-            base = json.loads(path.read_text())
-            base["top1"] = {c: {int(s): a for s, a in per.items()} for c, per in base["top1"].items()}
-        else:
-            base = corruption_accuracy(baseline, **args)  # type: ignore[arg-type]
+        base = stored if stored is not None else corruption_accuracy(baseline, **args)  # type: ignore[arg-type]
         if base["images"] != result["images"] or base.get("seed") != seed:
             raise ValueError(
                 f"the baseline was evaluated on {base['images']} images (seed {base.get('seed')}), "

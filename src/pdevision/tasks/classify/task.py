@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from pdevision.data import RECIPES, build_datasets, build_transforms
-from pdevision.data.embedded import is_embedded
+from pdevision.data.embedded import check_embedded_size, is_embedded
 from pdevision.data.shards import is_shard_folder, shard_datasets
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
@@ -74,6 +74,8 @@ class ClassifyTask(Task):
             self.img_size = config.img_size or int(self.init_meta["img_size"])
         if config.drop_path is not None:
             self.model_args["drop_path_rate"] = config.drop_path
+        if self.embedded and self.img_size:  # before any model is built at that size
+            check_embedded_size(str(config.data or "digits"), self.img_size)
 
     def run_defaults(self) -> dict[str, Any]:
         return self.config.run_defaults()

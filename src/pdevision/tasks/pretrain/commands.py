@@ -45,7 +45,7 @@ class PretrainCommands(TaskCommands):
             "default: scikit-image photos",
         )
         g.add_argument("--img-size", type=A.side, default=64, help="crop side in pixels (default 64)")
-        g.add_argument("--crops-per-epoch", type=A.positive_int, default=2048)
+        g.add_argument("--crops-per-epoch", type=A.per_epoch, default=2048)
         g.add_argument("--warmup", type=A.rate_below_one, default=0.05, help="warm-up fraction of training (0.05)")
         g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
         g = p.add_argument_group("QB-Heat")
@@ -94,8 +94,8 @@ class PretrainCommands(TaskCommands):
         p.add_argument(
             "--data", type=A.path, default=None, help="ImageFolder root or embedded set name (default: the digits)"
         )
-        p.add_argument("--batch-size", type=A.positive_int, default=64)
-        p.add_argument("--k", type=A.positive_int, default=20, help="neighbours of the k-NN vote (default 20)")
+        p.add_argument("--batch-size", type=A.batch, default=64)
+        p.add_argument("--k", type=A.samples, default=20, help="neighbours of the k-NN vote (default 20)")
 
     def evaluate(self, args: argparse.Namespace) -> str:
         folder = resolve_checkpoint(args.checkpoint)

@@ -19,7 +19,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from pdevision.bench import count_params
-from pdevision.data.crops import build_pretrain_dataset
+from pdevision.data.crops import MAX_SIDE, build_pretrain_dataset
+from pdevision.data.embedded import check_embedded_size, is_embedded
 from pdevision.engine.checkpoint import CheckpointError, load_weights
 from pdevision.engine.loop import fit
 from pdevision.engine.task import RunContext, Task
@@ -35,6 +36,13 @@ def _check(config: PretrainConfig) -> None:
     for name in ("crops_per_epoch", "img_size"):
         if getattr(config, name) <= 0:
             raise ValueError(f"{name.replace('_', ' ')} must be a positive integer, got {getattr(config, name)}")
+    if config.data is None and config.img_size > MAX_SIDE:  # before the encoder is built at that size
+        raise ValueError(
+            f"image size {config.img_size} is more than the sample photographs (at most {MAX_SIDE} px) can give: "
+            f"crops of at most {MAX_SIDE} px; give a smaller --img-size or --data"
+        )
+    if is_embedded(config.data):
+        check_embedded_size(str(config.data), config.img_size)
     if not 0.0 <= config.warmup < 1.0:
         raise ValueError(f"warm-up must be a fraction in [0, 1), got {config.warmup}")
 

@@ -1,0 +1,35 @@
+"""``drop_path_rate`` outside [0, 1) (or NaN) is refused by every family's constructor, naming the argument and
+the range; it used to be accepted and fail at the first training step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import timm
+import torch
+
+import pdevision  # noqa: F401  (registers the models)
+
+FAMILIES = ["vheat_micro", "hcnet_micro", "pderesnet_micro"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("rate", [2.0, 1.0, -0.1, math.nan, math.inf, "0.1", True])
+def test_drop_path_rate_out_of_range_is_refused(name: str, rate: object) -> None:
+    with pytest.raises(ValueError, match=r"drop_path_rate must be a number in \[0, 1\)"):
+        timm.create_model(name, drop_path_rate=rate)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_drop_path_rate_in_range_trains(name: str) -> None:
+    model = timm.create_model(name, drop_path_rate=0.5, num_classes=3).train()
+    loss = model(torch.randn(2, 3, 32, 32)).logsumexp(-1).mean()
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("name", ["vheatir_micro", "swinir_micro", "dncnn_micro"])
+def test_restoration_nets_refuse_a_drop_path_rate_they_do_not_have(name: str) -> None:
+    with pytest.raises((TypeError, ValueError), match="drop_path_rate"):
+        timm.create_model(name, drop_path_rate=2.0)
