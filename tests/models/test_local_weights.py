@@ -65,7 +65,7 @@ def test_a_local_file_that_is_not_weights_is_one_clear_error(tmp_path: Path) -> 
     (tmp_path / "folder.pth").mkdir()
     cases = [  # timm's loader raised these with an empty message, an unnamed file or an AttributeError
         ("missing.pth", FileNotFoundError, "missing.pth not found"),
-        ("folder.pth", FileNotFoundError, r"folder.pth not found \(it is a folder\)"),
+        ("folder.pth", ValueError, r"folder.pth is a folder, not a regular file; a weights file is expected"),
         ("empty.pth", ValueError, "empty.pth is empty"),
         ("truncated.pth", ValueError, "truncated.pth cannot be read as weights"),
         ("truncated.safetensors", ValueError, "truncated.safetensors cannot be read as weights"),

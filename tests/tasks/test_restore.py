@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from pdevision.cli import main
+from pdevision.data import DataError
 from pdevision.data.restoration import Degradation, embedded_images, psnr, restoration_images
 from pdevision.tasks.restore import (
     HeldOutImages,
@@ -326,9 +327,10 @@ def test_a_failed_restore_keeps_the_file_it_would_replace(run, tmp_path, capsys)
     assert "cannot write a RGBA image" in _one_line_error(capsys)
     assert (tmp_path / "keep.jpg").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.jpg", "rgba.png"]  # no temporary file left
-    # in place: the input replaced by its restoration, which is written completely before the rename
-    restore_file(run, tmp_path / "keep.jpg", tmp_path / "keep.jpg")
-    assert Image.open(tmp_path / "keep.jpg").size == (9, 9)
+    # in place is refused (the original would be lost), and the file is left as it was
+    with pytest.raises(DataError, match="is the input image"):
+        restore_file(run, tmp_path / "keep.jpg", tmp_path / "keep.jpg")
+    assert (tmp_path / "keep.jpg").read_bytes() == before
 
 
 def test_restore_refuses_a_fifo_instead_of_waiting_on_it(run, tmp_path, capsys) -> None:
