@@ -40,6 +40,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from pdevision.data.errors import DataError
+from pdevision.models._weights import file_kind
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -79,19 +80,6 @@ class NativeImage(NamedTuple):
     scale: float
 
 
-def _kind(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    if stat.S_ISDIR(mode):
-        return "folder"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
-
-
 @contextmanager
 def _regular_file(path: Path) -> Iterator[IO[bytes]]:
     """``path`` opened for reading if it is a regular file; a folder, FIFO or device is never waited on."""
@@ -102,7 +90,7 @@ def _regular_file(path: Path) -> Iterator[IO[bytes]]:
     except OSError as exc:
         raise ImageReadError(f"cannot read image {path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise ImageReadError(f"{path} is not a file but a {_kind(st.st_mode)}; an image must be a regular file")
+        raise ImageReadError(f"{path} is not a file but a {file_kind(st.st_mode)}; an image must be a regular file")
     try:  # non-blocking, and checked again once open: the path may have been swapped for a FIFO meanwhile
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as exc:
@@ -110,7 +98,7 @@ def _regular_file(path: Path) -> Iterator[IO[bytes]]:
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(handle.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise ImageReadError(f"{path} is not a file but a {_kind(st.st_mode)}; an image must be a regular file")
+            raise ImageReadError(f"{path} is not a file but a {file_kind(st.st_mode)}; an image must be a regular file")
         yield handle
 
 

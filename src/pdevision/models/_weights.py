@@ -17,6 +17,19 @@ from safetensors import safe_open
 _HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is not regular is, in words, from its ``st_mode``."""
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
+
+
 def not_a_regular_file(path: str | Path) -> str | None:
     """What ``path`` is in words (``"a FIFO"``, ``"a device"``, ``"a folder"``, ``"a socket"``) when it exists and is
     not a regular file, else ``None``. Opening a FIFO for reading waits for a writer forever, a device may never end:
@@ -26,17 +39,7 @@ def not_a_regular_file(path: str | Path) -> str | None:
         mode = os.stat(path).st_mode
     except OSError:
         return None
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
+    return None if stat.S_ISREG(mode) else f"a {file_kind(mode)}"
 
 
 def _file_num_classes(path: str) -> int | None:
