@@ -274,3 +274,13 @@ def test_crafted_checkpoints_are_refused_by_every_command(
         assert err.count("\n") == 1 and "Traceback" not in err, (argv, err)
         assert "refused" in err or "not a registered model name" in err or "checkpoint" in err, (argv, err)
     assert _Counter.requests == [], _Counter.requests
+
+
+@pytest.mark.parametrize("task", ["classify", "segment", "detect", "denoise", "pretrain"])
+def test_img_size_in_model_args_is_refused(task: str, capsys: pytest.CaptureFixture) -> None:
+    """``--model-args '{"img_size": 0}'`` ended in a TypeError (exit 1): the task sets the size from its own flag."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--task", task, "--model-args", '{"img_size": 0}'])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert "img_size is set with --img-size" in err

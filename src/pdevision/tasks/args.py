@@ -175,6 +175,8 @@ def _json_dict(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"depth\": 4}'")
+    if "img_size" in value:  # the task sets it from --img-size / --patch-size; twice was a TypeError at build time
+        raise argparse.ArgumentTypeError("img_size is set with --img-size (restoration: --patch-size), not here")
     try:
         return check_model_args(value)
     except ModelArgumentError as exc:
