@@ -116,9 +116,12 @@ CASES = _cases()
 
 
 @pytest.mark.parametrize("argv", [c[1] for c in CASES], ids=[c[0] for c in CASES])
-def test_fuzz_exit_code_and_one_line(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fuzz_exit_code_and_one_line(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "a_file.txt").write_text("not a folder, not an image")
     argv = [a.replace("<tmp>", str(tmp_path)) for a in argv]
+    monkeypatch.chdir(tmp_path)  # a relative value (" ", "-", "http://...") must not land in the repository
     if "predict" in argv[:1] and argv[-1] == "--topk":
         pytest.skip("argparse takes the next word as the value")
     try:
@@ -131,6 +134,8 @@ def test_fuzz_exit_code_and_one_line(argv: list[str], tmp_path: Path, capsys: py
     if code != 0:
         errors = [ln for ln in err.strip().splitlines() if "error" in ln or "failed" in ln or "stopped" in ln]
         assert len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err[-2000:]
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert left == ["a_file.txt"], f"a failed command left {left} behind"
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,7 @@ class RunLock:
         self.path = self.run_dir / LOCK_NAME
         self.enabled = enabled
         self._fd: int | None = None
+        self._created: list[Path] = []  # the folders acquire made, removed again on release when left empty
         self.took_over: str | None = None  # the stale holder's line, when the lock was taken over
 
     def acquire(self) -> RunLock:
@@ -47,6 +48,7 @@ class RunLock:
             return self
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise RunLockedError(f"run folder {self.run_dir} exists and is not a folder")
+        self._created = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -93,6 +95,12 @@ class RunLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            for folder in self._created:  # a run that failed before writing anything leaves no empty folder
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+            self._created = []
 
     @property
     def held(self) -> bool:

@@ -375,9 +375,9 @@ def report(
     the model's family, every image linked relatively and present in ``output``."""
 
     out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
     folder = resolve_checkpoint(checkpoint)
     model, meta, _ = load_checkpoint_model(folder)
+    out.mkdir(parents=True, exist_ok=True)
     kind = family(model)
     data = data if data is not None else run_data(folder)
     fig = _Figures(out)
