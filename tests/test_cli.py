@@ -26,6 +26,28 @@ def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "vheat_base" in out
 
 
+def test_models_table_filters_by_wildcard(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "vheat_mi*", "--img-size", "64"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| vheat")]
+    assert rows == ["| vheat_micro | 2.12 | 0.02 |"] or (len(rows) == 1 and rows[0].startswith("| vheat_micro |"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["models", "nothing_like_this*"], "no registered model matches 'nothing_like_this*'"),
+        (["models", "--img-size", "16384"], "--img-size"),  # a random-weight forward at 16384 px runs for minutes
+    ],
+)
+def test_models_refuses_in_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and expected in err and len(err.splitlines()) <= 2 and "Traceback" not in err, err
+
+
 def test_demo_runs_on_a_real_photo(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--model", "vheat_micro"]) == 0
     out = capsys.readouterr().out

@@ -59,16 +59,19 @@ from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
 
 
-def _models_table(img_size: int) -> str:
-    rows = [f"| model | params (M) | GMACs at {img_size} (folded) |", "|---|---:|---:|"]
-    for name in list_models():
+def _models_rows(img_size: int, pattern: str = ""):
+    yield f"| model | params (M) | GMACs at {img_size} (folded) |"
+    yield "|---|---:|---:|"
+    for name in list_models(pattern):
         model = timm.create_model(name)
-        rows.append(f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |")
-    return "\n".join(rows)
+        yield f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |"
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    print(_models_table(args.img_size))
+    if not list_models(args.pattern):
+        raise ModelNameError(f"no registered model matches {args.pattern!r} (expected a wildcard such as 'vheat*')")
+    for row in _models_rows(args.img_size, args.pattern):  # a row as soon as it is counted
+        print(row, flush=True)
     return 0
 
 
@@ -108,7 +111,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
     photo = _sample_photo(args.photo)  # a wrong name fails before the (slow) table
     print(f"pdevision {__version__}: models registered in timm\n")
-    print(_models_table(224))
+    for row in _models_rows(224):
+        print(row, flush=True)
     model = timm.create_model(args.model).eval()
     cfg = timm.data.resolve_data_config({}, model=model)
     x = timm.data.create_transform(**cfg)(photo).unsqueeze(0)
@@ -496,7 +500,10 @@ def build_parser(train_task: str = "classify", checkpoint_task: str = "classify"
     parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("models", help="list the registered models with parameters and GMACs")
-    p.add_argument("--img-size", type=_side, default=224, help="resolution for the MAC count (default 224)")
+    p.add_argument("pattern", nargs="?", default="", help="wildcard on the names, e.g. 'vheat*' (default: all)")
+    p.add_argument(
+        "--img-size", type=_figure_side, default=224, help="resolution for the MAC count (default 224, at most 2048)"
+    )
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
     p.add_argument("--model", default="vheat_tiny", choices=list_models(), help="model for the forward pass")
