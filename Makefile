@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench clean
+.PHONY: install demo test test-all lint bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,13 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/pdevision bench
+
+$(VENV)/.docs-installed: $(STAMP)
+	$(PY) -m pip install -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

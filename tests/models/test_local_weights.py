@@ -1,4 +1,4 @@
-"""Local weights through timm's pretrained_cfg_overlay keep a trained head (the README's example)."""
+"""Local weights through timm's pretrained_cfg_overlay keep a trained head (the example of docs/using.md)."""
 
 from __future__ import annotations
 

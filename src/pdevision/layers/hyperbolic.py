@@ -176,7 +176,8 @@ class HyperbolicBlock(nn.Module):
     ``(B, in_chs, H, W)``, out ``(B, out_chs, ceil(H / stride), ceil(W / stride))``.
 
     Args:
-        in_chs, out_chs: channels of ``u`` and of the output.
+        in_chs: channels of ``u``.
+        out_chs: channels of the output.
         stride: 1, or 2 for a downsampling block (the 3x3 and the 1x1 shortcut are strided).
         equation: one of :data:`EQUATIONS`: the paper's ``"eq3"`` ... ``"eq7"`` or a library variant
             (``"mix"``, ``"mix_cons"``, ``"coef_grad"``).

@@ -276,8 +276,9 @@ def create_detection_model(
         num_classes: foreground classes; the detector gets ``num_classes + 1`` (class 0 is background,
             so dataset class ``c`` is label ``c + 1``).
         head: ``"mask_rcnn"`` or ``"faster_rcnn"``.
-        min_size, max_size: torchvision's resize of the shorter / longer side (COCO: 800 / 1333); a
-            tuple ``min_size`` picks one at random per training batch (multi-scale training).
+        min_size: torchvision's resize of the shorter side (COCO: 800); a tuple picks one at random per
+            training batch (multi-scale training).
+        max_size: torchvision's cap on the longer side (COCO: 1333).
         fpn_channels: FPN width (256 in the papers).
         representation_size: width of the box head's two fully connected layers (torchvision: 1024).
         mask_channels: width of the mask head's four 3x3 convolutions (torchvision: 256).

@@ -33,7 +33,9 @@ class MAE(nn.Module):
         encoder: a registered ViT name (built without classifier at ``img_size``) or a ``VisionTransformer``.
         img_size: image side in pixels (a multiple of the patch size).
         mask_ratio: fraction of patches hidden from the encoder (0.75).
-        decoder_width, decoder_depth, decoder_heads: the :class:`TokenDecoder`.
+        decoder_width: width of the :class:`TokenDecoder`.
+        decoder_depth: blocks of the :class:`TokenDecoder`.
+        decoder_heads: attention heads of the :class:`TokenDecoder`.
         loss_region: ``"unseen"`` (masked patches, as in MAE) or ``"all"``.
         norm_pix: per-patch normalised pixel targets.
         encoder_args: extra arguments for building ``encoder`` by name.

@@ -100,12 +100,17 @@ class QBHeat(nn.Module):
         block_position: ``"center"`` or ``"random"`` (uniform over cell-aligned positions, one per batch).
         stride: feature stride used for prediction (must be one of the encoder's feature strides).
         pred_dim: channels of the predicted features (encoder features are projected to it).
-        predictor, corner, constraint: see :class:`HeatExtrapolator`.
+        predictor: the extrapolation rule, see :class:`HeatExtrapolator`.
+        corner: the order of the corner cells, see :class:`HeatExtrapolator`.
+        constraint: the form of ``A`` and ``B``, see :class:`HeatExtrapolator`.
         max_rate: cap on ``dx ||A||_2`` (see :class:`HeatExtrapolator`); ``"auto"`` (default): 0.25 with
             ``constraint="skew"``, no cap with ``constraint="none"``, so ``constraint="none"`` alone is the
             published predictor (``A = W_A`` free and uncapped); a number caps either form, ``None`` uncaps.
         fuse_deeper: add the deeper stages' features onto the ``stride`` grid (see the module docstring).
-        decoder, decoder_width, decoder_depth, decoder_heads: the pixel decoder (:mod:`pdevision.layers.decoder`).
+        decoder: the pixel decoder's kind (:mod:`pdevision.layers.decoder`).
+        decoder_width: the pixel decoder's width.
+        decoder_depth: the pixel decoder's depth.
+        decoder_heads: the pixel decoder's attention heads.
         loss_region: ``"unseen"`` (cells outside the block) or ``"all"``.
         norm_pix: per-patch normalised pixel targets.
         encoder_args: extra arguments for building ``encoder`` by name.
