@@ -174,13 +174,19 @@ def test_a_fifo_is_refused_at_once_by_every_input(tmp_path: Path) -> None:
     for read in (open_rgb, read_rgb_array, read_image_native, read_mask_array, read_header):
         with pytest.raises(ImageReadError, match=r"pipe\.png is not a file but a FIFO"):
             read(fifo)
-    # classification: the scan lists regular files only
+    # classification: the scan lists regular files only, and counts the FIFO (also behind a link) as skipped
     root = tmp_path / "cls"
     (root / "a").mkdir(parents=True)
     Image.new("RGB", (8, 8)).save(root / "a" / "ok.png")
     os.mkfifo(root / "a" / "pipe.png")
+    (root / "b").mkdir()
+    Image.new("RGB", (8, 8)).save(root / "b" / "ok.png")
+    os.mkfifo(root / "b" / "real_pipe")
+    (root / "b" / "linked.png").symlink_to("real_pipe")
     for verify in (True, False):
-        assert [Path(p).name for p, _ in FolderDataset(root, verify=verify).samples] == ["ok.png"]
+        dataset = FolderDataset(root, verify=verify)
+        assert [Path(p).name for p, _ in dataset.samples] == ["ok.png", "ok.png"]
+        assert sorted(Path(p).name for p in dataset.skipped) == ["linked.png", "pipe.png"]
     # segmentation: a FIFO among the images
     seg = tmp_path / "seg"
     (seg / "images").mkdir(parents=True)

@@ -272,6 +272,12 @@ def _crafted_states(state: dict) -> list[tuple[object, str]]:
         ({**state, "elapsed": float("nan")}, "'elapsed' must be a finite number"),
         ({**state, "best": "high"}, "'best' must be a finite number or None"),
         ({**state, "history": "rows"}, "'history' must be a list"),
+        ({**state, "history": [{"epoch": "one"}]}, "'history' row 1 is not a metric row"),
+        (
+            {**state, "history": [*state["history"], {"epoch": 2, 3: 4}]},
+            f"'history' row {len(state['history']) + 1} is not a metric row",
+        ),
+        ({**state, "history": [{"epoch": 1, "loss": [1, 2]}]}, "'history' row 1 is not a metric row"),
         ({**state, "rng": []}, "'rng' must be a non-empty list"),
         ({**state, "optimizer": [1, 2]}, "'optimizer' is a list, not a dict"),
         ({**state, "optimizer": {"state": {}}}, "'optimizer' has no parameter groups"),

@@ -4,6 +4,7 @@ compiled training."""
 from __future__ import annotations
 
 import copy
+import csv
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import load_trainer_state, load_weights
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.loop import build_state
+from pdevision.engine.runtime import write_metrics
 from pdevision.tasks.classify import ClassifyConfig, ClassifyTask
 
 FAST = ["--img-size", "32", "--batch-size", "32", "--max-train-batches", "2", "--no-progress"]
@@ -236,3 +238,15 @@ def test_the_cpu_kernel_swap_leaves_other_models_alone(tmp_path: Path) -> None:
             ClassifyTask.build_model = original
         swapped = any(isinstance(m, InferenceLinear) for m in seen[0].modules())
         assert swapped == (name == "vheat_micro"), name
+
+
+def test_metrics_csv_keeps_a_column_that_appears_later(tmp_path: Path) -> None:
+    """A row with a key the first row lacks (a crafted or an older history) used to fail in csv's DictWriter."""
+    write_metrics(tmp_path / "metrics.csv", [{"epoch": 1, "loss": 2.0}, {"epoch": 2, "loss": 1.0, "val_top1": 50.0}])
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows == [
+        {"epoch": "1", "loss": "2.0", "val_top1": ""},
+        {"epoch": "2", "loss": "1.0", "val_top1": "50.0"},
+    ]
+    assert not (tmp_path / "metrics.csv.tmp").exists()

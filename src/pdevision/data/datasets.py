@@ -83,9 +83,15 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def _class_files(
-    class_dir: Path, root_real: Path, other_classes: list[Path], seen: set[Path], skipped_links: list[str]
+    class_dir: Path,
+    root_real: Path,
+    other_classes: list[Path],
+    seen: set[Path],
+    skipped_links: list[str],
+    special: list[str],
 ) -> list[Path]:
-    """Image files under ``class_dir``, links followed once per real path within the allowed region."""
+    """Image files under ``class_dir``, links followed once per real path within the allowed region. Names with
+    an image extension that are not regular files (a FIFO, a socket, a device) go to ``special``."""
     own = class_dir.resolve()
 
     def allowed(real: Path) -> bool:
@@ -110,8 +116,8 @@ def _class_files(
             seen.add(real)
             if real.is_dir():
                 folders.append(link)
-            elif real.is_file() and link.name.lower().endswith(IMAGE_EXTENSIONS):
-                files.append(link)
+            elif link.name.lower().endswith(IMAGE_EXTENSIONS):
+                (files if real.is_file() else special).append(link)
             continue
         folder = folders.pop(0)
         try:
@@ -130,9 +136,9 @@ def _class_files(
             if entry.is_dir(follow_symlinks=False):
                 seen.add(real)
                 folders.append(path)
-            elif entry.is_file(follow_symlinks=False) and entry.name.lower().endswith(IMAGE_EXTENSIONS):
+            elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
                 seen.add(real)
-                files.append(path)
+                (files if entry.is_file(follow_symlinks=False) else special).append(path)
     return sorted(files)
 
 
@@ -167,13 +173,17 @@ def scan_folder(root: Path, verify: bool = True) -> FolderScan:
     for name in found:
         others = [r for n, r in class_dirs.items() if n != name]
         kept = []
-        for path in _class_files(root / name, root_real, others, seen, skipped_links):
+        special: list[str] = []
+        for path in _class_files(root / name, root_real, others, seen, skipped_links, special):
             reason = _readable(path) if verify else None
             if reason is not None:
                 log.warning("skipping unreadable image %s (%s)", path, reason)
                 skipped.append(str(path))
                 continue
             kept.append(str(path))
+        for path in special:  # never opened: reading a FIFO blocks until something writes to it
+            log.warning("skipping %s: not a regular file (a FIFO, socket or device)", path)
+            skipped.append(str(path))
         per_class[name] = kept
     if skipped_links:
         log.warning(

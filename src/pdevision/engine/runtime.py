@@ -100,8 +100,9 @@ def write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
     """Write every epoch's row to ``path`` (rewritten from the run history, so a resumed run never
     repeats or loses a row), through a temporary file and a rename."""
     tmp = path.with_name(path.name + ".tmp")
+    columns = list(dict.fromkeys(key for row in history for key in row))  # a column added later is kept, too
     with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(history[0]))
+        writer = csv.DictWriter(f, fieldnames=columns, restval="")
         writer.writeheader()
         writer.writerows(history)
     os.replace(tmp, path)

@@ -236,6 +236,11 @@ def check_trainer_state(state: dict[str, Any], file: Path) -> dict[str, Any]:
         raise bad("best_row", f"is a {type(state['best_row']).__name__}, not a dict")
     if not isinstance(state["history"], list) or not all(isinstance(row, dict) for row in state["history"]):
         raise bad("history", "must be a list of metric rows (dicts)")
+    for number, row in enumerate(state["history"], 1):
+        if not _is_int(row.get("epoch")) or not all(
+            isinstance(k, str) and (v is None or isinstance(v, (int, float, str))) for k, v in row.items()
+        ):
+            raise bad("history", f"row {number} is not a metric row (an integer 'epoch' and named numbers)")
     rng = state["rng"]
     if not isinstance(rng, list) or not rng or not all(isinstance(r, dict) for r in rng):
         raise bad("rng", "must be a non-empty list of RNG states (dicts)")
