@@ -2,8 +2,15 @@
 per-stage figures.
 
 pytorch-grad-cam expects NCHW activations. vHeat and HcNet stages run channels-last: their outputs are
-``(B, H, W, C)``, and without a reshape the package silently averages over the wrong axes. The reshape is
-chosen from ``model.output_fmt`` (:func:`reshape_transform_for`): NHWC outputs are permuted to NCHW.
+``(B, H, W, C)``, and without a reshape the package silently averages over the wrong axes (a map of the right
+shape, wrong values). :func:`reshape_transform` gives the ``reshape_transform`` argument to pass to the package's
+CAM classes for a model's stages (NHWC -> NCHW permute for vHeat / HcNet, ``None`` for NCHW models);
+``pdevision viz gradcam`` uses the same function.
+
+    from pytorch_grad_cam import GradCAM
+    from pdevision.viz import reshape_transform
+
+    cam = GradCAM(model, target_layers=[model.stages[-1]], reshape_transform=reshape_transform(model))
 """
 
 from __future__ import annotations
@@ -20,12 +27,26 @@ from pdevision.viz.common import pyplot, save_figure, stage_layers
 
 
 def nhwc_to_nchw(t: torch.Tensor) -> torch.Tensor:
+    """``(B, H, W, C)`` activations or gradients to ``(B, C, H, W)``; anything but a 4-D tensor is a
+    ``ValueError`` (the target layer is not a stage-like layer of an NHWC model)."""
+    if not isinstance(t, torch.Tensor) or t.ndim != 4:
+        shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(
+            f"this reshape_transform expects (batch, height, width, channels) stage outputs, got {shape}; "
+            "pick a target layer whose output is a stage map, e.g. model.stages[-1]"
+        )
     return t.permute(0, 3, 1, 2)
 
 
-def reshape_transform_for(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """The reshape that turns the model's stage outputs into NCHW: a permute when ``output_fmt`` is NHWC."""
+def reshape_transform(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The ``reshape_transform`` to give pytorch-grad-cam's CAM classes for target layers in ``model.stages``
+    (or their blocks): :func:`nhwc_to_nchw` when the stages run channels-last (``model.output_fmt == "NHWC"``:
+    vHeat, HcNet), ``None`` (no reshape needed) for NCHW models (PDE-ResNet, timm's CNNs)."""
     return nhwc_to_nchw if getattr(model, "output_fmt", "NCHW") == "NHWC" else None
+
+
+#: the former name of :func:`reshape_transform`
+reshape_transform_for = reshape_transform
 
 
 def gradcam(
@@ -36,12 +57,14 @@ def gradcam(
     reshape_transform: Callable[[torch.Tensor], torch.Tensor] | str | None = "auto",
 ) -> np.ndarray:
     """Grad-CAM maps ``(B, H, W)`` in [0, 1] at the input size for ``classes`` (one per image) at ``layer``;
-    ``reshape_transform="auto"`` takes :func:`reshape_transform_for` of the model."""
+    ``reshape_transform="auto"`` takes :func:`reshape_transform` of the model."""
     from pytorch_grad_cam import GradCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
     model.eval()
-    rt = reshape_transform_for(model) if reshape_transform == "auto" else reshape_transform
+    rt = (
+        reshape_transform_for(model) if reshape_transform == "auto" else reshape_transform
+    )  # (the argument hides the function)
     with GradCAM(model=model, target_layers=[layer], reshape_transform=rt) as cam:
         maps = cam(input_tensor=images, targets=[ClassifierOutputTarget(int(c)) for c in classes])
     return np.asarray(maps, dtype=np.float64)
