@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -332,6 +333,15 @@ def _set_schedule(state: RunState, run: RunConfig, steps: int, info: DistInfo, d
     return fraction >= 1.0
 
 
+def _on_terminal() -> bool:
+    """Whether stderr (where tqdm draws) is a terminal: a bar's carriage-return redraws belong there; redirected to
+    a file or a pipe, the one log line per epoch is the progress."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
 def _train_epoch(
     task: Task, train_model: nn.Module, loader: DataLoader, steps: int, state: RunState, run: RunConfig, ctx: RunContext
 ) -> tuple[dict[str, float] | None, bool]:
@@ -341,7 +351,8 @@ def _train_epoch(
     sums: dict[str, float] = {}
     seen, seconds, out_of_time = 0.0, 0.0, False
     desc = f"epoch {state.epoch + 1}/{run.epochs}"
-    bar = tqdm(total=steps, desc=desc, disable=not (run.progress and ctx.info.is_main), leave=False)
+    show = run.progress and ctx.info.is_main and _on_terminal()
+    bar = tqdm(total=steps, desc=desc, disable=not show, leave=False)
     tick = time.perf_counter()
     for step, batch in enumerate(loader):
         if step >= steps:
