@@ -533,9 +533,10 @@ def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     epochs = [h["epoch"] for h in history]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     panels = [
         ("loss", ["train_loss", "val_loss"]),
         (metric or "", [f"train_{metric}", f"val_{metric}", f"val_{metric}_ema"]),
@@ -543,12 +544,15 @@ def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) 
     for ax, (title, keys) in zip(axes, panels, strict=True):
         for key in keys:
             if any(h.get(key) is not None for h in history):
-                ax.plot(epochs, [h.get(key) for h in history], label=key)
-        ax.set(xlabel="epoch", title=title)
+                ax.plot(epochs, [h.get(key) for h in history], marker="o", label=key)
+        ax.set(xlabel="epoch", ylabel=title, title=title)
+        if len(epochs) <= 10:  # epochs are whole numbers: each one, or as many whole numbers as fit
+            ax.set_xticks(epochs)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.lines:
-            ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+            ax.legend(fontsize=9)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pdevision.viz.common import pyplot, save_figure, stage_layers
+from pdevision.viz.common import MIN_FONT, colorbar, save_figure, stage_layers, subplots
 
 
 def nhwc_to_nchw(t: torch.Tensor) -> torch.Tensor:
@@ -95,32 +95,38 @@ def plot_cams(
     captions: Sequence[str] | None = None,
 ) -> Path:
     """One row per image: the image with its top-3 predictions, then the CAM of each stage over it."""
-    plt = pyplot()
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
     stages = list(result["maps"])
     rows, cols = display.shape[0], 1 + len(stages)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.0 * cols, 2.2 * rows), squeeze=False)
+    fig, axes = subplots(rows, cols, figsize=(2.3 * cols + 0.8, 2.6 * rows))
 
     def name(i: int) -> str:
-        return str(class_names[i]) if class_names is not None and i < len(class_names) else str(i)
+        label = str(class_names[i]) if class_names is not None and i < len(class_names) else str(i)
+        return label if len(label) <= 16 else label[:15] + "\N{HORIZONTAL ELLIPSIS}"
 
     for r in range(rows):
-        top = ", ".join(
+        top = "\n".join(
             f"{name(c)} {p:.2f}" for c, p in zip(result["top_classes"][r], result["top_probs"][r], strict=True)
         )
         ax = axes[r][0]
         ax.imshow(display[r])
         head = f"{captions[r]}\n" if captions else ""
-        ax.set_title(f"{head}pred: {top}", fontsize=6)
+        ax.set_ylabel(f"{head}pred: {top}", fontsize=MIN_FONT, rotation=0, ha="right", va="center")
         for c, s in enumerate(stages, start=1):
             ax = axes[r][c]
             ax.imshow(display[r])
             ax.imshow(result["maps"][s][r], cmap="jet", alpha=0.5, vmin=0, vmax=1)
-            if r == 0:
-                ax.set_title(f"{s}\n(class {name(result['targets'][r])})", fontsize=7)
-            else:
-                ax.set_title(f"class {name(result['targets'][r])}", fontsize=6)
+            ax.set_title(
+                f"{s}\nclass {name(result['targets'][r])}" if r == 0 else f"class {name(result['targets'][r])}",
+                fontsize=MIN_FONT,
+            )
         for ax in axes[r]:
             ax.set_xticks([])
             ax.set_yticks([])
-    fig.suptitle("Grad-CAM per stage (grad-cam package) for the predicted class", fontsize=9)
+    axes[0][0].set_title("image", fontsize=MIN_FONT)
+    cams = ScalarMappable(Normalize(0, 1), "jet")
+    colorbar(fig, cams, axes[:, 1:].ravel().tolist(), "Grad-CAM (each map scaled to [0, 1])", shrink=0.8)
+    fig.suptitle("Grad-CAM per stage (grad-cam package) for the predicted class", fontsize=10)
     return save_figure(fig, path)
