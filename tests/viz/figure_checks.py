@@ -66,6 +66,12 @@ def figure_problems(fig: Figure) -> list[str]:
             if _overlap(box, area) or any(_overlap(box, other) for other in boxes[id(b)]):
                 problems.append(f"tick label {lab.get_text()!r} runs into another panel")
                 break
+    for ax in axes:  # an axis that counts (indices, epochs) has whole-number ticks
+        for axis, label in ((ax.xaxis, ax.get_xlabel()), (ax.yaxis, ax.get_ylabel())):
+            if label == "epoch" or label.endswith((" index", "input channel", "output channel")):
+                locs = [t.get_loc() for t in axis._update_ticks() if t.label1.get_text()]
+                if any(not float(v).is_integer() for v in locs):
+                    problems.append(f"axis {label!r} counts, but has ticks {locs}")
     for legend in fig.findobj(matplotlib.legend.Legend):
         box = legend.get_window_extent(r)
         if not fig.bbox.contains(box.x0, box.y0) or not fig.bbox.contains(box.x1, box.y1):

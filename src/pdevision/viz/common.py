@@ -64,14 +64,11 @@ def colorbar(fig: Any, mappable: Any, ax: Any, label: str, ticks: int = 4, **kwa
     return bar
 
 
-def integer_ticks(ax: Any, x: bool = True, y: bool = True) -> None:
-    """Only whole-number ticks on the axes that count something (indices, epochs)."""
-    from matplotlib.ticker import MaxNLocator
-
-    if x:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
-    if y:
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
+def index_ticks(ax: Any, shape: tuple[int, ...], ticks: int = 4) -> None:
+    """Whole-number ticks (at most about ``ticks`` per axis) on an image of ``shape`` whose pixels are indices."""
+    for axis, n in ((ax.yaxis, shape[0]), (ax.xaxis, shape[1])):
+        step = max(1, math.ceil(n / ticks))
+        axis.set_ticks(range(0, n, step))
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> Path:

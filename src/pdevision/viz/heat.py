@@ -26,7 +26,7 @@ from torch import nn
 from pdevision.layers.hcl import HeatConductionLayer
 from pdevision.ops.fdm import heat_stencil
 from pdevision.ops.heat import frequency_energy, heat_conduct
-from pdevision.viz.common import MIN_FONT, VizError, colorbar, family, integer_ticks, save_figure, subplots
+from pdevision.viz.common import MIN_FONT, VizError, colorbar, family, index_ticks, save_figure, subplots
 from pdevision.viz.erf import second_moments
 
 TIMES = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -122,7 +122,7 @@ def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif:
             colorbar(fig_k, im, ax, "k", ticks=3, shrink=0.8)
             ax.set_title(f"stage {i} block {j}\nmean k over channels", fontsize=MIN_FONT)
             prof = radial_profile(k)
-            ax_r[0][i].plot(prof["radius"], prof["median"], label=f"block {j}")
+            ax_r[0][i].plot(prof["radius"], prof["median"], marker="o", markersize=3, label=f"block {j}")
             ax_r[0][i].fill_between(prof["radius"], prof["q10"], prof["q90"], alpha=0.2)
             decay = np.exp(-energy * k)
             entry["blocks"].append(
@@ -139,12 +139,13 @@ def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif:
         ax_d[0][i].set_title(f"stage {i} block 0\nexp(-k|w|^2), channel mean", fontsize=MIN_FONT)
         ax_d[0][i].set_xlabel("wx index", fontsize=MIN_FONT)
         ax_d[0][i].set_ylabel("wy index", fontsize=MIN_FONT)
-        integer_ticks(ax_d[0][i])
+        index_ticks(ax_d[0][i], decay0.shape)
         ax_d[0][i].tick_params(labelsize=MIN_FONT)
         ax = ax_r[0][i]
         ax.set_xlabel("|w| (rad / pixel)", fontsize=MIN_FONT)
         ax.set_ylabel("k" if i == 0 else "", fontsize=MIN_FONT)
         ax.set_title(f"stage {i}: k(|w|)\nchannel median, 10-90% band", fontsize=MIN_FONT)
+        ax.set_xlim(0, max(max(ax.get_xlim()[1], 0.0), 0.5))  # a 1x1 map has one frequency: keep a readable axis
         ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
         ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
         ax.tick_params(labelsize=MIN_FONT)

@@ -21,7 +21,7 @@ from pdevision.symmetry import (
     stage_groups,
     transform,
 )
-from pdevision.viz.common import MIN_FONT, VizError, colorbar, family, integer_ticks, save_figure, subplots
+from pdevision.viz.common import MIN_FONT, VizError, colorbar, family, index_ticks, save_figure, subplots
 
 
 def _pick(weights: list[tuple[str, torch.Tensor]]) -> str:
@@ -66,7 +66,7 @@ def symmetry_figures(
         diff = errors.get(label)
         ax.set_title(f"{label}" + (f"\nlogits diff {diff:.1e}" if diff is not None else "\n(reference)"), fontsize=8)
         ax.set(xlabel="input channel", ylabel="output channel" if c == 0 else "")
-        integer_ticks(ax)
+        index_ticks(ax, w.shape)
     fig.suptitle(f"{shown} (1x1): groups per stage {', '.join(groups)}", fontsize=10)
     save_figure(fig, out / "symmetry_weights.png")
 
