@@ -145,7 +145,8 @@ def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif:
         ax.set_xlabel("|w| (rad / pixel)", fontsize=MIN_FONT)
         ax.set_ylabel("k" if i == 0 else "", fontsize=MIN_FONT)
         ax.set_title(f"stage {i}: k(|w|)\nchannel median, 10-90% band", fontsize=MIN_FONT)
-        ax.set_xlim(0, max(max(ax.get_xlim()[1], 0.0), 0.5))  # a 1x1 map has one frequency: keep a readable axis
+        right = max(ax.get_xlim()[1], 0.5)  # a 1x1 map has one frequency: keep a readable axis
+        ax.set_xlim(-0.03 * right, right)
         ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
         ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
         ax.tick_params(labelsize=MIN_FONT)
