@@ -339,7 +339,7 @@ def plot_results(result: dict[str, Any], out_dir: Path) -> None:
     models = list(dict.fromkeys(r["model"] for r in rows))
     panels = [("infer_img_s", "inference images/s", True), ("peak_mem_mib", "peak forward memory (MiB)", True)]
     panels.append(("gmacs", "GMACs per image", True))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), layout="constrained")
     for ax, (key, title, log_y) in zip(axes, panels, strict=True):
         for name in models:
             first = rows[0].get("dtype", "fp32")  # one line per model: the first dtype measured
@@ -350,27 +350,25 @@ def plot_results(result: dict[str, Any], out_dir: Path) -> None:
             ]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", label=name, linewidth=2.5 if "vheat" in name else 1.2)
-        ax.set(xlabel="resolution (px)", title=title)
+        ax.set(xlabel="resolution (px)", ylabel=title, title=title)
         if log_y:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     dtypes = ", ".join(dict.fromkeys(r.get("dtype", "fp32") for r in rows))
     fig.suptitle(f"cost against resolution ({result['machine']['device']}, {dtypes})")
-    fig.tight_layout()
-    fig.savefig(out_dir / "cost_vs_resolution.png", dpi=100)
+    fig.savefig(out_dir / "cost_vs_resolution.png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     ops = result.get("operators")
     if ops:
-        fig, ax = plt.subplots(figsize=(6, 4.5))
+        fig, ax = plt.subplots(figsize=(6, 4.5), layout="constrained")
         for name in sorted(ops["exponents"]):
             pts = [(r["tokens"], r["seconds"] * 1000) for r in ops["rows"] if r["operator"] == name]
             ax.plot(*zip(*pts, strict=True), marker="o", label=f"{name} (p={ops['exponents'][name]:.2f})")
         ax.set(xscale="log", yscale="log", xlabel="tokens", ylabel="ms per call", title="token mixers")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out_dir / "operators.png", dpi=100)
+        fig.savefig(out_dir / "operators.png", dpi=100, bbox_inches="tight")
         plt.close(fig)
 
 

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -332,6 +333,15 @@ def _set_schedule(state: RunState, run: RunConfig, steps: int, info: DistInfo, d
     return fraction >= 1.0
 
 
+def _on_terminal() -> bool:
+    """Whether stderr (where tqdm draws) is a terminal: a bar's carriage-return redraws belong there; redirected to
+    a file or a pipe, the one log line per epoch is the progress."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
 def _train_epoch(
     task: Task, train_model: nn.Module, loader: DataLoader, steps: int, state: RunState, run: RunConfig, ctx: RunContext
 ) -> tuple[dict[str, float] | None, bool]:
@@ -341,7 +351,8 @@ def _train_epoch(
     sums: dict[str, float] = {}
     seen, seconds, out_of_time = 0.0, 0.0, False
     desc = f"epoch {state.epoch + 1}/{run.epochs}"
-    bar = tqdm(total=steps, desc=desc, disable=not (run.progress and ctx.info.is_main), leave=False)
+    show = run.progress and ctx.info.is_main and _on_terminal()
+    bar = tqdm(total=steps, desc=desc, disable=not show, leave=False)
     tick = time.perf_counter()
     for step, batch in enumerate(loader):
         if step >= steps:
@@ -522,9 +533,10 @@ def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     epochs = [h["epoch"] for h in history]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     panels = [
         ("loss", ["train_loss", "val_loss"]),
         (metric or "", [f"train_{metric}", f"val_{metric}", f"val_{metric}_ema"]),
@@ -532,12 +544,15 @@ def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) 
     for ax, (title, keys) in zip(axes, panels, strict=True):
         for key in keys:
             if any(h.get(key) is not None for h in history):
-                ax.plot(epochs, [h.get(key) for h in history], label=key)
-        ax.set(xlabel="epoch", title=title)
+                ax.plot(epochs, [h.get(key) for h in history], marker="o", label=key)
+        ax.set(xlabel="epoch", ylabel=title, title=title)
+        if len(epochs) <= 10:  # epochs are whole numbers: each one, or as many whole numbers as fit
+            ax.set_xticks(epochs)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.lines:
-            ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+            ax.legend(fontsize=9)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 from timm.layers import ClassifierHead, trunc_normal_
-from timm.models._features import feature_take_indices
+from timm.models._features import FeatureHookNet, feature_take_indices
+from timm.models._features_fx import FeatureGraphNet
 from torch import nn
 
 from pdevision.layers import ConvStem
@@ -104,13 +105,67 @@ def check_image_batch(x: torch.Tensor, in_chans: int, min_size: int) -> torch.Te
 torch.fx.wrap("check_image_batch")
 
 
+def _to_nchw(y: torch.Tensor) -> torch.Tensor:
+    return y.permute(0, 3, 1, 2).contiguous()
+
+
+class _NCHWFeatures(nn.Module):
+    """Mixin for timm's feature wrappers that tap the stage modules themselves (forward hooks, FX): a backbone whose
+    stages run NHWC has its maps permuted to NCHW, so ``features_only`` gives NCHW maps whichever ``feature_cls``
+    is used, as ``forward_intermediates`` and timm's CNNs do."""
+
+    def __init__(self, model: nn.Module, *args: Any, **kwargs: Any) -> None:
+        nhwc = getattr(model, "output_fmt", "NCHW") == "NHWC"
+        kwargs["output_fmt"] = "NCHW"
+        super().__init__(model, *args, **kwargs)
+        self.stage_fmt = "NHWC" if nhwc else "NCHW"
+
+    def forward(self, x: torch.Tensor) -> Any:
+        out = super().forward(x)
+        if self.stage_fmt == "NCHW":
+            return out
+        if isinstance(out, dict):
+            return type(out)((k, _to_nchw(v)) for k, v in out.items())
+        return [_to_nchw(v) for v in out]
+
+
+class NCHWFeatureHookNet(_NCHWFeatures, FeatureHookNet):
+    """timm's ``FeatureHookNet`` (``feature_cls="hook"``) returning NCHW maps."""
+
+
+class NCHWFeatureGraphNet(_NCHWFeatures, FeatureGraphNet):
+    """timm's ``FeatureGraphNet`` (``feature_cls="fx"``) returning NCHW maps."""
+
+
+_FEATURE_CLS = {"getter": "getter", "hook": NCHWFeatureHookNet, "fx": NCHWFeatureGraphNet}
+
+
+def feature_cfg(out_indices: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """timm's ``feature_cfg`` for a staged backbone: ``features_only`` maps are NCHW whichever ``feature_cls``
+    is asked for (``"getter"``, the default, ``"hook"`` or ``"fx"``). Takes ``feature_cls`` out of ``kwargs``
+    when ``features_only`` is set; timm's ``"list"`` / ``"dict"`` wrappers, which need the stages as direct
+    children of the model, are a ``ValueError`` naming the ones that work."""
+    cls: Any = kwargs.pop("feature_cls", "getter") if kwargs.get("features_only") else "getter"
+    if isinstance(cls, str):
+        name = "hook" if "hook" in cls.lower() else cls.lower()
+        if name not in _FEATURE_CLS:
+            raise ValueError(f"feature_cls must be 'getter' (the default), 'hook' or 'fx' for this model, got {cls!r}")
+        cls = _FEATURE_CLS[name]
+    elif cls is FeatureHookNet:
+        cls = NCHWFeatureHookNet
+    elif cls is FeatureGraphNet:
+        cls = NCHWFeatureGraphNet
+    return dict(out_indices=out_indices, feature_cls=cls)
+
+
 class StagedBackbone(nn.Module):
     """timm's model API for the families' common shape: ``stem -> stages -> norm -> head``.
 
     Subclasses set ``stem``, ``stages`` (each with a ``grad_checkpointing`` flag), ``norm``, ``head``
     (timm ``ClassifierHead``), ``in_chans``, ``min_input_size``, ``num_classes`` and ``output_fmt``:
     ``"NHWC"`` when the stages run channels-last (the stem's NCHW output is permuted), else ``"NCHW"``.
-    ``forward_intermediates`` always returns NCHW maps unless asked for NHWC.
+    ``forward_intermediates`` always returns NCHW maps unless asked for NHWC, and ``features_only`` wrappers
+    return NCHW maps whichever ``feature_cls`` is used (see :func:`feature_cfg`).
     """
 
     stem: nn.Module

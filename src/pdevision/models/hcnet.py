@@ -71,7 +71,7 @@ from pdevision.layers.hcl import (
     matched_hidden,
     refinement_act_layer,
 )
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, to_2tuple_size
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg, to_2tuple_size
 from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.fdm import Boundary
 
@@ -265,7 +265,7 @@ def _create_hcnet(variant: str, pretrained: bool = False, **kwargs: Any) -> HcNe
         HcNet,
         variant,
         pretrained,
-        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        feature_cfg=feature_cfg(out_indices, kwargs),
         **kwargs,
     )
 

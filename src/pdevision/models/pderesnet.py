@@ -59,7 +59,7 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, check_image_batch, stage_widths
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, check_image_batch, feature_cfg, stage_widths
 from pdevision.models._weights import default_cfg, resolve_local_head
 
 torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._staged)
@@ -290,7 +290,7 @@ def _create_pderesnet(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         PDEResNet,
         variant,
         pretrained,
-        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        feature_cfg=feature_cfg(out_indices, kwargs),
         **kwargs,
     )
 

@@ -26,7 +26,7 @@ from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, fuse_linears, run_block
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, conv_out_size, to_2tuple_size
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, conv_out_size, feature_cfg, to_2tuple_size
 from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
@@ -306,7 +306,7 @@ def _create_vheat(variant: str, pretrained: bool = False, **kwargs: Any) -> VHea
         variant,
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        feature_cfg=feature_cfg(out_indices, kwargs),
         **kwargs,
     )
 

@@ -302,7 +302,7 @@ def add_run_arguments(
     add(g, "--stop-after-epochs", type=_epochs, default=None, help="stop early (resume later)")
     add(g, "--max-train-batches", type=_per_epoch, default=None, help="per epoch, for smoke runs")
     add(g, "--time-budget", type=_positive, default=None, help="seconds of training (the schedule follows it)")
-    add(g, "--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add(g, "--no-progress", dest="progress", action="store_false", help="no progress bar (shown only on a terminal)")
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:

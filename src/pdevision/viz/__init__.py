@@ -4,7 +4,7 @@ numbers behind it; no display and no network needed.
 
 The functions behind ``pdevision viz <what>``: :func:`erf`, :func:`gradcam`, :func:`heat`, :func:`symmetry`,
 :func:`report` (in :mod:`pdevision.viz.commands`); the pieces: :func:`erf_maps`, :func:`area_share`,
-:func:`second_moments` (:mod:`pdevision.viz.erf`), :func:`gradcam_maps` and :func:`reshape_transform_for`
+:func:`second_moments` (:mod:`pdevision.viz.erf`), :func:`gradcam_maps` and :func:`reshape_transform`
 (:mod:`pdevision.viz.gradcam`), :func:`heat_figures` (:mod:`pdevision.viz.heat`), :func:`symmetry_figures`
 (:mod:`pdevision.viz.symmetry`).
 """
@@ -13,7 +13,7 @@ from pdevision.viz.commands import DEFAULT_ERF_MODELS, erf, gradcam, heat, repor
 from pdevision.viz.common import VizError, stage_layers
 from pdevision.viz.erf import area_share, compute_erf, erf_maps, second_moments
 from pdevision.viz.gradcam import gradcam as gradcam_maps
-from pdevision.viz.gradcam import reshape_transform_for, stage_cams
+from pdevision.viz.gradcam import reshape_transform, reshape_transform_for, stage_cams
 from pdevision.viz.heat import heat_figures
 from pdevision.viz.symmetry import symmetry_figures
 
@@ -29,6 +29,7 @@ __all__ = [
     "heat",
     "heat_figures",
     "report",
+    "reshape_transform",
     "reshape_transform_for",
     "second_moments",
     "stage_cams",

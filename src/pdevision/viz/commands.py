@@ -35,7 +35,7 @@ from pdevision.viz.common import (
     write_json,
 )
 from pdevision.viz.erf import ErfResult, compute_erf, plot_erf
-from pdevision.viz.gradcam import plot_cams, stage_cams
+from pdevision.viz.gradcam import plot_cams, reshape_transform, stage_cams
 from pdevision.viz.heat import TIMES, heat_figures
 from pdevision.viz.symmetry import symmetry_figures
 
@@ -147,7 +147,7 @@ def gradcam(
         "model": meta["model"],
         "checkpoint": f"{folder.parent.name}/{folder.name}",
         "output_fmt": getattr(model, "output_fmt", "NCHW"),
-        "reshape": "NHWC -> NCHW permute" if getattr(model, "output_fmt", "NCHW") == "NHWC" else "none",
+        "reshape": "NHWC -> NCHW permute" if reshape_transform(model) is not None else "none",
         "images": source,
         "captions": captions,
         "predicted": [[classes[i] for i in row] for row in result["top_classes"]],

@@ -42,6 +42,35 @@ def pyplot():
     return plt
 
 
+#: the smallest font size (points) of any text in a figure
+MIN_FONT = 8
+
+
+def subplots(rows: int, cols: int, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+    """``plt.subplots`` with a 2-D array of axes and constrained layout (colour bars, titles and tick labels
+    kept clear of the neighbouring panels)."""
+    return pyplot().subplots(rows, cols, figsize=figsize, squeeze=False, layout="constrained", **kwargs)
+
+
+def colorbar(fig: Any, mappable: Any, ax: Any, label: str, ticks: int = 4, **kwargs: Any) -> Any:
+    """A labelled colour bar for ``mappable`` next to ``ax`` (one axes or a list), at most ``ticks`` ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    bar = fig.colorbar(mappable, ax=ax, **kwargs)
+    bar.locator = MaxNLocator(ticks)
+    bar.update_ticks()
+    bar.set_label(label, fontsize=MIN_FONT)
+    bar.ax.tick_params(labelsize=MIN_FONT)
+    return bar
+
+
+def index_ticks(ax: Any, shape: tuple[int, ...], ticks: int = 4) -> None:
+    """Whole-number ticks (at most about ``ticks`` per axis) on an image of ``shape`` whose pixels are indices."""
+    for axis, n in ((ax.yaxis, shape[0]), (ax.xaxis, shape[1])):
+        step = max(1, math.ceil(n / ticks))
+        axis.set_ticks(range(0, n, step))
+
+
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> Path:
     plt = pyplot()
     path.parent.mkdir(parents=True, exist_ok=True)

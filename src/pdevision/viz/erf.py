@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pdevision.viz.common import pyplot, save_figure, stage_layers
+from pdevision.viz.common import MIN_FONT, colorbar, save_figure, stage_layers, subplots
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +116,8 @@ def compute_erf(model: nn.Module, images: torch.Tensor, name: str, weights: str 
 
 def plot_erf(results: Sequence[ErfResult], path: Path, title: str = "") -> Path:
     """One row per model, one column per stage: ``log10`` of the ERF map relative to its maximum."""
-    plt = pyplot()
     cols = max(len(r.maps) for r in results)
-    fig, axes = plt.subplots(len(results), cols, figsize=(2.2 * cols, 2.4 * len(results)), squeeze=False)
+    fig, axes = subplots(len(results), cols, figsize=(2.3 * cols + 1.0, 2.5 * len(results)))
     for r, res in enumerate(results):
         for c in range(cols):
             ax = axes[r][c]
@@ -132,10 +131,10 @@ def plot_erf(results: Sequence[ErfResult], path: Path, title: str = "") -> Path:
             im = ax.imshow(rel, cmap="inferno", vmin=-4, vmax=0)
             sh = res.shares[c]
             ax.set_title(
-                f"{res.stages[c]}\n50%: {100 * sh['area_50']:.1f}%  95%: {100 * sh['area_95']:.1f}%", fontsize=7
+                f"{res.stages[c]}\n50%: {100 * sh['area_50']:.1f}%  95%: {100 * sh['area_95']:.1f}%", fontsize=MIN_FONT
             )
             if c == 0:
-                ax.set_ylabel(f"{res.model}\n({res.weights})", fontsize=8)
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="log10 |grad| / max")
-    fig.suptitle(title or "effective receptive field of each stage's centre output (share of input area)", fontsize=9)
+                ax.set_ylabel(f"{res.model}\n({res.weights})", fontsize=MIN_FONT)
+    colorbar(fig, im, axes.ravel().tolist(), "log10 |grad| / max", shrink=0.6)
+    fig.suptitle(title or "effective receptive field of each stage's centre output (share of input area)", fontsize=10)
     return save_figure(fig, path)

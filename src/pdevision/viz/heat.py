@@ -26,7 +26,7 @@ from torch import nn
 from pdevision.layers.hcl import HeatConductionLayer
 from pdevision.ops.fdm import heat_stencil
 from pdevision.ops.heat import frequency_energy, heat_conduct
-from pdevision.viz.common import VizError, family, pyplot, save_figure
+from pdevision.viz.common import MIN_FONT, VizError, colorbar, family, index_ticks, save_figure, subplots
 from pdevision.viz.erf import second_moments
 
 TIMES = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -97,14 +97,15 @@ def spread(u: np.ndarray) -> float:
 def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif: bool = False) -> dict[str, Any]:
     """Figures ``vheat_diffusivity.png``, ``vheat_radial.png``, ``vheat_decay.png``, ``vheat_point_source.png``
     (and ``vheat_point_source.gif``) in ``out``; returns the numbers behind them."""
-    plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     stages = list(model.stages)
     ks = [vheat_diffusivity(s) for s in stages]
     numbers: dict[str, Any] = {"family": "vheat", "stages": []}
     depth = max(len(k) for k in ks)
-    fig_k, ax_k = plt.subplots(depth, len(stages), figsize=(2.4 * len(stages), 2.2 * depth), squeeze=False)
-    fig_d, ax_d = plt.subplots(1, len(stages), figsize=(2.4 * len(stages), 2.4), squeeze=False)
-    fig_r, ax_r = plt.subplots(1, len(stages), figsize=(3.0 * len(stages), 2.6), squeeze=False)
+    fig_k, ax_k = subplots(depth, len(stages), figsize=(2.8 * len(stages), 2.4 * depth))
+    fig_d, ax_d = subplots(1, len(stages), figsize=(2.6 * len(stages) + 1.0, 2.8))
+    fig_r, ax_r = subplots(1, len(stages), figsize=(3.2 * len(stages), 3.0))
     for i, kblocks in enumerate(ks):
         h, w = kblocks[0].shape[:2]
         energy = frequency_energy(h, w, dtype=torch.float64).numpy()[..., None]
@@ -118,10 +119,10 @@ def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif:
                 continue
             k = kblocks[j]
             im = ax.imshow(np.nanmean(k, -1), cmap="viridis")
-            fig_k.colorbar(im, ax=ax, shrink=0.7)
-            ax.set_title(f"stage {i} block {j}\nmean k over channels", fontsize=7)
+            colorbar(fig_k, im, ax, "k", ticks=3, shrink=0.8)
+            ax.set_title(f"stage {i} block {j}\nmean k over channels", fontsize=MIN_FONT)
             prof = radial_profile(k)
-            ax_r[0][i].plot(prof["radius"], prof["median"], label=f"block {j}")
+            ax_r[0][i].plot(prof["radius"], prof["median"], marker="o", markersize=3, label=f"block {j}")
             ax_r[0][i].fill_between(prof["radius"], prof["q10"], prof["q90"], alpha=0.2)
             decay = np.exp(-energy * k)
             entry["blocks"].append(
@@ -135,33 +136,41 @@ def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif:
             )
         decay0 = np.exp(-energy * kblocks[0])
         im = ax_d[0][i].imshow(np.nanmean(decay0, -1), cmap="magma", vmin=0, vmax=1)
-        ax_d[0][i].set_title(f"stage {i} block 0\nexp(-k|w|^2), channel mean", fontsize=7)
-        ax_d[0][i].set_xlabel("wx index", fontsize=7)
-        ax_d[0][i].set_ylabel("wy index", fontsize=7)
-        ax_r[0][i].set(xlabel="|w| (rad / pixel)", title=f"stage {i}: k(|w|), channel 10-50-90%")
-        ax_r[0][i].title.set_fontsize(8)
-        ax_r[0][i].legend(fontsize=6)
+        ax_d[0][i].set_title(f"stage {i} block 0\nexp(-k|w|^2), channel mean", fontsize=MIN_FONT)
+        ax_d[0][i].set_xlabel("wx index", fontsize=MIN_FONT)
+        ax_d[0][i].set_ylabel("wy index", fontsize=MIN_FONT)
+        index_ticks(ax_d[0][i], decay0.shape)
+        ax_d[0][i].tick_params(labelsize=MIN_FONT)
+        ax = ax_r[0][i]
+        ax.set_xlabel("|w| (rad / pixel)", fontsize=MIN_FONT)
+        ax.set_ylabel("k" if i == 0 else "", fontsize=MIN_FONT)
+        ax.set_title(f"stage {i}: k(|w|)\nchannel median, 10-90% band", fontsize=MIN_FONT)
+        right = max(ax.get_xlim()[1], 0.5)  # a 1x1 map has one frequency: keep a readable axis
+        ax.set_xlim(-0.03 * right, right)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+        ax.tick_params(labelsize=MIN_FONT)
+        ax.legend(fontsize=MIN_FONT)
         numbers["stages"].append(entry)
-    fig_d.colorbar(im, ax=ax_d.ravel().tolist(), shrink=0.7)
-    fig_k.suptitle("vHeat diffusivity k(w) per block (DC at the top left)", fontsize=9)
+    colorbar(fig_d, im, ax_d.ravel().tolist(), "decay factor exp(-k|w|^2)", shrink=0.8)
+    fig_k.suptitle("vHeat diffusivity k(w) per block (DC at the top left)", fontsize=10)
     save_figure(fig_k, out / "vheat_diffusivity.png")
     save_figure(fig_d, out / "vheat_decay.png")
     save_figure(fig_r, out / "vheat_radial.png")
 
     frames = [point_source(s, times) for s in stages]
-    fig, axes = plt.subplots(len(stages), len(times), figsize=(1.9 * len(times), 2.0 * len(stages)), squeeze=False)
+    fig, axes = subplots(len(stages), len(times), figsize=(2.0 * len(times) + 1.0, 2.1 * len(stages)))
     for i, row in enumerate(frames):
         numbers["stages"][i]["point_source_spread_px"] = {str(t): spread(u) for t, u in zip(times, row, strict=True)}
         for c, (t, u) in enumerate(zip(times, row, strict=True)):
             ax = axes[i][c]
             rel = np.log10(np.maximum(u / max(float(u.max()), 1e-300), 1e-3))
-            ax.imshow(rel, cmap="hot", vmin=-3, vmax=0)
+            im = ax.imshow(rel, cmap="hot", vmin=-3, vmax=0)
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"stage {i}, t={t:g}\nrms {spread(u):.2f} px", fontsize=7)
-    fig.suptitle(
-        "a point source through each stage's first heat operator (t=1: the operator itself), log10 u / max", fontsize=9
-    )
+            ax.set_title(f"stage {i}, t={t:g}\nrms {spread(u):.2f} px", fontsize=MIN_FONT)
+    colorbar(fig, im, axes.ravel().tolist(), "log10 u / max", shrink=0.6)
+    fig.suptitle("a point source through each stage's first heat operator (t=1: the operator itself)", fontsize=10)
     save_figure(fig, out / "vheat_point_source.png")
     numbers["times"] = list(times)
     if gif:
@@ -213,26 +222,26 @@ def hcnet_heat(model: nn.Module, images: torch.Tensor, out: Path) -> dict[str, A
     """Figures ``hcnet_k.png`` (distribution of ``k`` per layer over the images) and ``hcnet_stencils.png``
     (channel-mean stencil of ``N(z) - W z`` per layer); returns the numbers."""
 
-    plt = pyplot()
     coeffs = hcnet_coefficients(model, images)
     short = [c["layer"].replace("stages.", "s").replace(".blocks.", ".b").replace(".mixer.heat", "") for c in coeffs]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(coeffs) + 2), 3.2))
+    fig, ax = subplots(1, 1, figsize=(max(4.0, 0.7 * len(coeffs) + 2), 3.4))
+    ax = ax[0][0]
     ax.boxplot([c["k"].ravel() for c in coeffs], showfliers=False)
-    ax.set_xticks(range(1, len(coeffs) + 1), short, rotation=45, fontsize=7)
-    ax.set(ylabel="k per image and channel", title=f"HcNet step size k over {images.shape[0]} images")
+    ax.set_xticks(range(1, len(coeffs) + 1), short, rotation=90, fontsize=MIN_FONT)
+    ax.set(xlabel="Heat Conduction Layer", ylabel="k per image and channel")
+    ax.set_title(f"HcNet step size k over {images.shape[0]} images")
     save_figure(fig, out / "hcnet_k.png")
-    fig, axes = plt.subplots(1, len(coeffs), figsize=(1.9 * len(coeffs), 2.2), squeeze=False)
+    kernels = [heat_stencil(torch.from_numpy(c["w"])).mean(0)[0].numpy() for c in coeffs]
+    lim = max(float(np.abs(k).max()) for k in kernels) or 1.0  # one colour scale for every panel
+    fig, axes = subplots(1, len(coeffs), figsize=(2.0 * len(coeffs) + 1.0, 2.6))
     numbers: dict[str, Any] = {"family": "hcnet", "images": int(images.shape[0]), "layers": []}
-    for ax, c, s in zip(axes[0], coeffs, short, strict=True):
-        w = torch.from_numpy(c["w"])
-        kernel = heat_stencil(w).mean(0)[0].numpy()
-        lim = float(np.abs(kernel).max()) or 1.0
-        ax.imshow(kernel, cmap="coolwarm", vmin=-lim, vmax=lim)
+    for ax, c, s, kernel in zip(axes[0], coeffs, short, kernels, strict=True):
+        im = ax.imshow(kernel, cmap="coolwarm", vmin=-lim, vmax=lim)
         for (a, b), v in np.ndenumerate(kernel):
-            ax.text(b, a, f"{v:.2f}", ha="center", va="center", fontsize=6)
+            ax.text(b, a, f"{v:.2f}", ha="center", va="center", fontsize=MIN_FONT)
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.set_title(s, fontsize=7)
+        ax.set_title(s, fontsize=MIN_FONT)
         k = c["k"]
         numbers["layers"].append(
             {
@@ -245,7 +254,8 @@ def hcnet_heat(model: nn.Module, images: torch.Tensor, out: Path) -> dict[str, A
                 "kW_max": float((k * c["w"].sum(-1)[None, :]).max()),
             }
         )
-    fig.suptitle("learned stencil N(z) - W z, mean over channels (w1..w4 around the centre)", fontsize=8)
+    colorbar(fig, im, axes.ravel().tolist(), "stencil weight", shrink=0.8)
+    fig.suptitle("learned stencil N(z) - W z, mean over channels (w1..w4 around the centre)", fontsize=10)
     save_figure(fig, out / "hcnet_stencils.png")
     return numbers
 
@@ -309,18 +319,22 @@ def pderesnet_point_response(model: nn.Module, images: torch.Tensor) -> list[dic
 def pderesnet_heat(model: nn.Module, images: torch.Tensor, out: Path, window: int = 4) -> dict[str, Any]:
     """Figure ``pderesnet_point_response.png``: each block's response to a point perturbation, a
     ``(2 window + 1)`` crop around the centre; returns the numbers."""
-    plt = pyplot()
     resp = pderesnet_point_response(model, images)
-    fig, axes = plt.subplots(1, len(resp), figsize=(1.8 * len(resp), 2.2), squeeze=False)
+    cols = min(len(resp), 8)  # rows of 8 blocks: a ResNet-50 layout has 16
+    rows = math.ceil(len(resp) / cols)
+    fig, axes = subplots(rows, cols, figsize=(1.9 * cols + 1.0, 2.3 * rows))
+    for ax in axes.ravel()[len(resp) :]:
+        ax.axis("off")
     numbers: dict[str, Any] = {"family": "pderesnet", "images": int(images.shape[0]), "blocks": []}
-    for ax, r in zip(axes[0], resp, strict=True):
+    for ax, r in zip(axes.ravel(), resp, strict=False):
         m = r["map"]
         oy, ox = r["centre"]
         crop = m[max(oy - window, 0) : oy + window + 1, max(ox - window, 0) : ox + window + 1]
-        ax.imshow(crop / max(crop.max(), 1e-300), cmap="hot", vmin=0, vmax=1)
+        im = ax.imshow(crop / max(crop.max(), 1e-300), cmap="hot", vmin=0, vmax=1)
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.set_title(f"{r['block'].replace('stages.', 's').replace('.blocks.', '.b')}\nr95={r['radius95']}", fontsize=7)
+        title = f"{r['block'].replace('stages.', 's').replace('.blocks.', '.b')}\nr95={r['radius95']}"
+        ax.set_title(title, fontsize=MIN_FONT)
         numbers["blocks"].append(
             {
                 "block": r["block"],
@@ -330,7 +344,8 @@ def pderesnet_heat(model: nn.Module, images: torch.Tensor, out: Path, window: in
                 "map_size": list(m.shape),
             }
         )
-    fig.suptitle("PDE-ResNet: response of each block to a point perturbation of its input (crop)", fontsize=8)
+    colorbar(fig, im, axes.ravel().tolist(), "response / max", shrink=0.8)
+    fig.suptitle("PDE-ResNet: response of each block to a point perturbation of its input (crop)", fontsize=10)
     save_figure(fig, out / "pderesnet_point_response.png")
     return numbers
 

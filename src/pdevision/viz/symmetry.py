@@ -21,7 +21,7 @@ from pdevision.symmetry import (
     stage_groups,
     transform,
 )
-from pdevision.viz.common import VizError, family, pyplot, save_figure
+from pdevision.viz.common import MIN_FONT, VizError, colorbar, family, index_ticks, save_figure, subplots
 
 
 def _pick(weights: list[tuple[str, torch.Tensor]]) -> str:
@@ -38,7 +38,6 @@ def symmetry_figures(
     differences, groups, sparsity). ``model`` must be a PDE-ResNet."""
     if family(model) != "pderesnet":
         raise VizError(f"viz symmetry needs a PDE-ResNet (its weight symmetry), got a {type(model).__name__}")
-    plt = pyplot()
     model = model.eval()
     folded = fold_batchnorm(model)
     groups = stage_groups(folded)
@@ -58,19 +57,21 @@ def symmetry_figures(
         for label, ws in weights.items()
         if label != "folded"
     }
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), squeeze=False)
+    fig, axes = subplots(1, 3, figsize=(12, 4.0))
     for c, (ax, (label, ws)) in enumerate(zip(axes[0], weights.items(), strict=True)):
         w = dict(ws)[shown][:, :, 0, 0].detach().double().numpy()
         lim = float(np.abs(w).max())
         im = ax.imshow(w, cmap="coolwarm", vmin=-lim, vmax=lim, aspect="auto")
-        fig.colorbar(im, ax=ax, shrink=0.8)
+        colorbar(fig, im, ax, "weight", shrink=0.8)
         diff = errors.get(label)
         ax.set_title(f"{label}" + (f"\nlogits diff {diff:.1e}" if diff is not None else "\n(reference)"), fontsize=8)
         ax.set(xlabel="input channel", ylabel="output channel" if c == 0 else "")
-    fig.suptitle(f"{shown} (1x1): groups per stage {', '.join(groups)}", fontsize=9, y=1.06)
+        index_ticks(ax, w.shape)
+    fig.suptitle(f"{shown} (1x1): groups per stage {', '.join(groups)}", fontsize=10)
     save_figure(fig, out / "symmetry_weights.png")
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = subplots(1, 1, figsize=(6, 3.6))
+    ax = ax[0][0]
     hist: dict[str, Any] = {}
     for label, ws in weights.items():
         rel = np.concatenate(
@@ -81,7 +82,7 @@ def symmetry_figures(
         hist[label] = {"fraction_below_threshold": float((rel < threshold).mean()), "counts": counts.tolist()}
     ax.axvline(np.log10(threshold), color="k", ls="--", lw=0.8)
     ax.set(xlabel="log10 |w| / RMS of its matrix", ylabel="count", title="all 1x1 weights")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=MIN_FONT)
     save_figure(fig, out / "symmetry_histograms.png")
     return {
         "groups": groups,

@@ -106,20 +106,31 @@ def _plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    size = max(4.0, 0.4 * len(classes) + 2)
-    fig, ax = plt.subplots(figsize=(size, size))
-    ax.imshow(matrix, cmap="Blues")
+    size = max(4.5, 0.4 * len(classes) + 2.5)
+    fig, ax = plt.subplots(figsize=(size + 1.0, size), layout="constrained")
+    im = ax.imshow(matrix, cmap="Blues")
+    bar = fig.colorbar(im, ax=ax, shrink=0.8)
+    bar.set_label("images", fontsize=9)
     ax.set(xlabel="predicted", ylabel="true", title="confusion matrix")
     classes = [display_label(c) for c in classes]
     if len(classes) <= 30:
-        ax.set_xticks(range(len(classes)), classes, rotation=90)
-        ax.set_yticks(range(len(classes)), classes)
+        short = [c if len(c) <= 14 else c[:13] + "\N{HORIZONTAL ELLIPSIS}" for c in classes]
+        long = max(map(len, short)) > 3
+        ax.set_xticks(range(len(classes)), short, rotation=90 if long else 0)
+        ax.set_yticks(range(len(classes)), short)
+        ax.tick_params(labelsize=9)
+        dark = matrix.max() / 2
         for i in range(len(classes)):
             for j in range(len(classes)):
                 if matrix[i, j]:
-                    ax.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+                    colour = "white" if matrix[i, j] > dark else "black"
+                    ax.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=8, color=colour)
+    else:  # class indices: whole numbers only
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -41,7 +41,9 @@ def save_reconstruction_grid(
     ]
     columns.append(("target", target))
     rows = target.shape[0]
-    fig, axes = plt.subplots(rows, len(columns), figsize=(1.6 * len(columns), 1.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, len(columns), figsize=(1.8 * len(columns), 1.8 * rows + 0.3), squeeze=False, layout="constrained"
+    )
     for r in range(rows):
         for c, (title, imgs) in enumerate(columns):
             ax = axes[r][c]
@@ -49,10 +51,9 @@ def save_reconstruction_grid(
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title(title, fontsize=7)
-    fig.tight_layout()
+                ax.set_title(title.replace(": ", ":\n"), fontsize=8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path
