@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench clean
+.PHONY: install demo test test-all lint bench dist clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -c constraints.txt -e ".[all,test]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,5 +33,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/pdevision bench
 
+# wheel and sdist in dist/, checked by twine (the package index's own rendering of the description included)
+dist: $(STAMP)
+	rm -rf dist build
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build dist *.egg-info src/*.egg-info

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import skimage.data
 import timm
 import torch
 from PIL import Image
 
 from pdevision import __version__, viz
+from pdevision._optional import MissingDependencyError, require, require_all
 from pdevision.bench import count_macs, count_params
 from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS, split_variant
 from pdevision.bench.run import DEFAULT_OURS, run_bench
@@ -101,7 +101,8 @@ def _sample_photo(name: str) -> Image.Image:
         raise UsageError(
             f"scikit-image has no sample photo {name!r} bundled (choose one of {', '.join(SAMPLE_PHOTOS)})"
         )
-    return Image.fromarray(np.asarray(getattr(skimage.data, name)())).convert("RGB")
+    skimage_data = require("skimage.data", "data")
+    return Image.fromarray(np.asarray(getattr(skimage_data, name)())).convert("RGB")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -427,6 +428,7 @@ def _add_extra_task_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     task: TaskCommands = args.task_commands
+    require_all(task.requires)  # before the run, not at its first evaluation
     config = task.config(args, run_config(args))
     summary = task.run(config)
     if summary.get("world_size", 1) > 1 and not is_rank0():
@@ -436,6 +438,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    require_all(args.task_commands.requires)
     print(args.task_commands.evaluate(args))
     return 0
 
@@ -540,7 +543,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         return int(args.func(args))
-    except (UsageError, DataError, CheckpointError, ModelNameError, FileNotFoundError, ValueError) as exc:
+    except (
+        UsageError,
+        DataError,
+        CheckpointError,
+        ModelNameError,
+        MissingDependencyError,
+        FileNotFoundError,
+        ValueError,
+    ) as exc:
         print(f"pdevision {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except NonFiniteLossError as exc:

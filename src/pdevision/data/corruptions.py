@@ -28,6 +28,8 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import Compose
 
+from pdevision._optional import require
+
 __all__ = ["CORRUPTIONS", "SEVERITIES", "CorruptedDataset", "corrupt"]
 
 CORRUPTIONS = (
@@ -74,20 +76,20 @@ def _corruptions_module() -> types.ModuleType:
         shim.resource_filename = _resource_filename  # type: ignore[attr-defined]
         sys.modules["pkg_resources"] = shim
         try:
-            module = importlib.import_module("imagecorruptions.corruptions")
+            module = require("imagecorruptions.corruptions", "robustness")
         finally:
             del sys.modules["pkg_resources"]
     else:
-        module = importlib.import_module("imagecorruptions.corruptions")
-    from skimage.filters import gaussian
+        module = require("imagecorruptions.corruptions", "robustness")
+    gaussian = require("skimage.filters", "robustness").gaussian
 
     def gaussian_compat(image: np.ndarray, sigma: float = 1.0, multichannel: bool | None = None, **kw: Any) -> Any:
         if multichannel:
             kw["channel_axis"] = -1
         return gaussian(image, sigma=sigma, **kw)
 
-    import skimage
-    import skimage.util
+    skimage = require("skimage", "robustness")
+    require("skimage.util", "robustness")
 
     def random_noise_seeded(image: np.ndarray, **kw: Any) -> Any:  # draws its seed from NumPy's global state
         kw.setdefault("rng", int(np.random.randint(2**31 - 1)))  # noqa: NPY002
