@@ -134,6 +134,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    require_all([("matplotlib", "viz")])  # the plots at the end
     if args.threads:
         torch.set_num_threads(args.threads)
     device = str(resolve_device(args.device))  # "auto": the GPU where there is one, else the CPU
@@ -196,10 +197,15 @@ class _Parser(argparse.ArgumentParser):
 # -- pdevision viz ---------------------------------------------------------------------------------
 
 
+# optional packages (module, extra) of the viz commands beyond matplotlib, checked before they compute anything
+VIZ_REQUIRES = {"gradcam": (("pytorch_grad_cam", "viz"),), "report": (("pytorch_grad_cam", "viz"),)}
+
+
 def cmd_viz(args: argparse.Namespace) -> int:
     what = args.viz_command
     if what is None:
         raise UsageError("choose what to show: erf, gradcam, heat, symmetry or report (pdevision viz --help)")
+    require_all([("matplotlib", "viz"), *VIZ_REQUIRES.get(what, ())])
     if what == "erf":
         r = viz.erf(
             args.models or (), args.checkpoint or (), args.output, args.data, args.img_size, args.images, args.device

@@ -28,9 +28,9 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import Compose
 
-from pdevision._optional import require
+from pdevision._optional import require, require_all
 
-__all__ = ["CORRUPTIONS", "SEVERITIES", "CorruptedDataset", "corrupt"]
+__all__ = ["CORRUPTIONS", "CORRUPTION_REQUIRES", "SEVERITIES", "CorruptedDataset", "corrupt"]
 
 CORRUPTIONS = (
     "gaussian_noise",
@@ -59,6 +59,10 @@ class _NumpyCompat(types.ModuleType):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(np, name)
+
+
+# the packages the corruptions need (module, extra), checked before a corrupted evaluation starts
+CORRUPTION_REQUIRES = (("imagecorruptions", "robustness"), ("skimage", "robustness"))
 
 
 def _resource_filename(package: str, name: str) -> str:
@@ -116,6 +120,7 @@ def corrupt(image: np.ndarray, name: str, severity: int, seed: int | None = None
         raise ValueError(
             f"corruptions need an (H, W, 3) uint8 image of at least 32x32, got {image.shape} {image.dtype}"
         )
+    require_all(CORRUPTION_REQUIRES)  # (the module below is cached)
     module = _corruptions_module()
     state = np.random.get_state()  # noqa: NPY002 (imagecorruptions draws from NumPy's global state)
     try:
@@ -151,6 +156,8 @@ class CorruptedDataset(Dataset):
         seed: int = 0,
         indices: Sequence[int] | None = None,
     ) -> None:
+        if corruption is not None:
+            require_all(CORRUPTION_REQUIRES)  # here, not in a data loader's worker
         self.base, self.spatial, self.to_tensor = base, spatial, to_tensor
         self.corruption, self.severity, self.seed = corruption, severity, seed
         self.indices = list(indices) if indices is not None else list(range(len(base)))  # type: ignore[arg-type]
