@@ -23,11 +23,8 @@ import torch
 
 from pdevision._optional import DISTRIBUTIONS, EXTRAS, MissingDependencyError, install_hint, require, require_all
 
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "pdevision"
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 RUNTIME_EXTRAS = ("train", "data", "dense", "restore", "viz", "robustness")
 
 
@@ -309,6 +306,11 @@ def test_no_optional_package_is_imported_at_module_level() -> None:
 # -- the metadata -----------------------------------------------------------------------------------
 
 
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
 def _names(requirements: list[str]) -> set[str]:
     return {re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in requirements}
 
@@ -316,7 +318,7 @@ def _names(requirements: list[str]) -> set[str]:
 def _extra(name: str) -> set[str]:
     """The distributions ``pdevision[name]`` installs, its references to other extras followed."""
     out: set[str] = set()
-    for req in PYPROJECT["project"]["optional-dependencies"][name]:
+    for req in _pyproject()["project"]["optional-dependencies"][name]:
         nested = re.fullmatch(r"pdevision\[([a-z,]+)\]", req)
         if nested:
             for sub in nested[1].split(","):
@@ -345,14 +347,15 @@ def test_each_named_extra_installs_the_package() -> None:
 
 
 def test_the_core_is_light_and_all_is_every_extra() -> None:
-    core = _names(PYPROJECT["project"]["dependencies"])
+    pyproject = _pyproject()
+    core = _names(pyproject["project"]["dependencies"])
     assert core == {"torch", "torchvision", "timm", "numpy", "safetensors", "pillow", "tqdm"}
     assert not core & {d.lower() for d in DISTRIBUTIONS.values()}
-    deps = PYPROJECT["project"]["dependencies"]
+    deps = pyproject["project"]["dependencies"]
     assert not [d for d in deps if re.match(r"torch(vision)?\s*==", d)]  # ranges here, exact pins in constraints.txt
     assert _extra("all") == set().union(*(_extra(e) for e in RUNTIME_EXTRAS))
     assert {d.lower() for d in DISTRIBUTIONS.values()} <= _extra("all")
-    assert set(PYPROJECT["project"]["optional-dependencies"]) >= {*RUNTIME_EXTRAS, "all", "test"}
+    assert set(pyproject["project"]["optional-dependencies"]) >= {*RUNTIME_EXTRAS, "all", "test"}
     pins = (ROOT / "constraints.txt").read_text()
     assert re.search(r"^torch==\d", pins, re.M) and re.search(r"^torchvision==\d", pins, re.M)
     assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
@@ -394,12 +397,12 @@ width="9"> `f[0](x)`
         ```
         """
     )
-    assert base == PYPROJECT["project"]["urls"]["Source"]
+    assert base == _pyproject()["project"]["urls"]["Source"]
 
 
 def test_py_typed_is_package_data() -> None:
     assert (SRC / "py.typed").is_file()
-    assert "py.typed" in PYPROJECT["tool"]["setuptools"]["package-data"]["pdevision"]
+    assert "py.typed" in _pyproject()["tool"]["setuptools"]["package-data"]["pdevision"]
 
 
 # -- the wheel in a fresh environment ---------------------------------------------------------------
