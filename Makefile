@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench docs clean
+.PHONY: install demo test test-all lint bench docs dist clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -c constraints.txt -e ".[all,test]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -34,11 +34,17 @@ bench: $(STAMP)
 	$(VENV)/bin/pdevision bench
 
 $(VENV)/.docs-installed: $(STAMP)
-	$(PY) -m pip install -e ".[docs]"
+	$(PY) -m pip install -c constraints.txt -e ".[docs]"
 	touch $@
 
 docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
+# wheel and sdist in dist/, checked by twine (the package index's own rendering of the description included)
+dist: $(STAMP)
+	rm -rf dist build
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build dist *.egg-info src/*.egg-info

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import skimage.data
 import timm
 import torch
 from PIL import Image
 
 from pdevision import __version__, viz
+from pdevision._optional import MissingDependencyError, require, require_all
 from pdevision.bench import count_macs, count_params
 from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS, split_variant
 from pdevision.bench.run import DEFAULT_OURS, run_bench
@@ -104,7 +104,8 @@ def _sample_photo(name: str) -> Image.Image:
         raise UsageError(
             f"scikit-image has no sample photo {name!r} bundled (choose one of {', '.join(SAMPLE_PHOTOS)})"
         )
-    return Image.fromarray(np.asarray(getattr(skimage.data, name)())).convert("RGB")
+    skimage_data = require("skimage.data", "data")
+    return Image.fromarray(np.asarray(getattr(skimage_data, name)())).convert("RGB")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -137,6 +138,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    require_all([("matplotlib", "viz")])  # the plots at the end
     if args.threads:
         torch.set_num_threads(args.threads)
     device = str(resolve_device(args.device))  # "auto": the GPU where there is one, else the CPU
@@ -199,10 +201,15 @@ class _Parser(argparse.ArgumentParser):
 # -- pdevision viz ---------------------------------------------------------------------------------
 
 
+# optional packages (module, extra) of the viz commands beyond matplotlib, checked before they compute anything
+VIZ_REQUIRES = {"gradcam": (("pytorch_grad_cam", "viz"),), "report": (("pytorch_grad_cam", "viz"),)}
+
+
 def cmd_viz(args: argparse.Namespace) -> int:
     what = args.viz_command
     if what is None:
         raise UsageError("choose what to show: erf, gradcam, heat, symmetry or report (pdevision viz --help)")
+    require_all([("matplotlib", "viz"), *VIZ_REQUIRES.get(what, ())])
     if what == "erf":
         r = viz.erf(
             args.models or (), args.checkpoint or (), args.output, args.data, args.img_size, args.images, args.device
@@ -431,6 +438,7 @@ def _add_extra_task_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     task: TaskCommands = args.task_commands
+    require_all(task.requires)  # before the run, not at its first evaluation
     config = task.config(args, run_config(args))
     summary = task.run(config)
     if summary.get("world_size", 1) > 1 and not is_rank0():
@@ -440,6 +448,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    require_all(args.task_commands.requires)
     print(args.task_commands.evaluate(args))
     return 0
 
@@ -547,7 +556,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         return int(args.func(args))
-    except (UsageError, DataError, CheckpointError, ModelNameError, FileNotFoundError, ValueError) as exc:
+    except (
+        UsageError,
+        DataError,
+        CheckpointError,
+        ModelNameError,
+        MissingDependencyError,
+        FileNotFoundError,
+        ValueError,
+    ) as exc:
         print(f"pdevision {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except NonFiniteLossError as exc:

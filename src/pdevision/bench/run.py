@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from pdevision._optional import require
 from pdevision.bench.flops import count_params
 from pdevision.bench.measure import (
     inference_fn,
@@ -330,8 +331,7 @@ def write_results(result: dict[str, Any], out_dir: Path) -> None:
 
 def plot_results(result: dict[str, Any], out_dir: Path) -> None:
     """Throughput, memory and FLOPs against resolution (the layout of vHeat's cost figure)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "viz")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -28,7 +28,9 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import Compose
 
-__all__ = ["CORRUPTIONS", "SEVERITIES", "CorruptedDataset", "corrupt"]
+from pdevision._optional import require, require_all
+
+__all__ = ["CORRUPTIONS", "CORRUPTION_REQUIRES", "SEVERITIES", "CorruptedDataset", "corrupt"]
 
 CORRUPTIONS = (
     "gaussian_noise",
@@ -59,6 +61,10 @@ class _NumpyCompat(types.ModuleType):
         return getattr(np, name)
 
 
+# the packages the corruptions need (module, extra), checked before a corrupted evaluation starts
+CORRUPTION_REQUIRES = (("imagecorruptions", "robustness"), ("skimage", "robustness"))
+
+
 def _resource_filename(package: str, name: str) -> str:
     module = importlib.import_module(package)
     return str(Path(module.__file__ or "").parent / name)
@@ -74,20 +80,20 @@ def _corruptions_module() -> types.ModuleType:
         shim.resource_filename = _resource_filename  # type: ignore[attr-defined]
         sys.modules["pkg_resources"] = shim
         try:
-            module = importlib.import_module("imagecorruptions.corruptions")
+            module = require("imagecorruptions.corruptions", "robustness")
         finally:
             del sys.modules["pkg_resources"]
     else:
-        module = importlib.import_module("imagecorruptions.corruptions")
-    from skimage.filters import gaussian
+        module = require("imagecorruptions.corruptions", "robustness")
+    gaussian = require("skimage.filters", "robustness").gaussian
 
     def gaussian_compat(image: np.ndarray, sigma: float = 1.0, multichannel: bool | None = None, **kw: Any) -> Any:
         if multichannel:
             kw["channel_axis"] = -1
         return gaussian(image, sigma=sigma, **kw)
 
-    import skimage
-    import skimage.util
+    skimage = require("skimage", "robustness")
+    require("skimage.util", "robustness")
 
     def random_noise_seeded(image: np.ndarray, **kw: Any) -> Any:  # draws its seed from NumPy's global state
         kw.setdefault("rng", int(np.random.randint(2**31 - 1)))  # noqa: NPY002
@@ -114,6 +120,7 @@ def corrupt(image: np.ndarray, name: str, severity: int, seed: int | None = None
         raise ValueError(
             f"corruptions need an (H, W, 3) uint8 image of at least 32x32, got {image.shape} {image.dtype}"
         )
+    require_all(CORRUPTION_REQUIRES)  # (the module below is cached)
     module = _corruptions_module()
     state = np.random.get_state()  # noqa: NPY002 (imagecorruptions draws from NumPy's global state)
     try:
@@ -149,6 +156,8 @@ class CorruptedDataset(Dataset):
         seed: int = 0,
         indices: Sequence[int] | None = None,
     ) -> None:
+        if corruption is not None:
+            require_all(CORRUPTION_REQUIRES)  # here, not in a data loader's worker
         self.base, self.spatial, self.to_tensor = base, spatial, to_tensor
         self.corruption, self.severity, self.seed = corruption, severity, seed
         self.indices = list(indices) if indices is not None else list(range(len(base)))  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms as T
 
+from pdevision._optional import require
 from pdevision.data.datasets import DataError, FolderDataset
 from pdevision.data.embedded import build_embedded, is_embedded
 
@@ -52,13 +53,12 @@ MAX_SIDE = 512  # photos are downscaled to at most this side once, at load time
 
 def load_sample_photos(names: Sequence[str] = SAMPLE_PHOTOS) -> list[Image.Image]:
     """scikit-image's sample photographs as RGB PIL images (longest side at most 512 px)."""
-    import skimage.data
-
+    skimage_data = require("skimage.data", "data")
     photos = []
     for name in names:
-        if not hasattr(skimage.data, name):
+        if not hasattr(skimage_data, name):
             raise DataError(f"scikit-image has no sample photo {name!r}")
-        array = getattr(skimage.data, name)()
+        array = getattr(skimage_data, name)()
         array = array[0] if isinstance(array, tuple) else array  # stereo_motorcycle: (left, right, disparity)
         img = Image.fromarray(np.asarray(array)).convert("RGB")
         img.thumbnail((MAX_SIDE, MAX_SIDE), Image.BICUBIC)

@@ -46,6 +46,7 @@ from torch.utils.data import Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from pdevision._optional import require
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import IMAGE_EXTENSIONS, MASK_MODES, read_header, read_mask_array, read_rgb_array
 from pdevision.data.scenes import CLASS_NAMES, SceneConfig, make_scene
@@ -468,7 +469,7 @@ class CocoDetection(Dataset):
     def __init__(
         self, root: str | Path, split: str = "train", transform: Callable | None = None, masks: bool = True
     ) -> None:
-        from pycocotools.coco import COCO  # pycocotools is only needed for COCO folders
+        COCO = require("pycocotools.coco", "dense").COCO  # pycocotools is only needed for COCO folders
 
         root = Path(root)
         self.root = root

@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from pdevision._optional import require
 from pdevision.data.errors import DataError
 from pdevision.data.splits import stratified_split
 
@@ -28,7 +29,7 @@ class DigitsDataset(Dataset):
     """
 
     def __init__(self, split: str = "train", img_size: int = 64, transform: Callable | None = None) -> None:
-        from sklearn.datasets import load_digits  # scikit-learn is slow to import: only when the set is built
+        load_digits = require("sklearn.datasets", "data").load_digits  # slow to import: only when the set is built
 
         if split not in ("train", "val", "all"):
             raise DataError(f"digits split must be 'train', 'val' or 'all', got {split!r}")

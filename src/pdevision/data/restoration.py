@@ -37,6 +37,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from pdevision._optional import require
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import IMAGE_EXTENSIONS, open_rgb
 
@@ -100,13 +101,9 @@ def _to_array(img: Image.Image) -> np.ndarray:
 def _embedded(name: str, mode: str) -> np.ndarray:
     source, key = name.split(":", 1)
     if source == "skimage":
-        import skimage.data
-
-        arr = getattr(skimage.data, key)()
+        arr = getattr(require("skimage.data", "data"), key)()
     else:
-        from sklearn.datasets import load_sample_image
-
-        arr = load_sample_image(key)
+        arr = require("sklearn.datasets", "data").load_sample_image(key)
     return _to_array(_convert(Image.fromarray(arr), mode))
 
 
@@ -315,14 +312,12 @@ def _measured(img: np.ndarray) -> np.ndarray:
     q = quantize(img)
     if q.shape[-1] == 1:
         return q[..., 0].astype(np.float64)
-    from skimage.color import rgb2ycbcr
-
-    return rgb2ycbcr(q)[..., 0]
+    return require("skimage.color", "restore").rgb2ycbcr(q)[..., 0]
 
 
 def psnr(clean: np.ndarray, restored: np.ndarray) -> float:
     """PSNR in dB of 8-bit-quantised images (Y channel for colour), ``skimage.metrics``."""
-    from skimage.metrics import peak_signal_noise_ratio
+    peak_signal_noise_ratio = require("skimage.metrics", "restore").peak_signal_noise_ratio
 
     a, b = _measured(clean), _measured(restored)
     if np.array_equal(a, b):
@@ -332,7 +327,7 @@ def psnr(clean: np.ndarray, restored: np.ndarray) -> float:
 
 def ssim(clean: np.ndarray, restored: np.ndarray) -> float:
     """SSIM of 8-bit-quantised images (Y channel for colour), Gaussian window sigma 1.5 (Wang et al.)."""
-    from skimage.metrics import structural_similarity
+    structural_similarity = require("skimage.metrics", "restore").structural_similarity
 
     return float(
         structural_similarity(
@@ -376,9 +371,7 @@ def classical_baselines(
         if name == "noisy":
             res = img
         elif name == "nlm":
-            from skimage.restoration import denoise_nl_means
-
-            res = denoise_nl_means(
+            res = require("skimage.restoration", "restore").denoise_nl_means(
                 img,
                 h=0.8 * s,
                 sigma=s,
@@ -388,18 +381,15 @@ def classical_baselines(
                 channel_axis=-1 if colour else None,
             )
         elif name == "wavelet":
-            from skimage.restoration import denoise_wavelet
-
-            res = denoise_wavelet(
+            res = require("skimage.restoration", "restore").denoise_wavelet(
                 img, sigma=s, method="BayesShrink", mode="soft", rescale_sigma=True, channel_axis=-1 if colour else None
             )
         elif name == "tv":
-            from skimage.restoration import denoise_tv_chambolle
-
-            res = denoise_tv_chambolle(img, weight=s, channel_axis=-1 if colour else None)
+            res = require("skimage.restoration", "restore").denoise_tv_chambolle(
+                img, weight=s, channel_axis=-1 if colour else None
+            )
         elif name == "bm3d":
-            import bm3d
-
+            bm3d = require("bm3d", "restore")
             res = bm3d.bm3d_rgb(img, s) if colour else bm3d.bm3d(img, s)
         else:
             raise ValueError(f"unknown baseline {name!r}")

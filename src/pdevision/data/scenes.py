@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
+from pdevision._optional import require
 from pdevision.data.splits import stratified_split
 
 log = logging.getLogger(__name__)
@@ -123,19 +124,20 @@ class _Sources:
 @functools.lru_cache(maxsize=1)
 def load_sources() -> _Sources:
     """The bundled photographs (RGB uint8), digit scans and faces, loaded once per process."""
-    import skimage.data
-    from sklearn.datasets import load_digits, load_sample_images
+    skimage_data = require("skimage.data", "data")
+    sklearn_datasets = require("sklearn.datasets", "data")
+    load_digits, load_sample_images = sklearn_datasets.load_digits, sklearn_datasets.load_sample_images
 
     photos = []
     for name in SKIMAGE_PHOTOS:
-        img = np.asarray(getattr(skimage.data, name)())
+        img = np.asarray(getattr(skimage_data, name)())
         if img.ndim == 2:
             img = np.repeat(img[..., None], 3, axis=2)
         photos.append(np.ascontiguousarray(img[..., :3].astype(np.uint8)))
     photos.extend(np.asarray(img, dtype=np.uint8) for img in load_sample_images().images)
     digits = load_digits()
     train, val = stratified_split(digits.target.tolist(), 0.2, seed=0)
-    faces = np.asarray(skimage.data.lfw_subset(), dtype=np.float64)
+    faces = np.asarray(skimage_data.lfw_subset(), dtype=np.float64)
     order = np.random.default_rng(0).permutation(len(faces))
     return _Sources(
         photos=tuple(photos),

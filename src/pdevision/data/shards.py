@@ -34,15 +34,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import webdataset as wds
 from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
+from pdevision._optional import require
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import decode_rgb
 from pdevision.models._weights import not_a_regular_file
 
 log = logging.getLogger(__name__)
+
+
+def _wds() -> Any:
+    """The ``webdataset`` package (the ``data`` extra), imported on use."""
+    return require("webdataset", "data")
+
 
 IMAGE_KEYS = ("jpg", "jpeg", "png")
 
@@ -102,6 +108,7 @@ class ShardDataset(IterableDataset):
         seed: int = 0,
         buffer: int = 1000,
     ) -> None:
+        _wds()  # a missing package is said here, not in a data loader's worker
         self.urls, self.classes, self.count = sorted(urls), classes, count
         self.transform, self.train, self.seed, self.buffer = transform, train, seed, buffer
         self.epoch = 0
@@ -137,16 +144,16 @@ class ShardDataset(IterableDataset):
         samples: Iterator[dict[str, Any]] = self._samples(mine, keep)
         if self.train:  # one shuffled pass over this slot's shards, then (unshuffled) repeats up to its quota
             rng = random.Random(f"{self.seed}-{self.epoch}-{slot}")
-            samples = wds.shuffle(self.buffer, initial=min(self.buffer, 100), rng=rng)(samples)
+            samples = _wds().shuffle(self.buffer, initial=min(self.buffer, 100), rng=rng)(samples)
             per_rank = self.count // world
             quota = per_rank // workers + (wid < per_rank % workers)
             samples = islice(chain(samples, self._repeats(mine, keep)), quota)
-        for image, label in wds.map(_decode_sample, handler=_warn)(samples):
+        for image, label in _wds().map(_decode_sample, handler=_warn)(samples):
             yield (self.transform(image) if self.transform else image), label
 
     def _samples(self, urls: list[str], keep: tuple[int, int] | None) -> Iterator[dict[str, Any]]:
         """Raw samples of ``urls`` (of every ``keep[1]``-th from ``keep[0]``), one pass."""
-        stream = wds.tarfile_to_samples(handler=_warn)(iter([{"url": u} for u in urls]))
+        stream = _wds().tarfile_to_samples(handler=_warn)(iter([{"url": u} for u in urls]))
         for i, sample in enumerate(stream):
             if keep is None or i % keep[1] == keep[0]:
                 yield sample
@@ -210,7 +217,7 @@ def write_shards(
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     pattern = str(folder / f"{prefix}-%05d.tar")
-    with wds.ShardWriter(pattern, maxcount=per_shard, verbose=0) as sink:
+    with _wds().ShardWriter(pattern, maxcount=per_shard, verbose=0) as sink:
         for i, (image, label) in enumerate(samples):
             buf = io.BytesIO()
             image.save(buf, format="PNG")

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pdevision._optional import require
 from pdevision.data.errors import DataError
 
 __all__ = ["stratified_split"]
@@ -13,7 +14,7 @@ __all__ = ["stratified_split"]
 
 def stratified_split(targets: Sequence[int], val_fraction: float, seed: int = 0) -> tuple[list[int], list[int]]:
     """Indices of a fixed stratified train/val split (scikit-learn's ``train_test_split``)."""
-    from sklearn.model_selection import train_test_split  # scikit-learn is slow to import: only when splitting
+    train_test_split = require("sklearn.model_selection", "train").train_test_split  # slow to import: on use
 
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"the validation fraction must be between 0 and 1, got {val_fraction}")

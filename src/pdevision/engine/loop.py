@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
+from pdevision._optional import require, require_all
 from pdevision.engine.checkpoint import (
     NO_SPACE_ERRNOS,
     CheckpointError,
@@ -74,6 +75,7 @@ def fit(task: Task, run: RunConfig) -> dict[str, Any]:
     """Train ``task`` as ``run`` says (``None`` settings from the task's defaults, then the library's); returns the
     run summary (also in ``summary.json`` on rank 0)."""
     run = resolve_run(run, task.run_defaults())
+    require_all([("matplotlib", "train")])  # curves.png at the end: stop before the run, not after it
     device = resolve_device(run.device)
     autocast(device, run.amp)  # an --amp this device cannot run fails here, before the run folder is touched
     info = init_distributed(device.type)
@@ -529,8 +531,7 @@ def _finish(
 
 def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) -> None:
     """Loss (train and val) and the task's metric (val, val EMA, train where logged) per epoch."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "train")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator

@@ -39,6 +39,7 @@ from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHe
 from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
 from torchvision.ops.feature_pyramid_network import FeaturePyramidNetwork, LastLevelMaxPool
 
+from pdevision._optional import require
 from pdevision.models._weights import not_a_regular_file
 from pdevision.models.factory import ModelNameError
 
@@ -186,7 +187,7 @@ def create_segmentation_model(
         **backbone_kwargs: passed to ``timm.create_model`` (``img_size``, ``fve_resize``, ``drop_path_rate``).
     """
     # smp is imported on use only (it pulls in huggingface_hub and every smp encoder); not to dodge a cycle
-    import segmentation_models_pytorch as smp
+    smp = require("segmentation_models_pytorch", "dense")
 
     _check_name(backbone)
     if head not in SEGMENTATION_HEADS:

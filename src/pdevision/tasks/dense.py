@@ -15,6 +15,7 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
 
+from pdevision._optional import require
 from pdevision.data.imageio import read_rgb_array
 from pdevision.engine.checkpoint import (
     CheckpointError,
@@ -178,9 +179,7 @@ class DenseTask(Task):
 
 def palette(n: int) -> list[tuple[int, int, int]]:
     """Distinct colours (matplotlib's tab20), cycled."""
-    import matplotlib
-
-    cmap = matplotlib.colormaps["tab20"]
+    cmap = require("matplotlib", "train").colormaps["tab20"]
     return [tuple(int(255 * c) for c in cmap(i % 20)[:3]) for i in range(n)]
 
 

@@ -26,12 +26,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from pycocotools import mask as mask_utils
 from torch import nn
 from torch.utils.data import Dataset
-from torchmetrics.detection import MeanAveragePrecision
 from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
 
+from pdevision._optional import require, require_all
 from pdevision.data.dense import build_dense_datasets, check_scene_img_size, detection_collate
 from pdevision.engine.loop import fit
 from pdevision.models.dense import create_detection_model
@@ -50,6 +49,9 @@ from pdevision.tasks.dense import (
     write_predictions,
 )
 from pdevision.tasks.registry import register
+
+# optional packages (module, extra) that training and evaluation need: checked before a run starts
+REQUIRES = (("torchmetrics", "dense"), ("pycocotools", "dense"), ("matplotlib", "train"))
 
 DETECT_RECIPES = {
     "light": DenseRecipe(4e-4, 8, 0.05, 10, 1.0, 1e-6, 64, "this library's CPU recipe (from scratch)", 10.0),
@@ -152,6 +154,7 @@ class DetectTask(DenseTask):
     def evaluate(self, model: nn.Module, ctx: Any) -> dict[str, float]:
         masks = self.head == "mask_rcnn"
         iou_types = ("bbox", "segm") if masks else ("bbox",)
+        MeanAveragePrecision = require("torchmetrics.detection", "dense").MeanAveragePrecision
         metric = MeanAveragePrecision(iou_type=iou_types, backend="pycocotools").to(ctx.device)
         model.eval()
         for batch in ctx.loader(self.val_set, batch_size=min(ctx.batch_size, 8)):
@@ -210,6 +213,7 @@ class DetectTask(DenseTask):
 
 def train(config: DenseConfig) -> dict[str, Any]:
     """Train a detector as ``config`` says through the one loop; returns the run summary."""
+    require_all(REQUIRES)
     return fit(DetectTask(config), config.run)
 
 
@@ -257,7 +261,7 @@ def _detect_image(
             "score": float(scores[j]),
         }
         if masks is not None:
-            rle = mask_utils.encode(np.asfortranarray(masks[j].numpy().astype(np.uint8)))
+            rle = require("pycocotools.mask", "dense").encode(np.asfortranarray(masks[j].numpy().astype(np.uint8)))
             r["segmentation"] = {"size": list(rle["size"]), "counts": rle["counts"].decode()}
         results.append(r)
     return overlay, results
@@ -265,6 +269,7 @@ def _detect_image(
 
 class DetectCommands(DenseCommands):
     name = "detect"
+    requires = REQUIRES
     help = "object detection and instance segmentation (default: vheat_micro + Mask R-CNN on the embedded scenes)"
     default_output = "runs/detect"
     noun = "detection"

@@ -42,6 +42,8 @@ class TaskCommands:
     kinds: tuple[str, ...] = ()  # checkpoint kinds that eval/predict route here (default: the task's name)
     skip_run_flags: tuple[str, ...] = ()  # shared run flags the task does not take (refused, not ignored)
     run_flag_defaults: ClassVar[dict[str, Any]] = {}  # for --help: the task's own defaults of run flags
+    # optional packages (module, extra) that train and eval need, checked before they start (predict: on use)
+    requires: tuple[tuple[str, str], ...] = ()
 
     def checkpoint_kinds(self) -> tuple[str, ...]:
         return self.kinds or (self.name,)

@@ -30,6 +30,7 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
 
+from pdevision._optional import require_all
 from pdevision.data.datasets import DataError
 from pdevision.data.imageio import read_image_native
 from pdevision.data.restoration import (
@@ -54,6 +55,9 @@ from pdevision.tasks import args as A
 from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
 
 log = logging.getLogger(__name__)
+
+# optional packages (module, extra) that training and evaluation need: checked before a run starts
+REQUIRES = (("skimage", "restore"), ("matplotlib", "train"))  # PSNR / SSIM; curves
 
 __all__ = [
     "RESTORE_TASKS",
@@ -440,6 +444,7 @@ def load_restoration_model(checkpoint: str | Path, device: torch.device | str = 
 
 def train(config: RestoreConfig) -> dict[str, Any]:
     """Train a restoration network as ``config`` says through the one loop; returns the run summary."""
+    require_all(REQUIRES)
     return fit(RestoreTask(config), config.run)
 
 
@@ -549,6 +554,7 @@ class RestoreCommands(TaskCommands):
     """``train --task denoise`` and ``train --task dejpeg`` (one class, two registrations) and ``restore``."""
 
     default_output = "runs/train"
+    requires = REQUIRES
     run_flag_defaults: ClassVar[dict[str, Any]] = {
         "--epochs": 2,
         "--batch-size": 16,

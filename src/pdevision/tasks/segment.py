@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils.data import Dataset
 from torchvision.utils import draw_segmentation_masks
 
+from pdevision._optional import require_all
 from pdevision.data.dense import (
     IGNORE_INDEX,
     IMAGENET_MEAN,
@@ -57,6 +58,9 @@ from pdevision.tasks.dense import (
 from pdevision.tasks.registry import register
 
 log = logging.getLogger(__name__)
+
+# optional packages (module, extra) that training and evaluation need: checked before a run starts
+REQUIRES = (("segmentation_models_pytorch", "dense"), ("matplotlib", "train"))
 
 
 SEGMENT_RECIPES = {
@@ -199,6 +203,7 @@ class SegmentTask(DenseTask):
 
 def train(config: DenseConfig) -> dict[str, Any]:
     """Train a segmentation model as ``config`` says through the one loop; returns the run summary."""
+    require_all(REQUIRES)
     return fit(SegmentTask(config), config.run)
 
 
@@ -246,6 +251,7 @@ def _segment_image(
 
 class SegmentCommands(DenseCommands):
     name = "segment"
+    requires = REQUIRES
     help = "semantic segmentation (default: vheat_micro + UPerNet on the embedded scenes)"
     default_output = "runs/segment"
     noun = "segmentation"

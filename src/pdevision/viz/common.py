@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from pdevision._optional import require
 from pdevision.data import ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.datasets import scan_folder
 from pdevision.engine.modeling import build_model, classifier_from_meta
@@ -34,8 +35,7 @@ class VizError(ValueError):
 
 def pyplot():
     """matplotlib's pyplot on the Agg backend (no display needed)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "viz")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -164,11 +164,10 @@ def model_transform(model: nn.Module, img_size: int):
 
 def photo_images(transform, count: int) -> tuple[torch.Tensor, list[str]]:
     """scikit-image's sample photos (RGB; grey ones replicated) through ``transform``."""
-    import skimage.data
-
+    skimage_data = require("skimage.data", "viz")
     out, names = [], []
     for name in PHOTOS[: max(count, 0)]:
-        arr = np.asarray(getattr(skimage.data, name)())
+        arr = np.asarray(getattr(skimage_data, name)())
         img = Image.fromarray(arr).convert("RGB")
         out.append(transform(img))
         names.append(name)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from pdevision._optional import require
 from pdevision.viz.common import MIN_FONT, colorbar, save_figure, stage_layers, subplots
 
 
@@ -58,8 +59,8 @@ def gradcam(
 ) -> np.ndarray:
     """Grad-CAM maps ``(B, H, W)`` in [0, 1] at the input size for ``classes`` (one per image) at ``layer``;
     ``reshape_transform="auto"`` takes :func:`reshape_transform` of the model."""
-    from pytorch_grad_cam import GradCAM
-    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+    GradCAM = require("pytorch_grad_cam", "viz").GradCAM
+    ClassifierOutputTarget = require("pytorch_grad_cam.utils.model_targets", "viz").ClassifierOutputTarget
 
     model.eval()
     rt = (

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdevision._optional import require_all
 from pdevision.engine.loop import fit
 from pdevision.tasks.classify.config import ClassifyConfig
 from pdevision.tasks.classify.evaluate import evaluate_checkpoint, evaluate_model, load_classifier, predict_images
-from pdevision.tasks.classify.task import ClassifyTask
+from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
 
 
 def train(config: ClassifyConfig) -> dict[str, Any]:
     """Train ``config.model`` and return the run summary (also written to ``summary.json``)."""
+    require_all(REQUIRES)
     return fit(ClassifyTask(config), config.run)
 
 

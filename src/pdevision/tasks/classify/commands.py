@@ -15,7 +15,7 @@ from pdevision.tasks import args as A
 from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
 from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
-from pdevision.tasks.classify.task import ClassifyTask
+from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
 from pdevision.tasks.registry import TaskCommands, register
 
 
@@ -32,6 +32,7 @@ def add_model_arguments(p: argparse.ArgumentParser, model: str | None, model_hel
 
 class ClassifyCommands(TaskCommands):
     name = "classify"
+    requires = REQUIRES
     help = "image classification (default: vheat_micro on the embedded digits)"
     default_output = "runs/train"
 

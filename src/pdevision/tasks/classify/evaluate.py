@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import confusion_matrix
 from timm.utils import accuracy
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from pdevision._optional import require
 from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError
@@ -101,8 +101,7 @@ def display_label(name: str) -> str:
 
 
 def _plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
-    import matplotlib
-
+    matplotlib = require("matplotlib", "train")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -165,7 +164,7 @@ def evaluate_checkpoint(
         model(torch.stack([val_set[0][0]]).to(dev))
     result = evaluate_model(model, val_set, batch_size, dev)
     preds, targets = result.pop("preds").numpy(), result.pop("targets").numpy()
-    matrix = confusion_matrix(targets, preds, labels=list(range(len(classes))))
+    matrix = require("sklearn.metrics", "train").confusion_matrix(targets, preds, labels=list(range(len(classes))))
     per_class = {
         c: (100.0 * matrix[i, i] / matrix[i].sum() if matrix[i].sum() else None) for i, c in enumerate(classes)
     }

@@ -29,8 +29,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from pdevision._optional import require_all
 from pdevision.data import build_datasets, eval_transform_for
-from pdevision.data.corruptions import CORRUPTIONS, SEVERITIES, CorruptedDataset, split_transform
+from pdevision.data.corruptions import (
+    CORRUPTION_REQUIRES,
+    CORRUPTIONS,
+    SEVERITIES,
+    CorruptedDataset,
+    split_transform,
+)
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.runtime import resolve_device
@@ -175,6 +182,7 @@ def evaluate_corruptions(
     """:func:`corruption_accuracy` of ``checkpoint`` and, with ``baseline`` (a checkpoint, or a
     ``corruptions.json`` written before), its CE per corruption and mCE; written to
     ``output/corruptions.json`` when ``output`` is given."""
+    require_all(CORRUPTION_REQUIRES)
     args = dict(
         corruptions=corruptions,
         severities=severities,

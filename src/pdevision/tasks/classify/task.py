@@ -34,6 +34,9 @@ from pdevision.tasks.classify.evaluate import evaluate_model
 
 log = logging.getLogger(__name__)
 
+# optional packages (module, extra) that training and evaluation need: checked before a run starts
+REQUIRES = (("sklearn", "train"), ("matplotlib", "train"))  # splits, confusion matrix; curves
+
 
 class ClassifyTask(Task):
     """Supervised classification from a :class:`ClassifyConfig`."""
@@ -295,4 +298,4 @@ class _ProbeStandardiser:
         self.load_states(heads, states)
 
 
-__all__ = ["ClassifyTask"]
+__all__ = ["REQUIRES", "ClassifyTask"]

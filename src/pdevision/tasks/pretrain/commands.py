@@ -10,7 +10,7 @@ from pdevision.engine.config import RunConfig
 from pdevision.tasks import args as A
 from pdevision.tasks.pretrain.config import PretrainConfig
 from pdevision.tasks.pretrain.knn import knn_evaluate
-from pdevision.tasks.pretrain.task import pretrain
+from pdevision.tasks.pretrain.task import REQUIRES, pretrain
 from pdevision.tasks.registry import TaskCommands, register
 
 
@@ -20,6 +20,7 @@ def _max_rate(text: str) -> float | str | None:
 
 class PretrainCommands(TaskCommands):
     name = "pretrain"
+    requires = REQUIRES
     help = "self-supervised pretraining (QB-Heat or MAE) on photos; writes an encoder checkpoint"
     default_output = "runs/pretrain"
     kinds = ("pretrain", "encoder")

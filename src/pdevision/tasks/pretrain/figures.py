@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from pdevision._optional import require
+
 
 def _to_rgb(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     """Normalised ``(B, 3, H, W)`` NCHW to ``(B, H, W, 3)`` in [0, 1]."""
@@ -25,8 +27,7 @@ def save_reconstruction_grid(
     prediction, then the target (taken from the first method). Hidden pixels show as the mean colour; the
     prediction has the visible part pasted in and, with per-patch normalised targets, each predicted patch is
     shown with the true patch's mean and variance (as in MAE's figures)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "train")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from pdevision._optional import require_all
 from pdevision.bench import count_params
 from pdevision.data.crops import MAX_SIDE, build_pretrain_dataset
 from pdevision.data.embedded import check_embedded_size, is_embedded
@@ -28,6 +29,9 @@ from pdevision.tasks.pretrain.config import METHODS, PretrainConfig, build_pretr
 from pdevision.tasks.pretrain.figures import save_reconstruction_grid
 
 log = logging.getLogger(__name__)
+
+# optional packages (module, extra) that training and evaluation need: checked before a run starts
+REQUIRES = (("matplotlib", "train"),)  # reconstruction grids, curves
 
 
 def _check(config: PretrainConfig) -> None:
@@ -161,6 +165,7 @@ class PretrainTask(Task):
 
 def pretrain(config: PretrainConfig) -> dict[str, Any]:
     """Pretrain ``config.model`` with QB-Heat or MAE and return the run summary (also in ``summary.json``)."""
+    require_all(REQUIRES)
     return fit(PretrainTask(config), config.run)
 
 
