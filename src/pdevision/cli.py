@@ -34,8 +34,9 @@ from pdevision.engine.checkpoint import (
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
-from pdevision.models import list_models
+from pdevision.models import list_models, list_restoration_models
 from pdevision.models.factory import ModelNameError, build_model
+from pdevision.models.restoration import build_restoration_model
 from pdevision.tasks import TaskCommands, get_task, task_for_kind, tasks
 from pdevision.tasks.args import (
     UsageError,
@@ -64,6 +65,11 @@ def _models_table(img_size: int) -> str:
     for name in list_models():
         model = timm.create_model(name)
         rows.append(f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |")
+    rows += ["", "| restoration model (`train --task denoise/dejpeg`) | params (M, colour) |", "|---|---:|"]
+    for name in list_restoration_models():
+        with torch.device("meta"):  # parameters counted, none allocated
+            model = build_restoration_model(name, 3, 128, {})
+        rows.append(f"| {name} | {count_params(model) / 1e6:.2f} |")
     return "\n".join(rows)
 
 
@@ -495,7 +501,7 @@ def build_parser(train_task: str = "classify", checkpoint_task: str = "classify"
     parser = _Parser(prog="pdevision", description="Vision backbones built from partial differential equations.")
     parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    p = sub.add_parser("models", help="list the registered models with parameters and GMACs")
+    p = sub.add_parser("models", help="list the registered models (backbones, restoration nets): parameters, GMACs")
     p.add_argument("--img-size", type=_side, default=224, help="resolution for the MAC count (default 224)")
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
