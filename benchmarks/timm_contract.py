@@ -107,33 +107,26 @@ def _git(args: list[str]) -> str:
         return ""
 
 
-def run_tests(text: str, patterns: list[str], tests: list[str], timeout: int) -> tuple[Path, float, str]:
-    """Run the test file in a temporary folder; returns the junit XML path, the wall time and pytest's last line."""
-    work = Path(tempfile.mkdtemp(prefix="timm_contract_"))
-    (work / "test_models.py").write_text(text)
-    (work / "conftest.py").write_text(CONFTEST.format(patterns=patterns, tests=tests))
-    junit = work / "junit.xml"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH", "")])))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-W",
-        "ignore::pytest.PytestUnknownMarkWarning",
-        f"--junitxml={junit}",
-        f"--timeout={timeout}",
-        "test_models.py",
-    ]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-300:]
-    if not junit.is_file():
-        raise SystemExit(f"timm_contract: pytest wrote no report (exit {proc.returncode}): {last}")
-    return junit, wall, last
+def run_tests(
+    text: str, patterns: list[str], tests: list[str], timeout: int
+) -> tuple[list[dict[str, str]], float, str]:
+    """Run the test file in a temporary folder (removed after); returns the rows of :func:`parse`, the wall time and
+    pytest's last line."""
+    with tempfile.TemporaryDirectory(prefix="timm_contract_") as tmp:
+        work = Path(tmp)
+        (work / "test_models.py").write_text(text)
+        (work / "conftest.py").write_text(CONFTEST.format(patterns=patterns, tests=tests))
+        junit = work / "junit.xml"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH", "")])))
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W"]
+        cmd += ["ignore::pytest.PytestUnknownMarkWarning", f"--junitxml={junit}", f"--timeout={timeout}"]
+        start = time.perf_counter()
+        proc = subprocess.run([*cmd, "test_models.py"], cwd=work, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-300:]
+        if not junit.is_file():
+            raise SystemExit(f"timm_contract: pytest wrote no report (exit {proc.returncode}): {last}")
+        return parse(junit, our_models()), wall, last
 
 
 def parse(junit: Path, models: list[str]) -> list[dict[str, str]]:
@@ -210,8 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if not models:
         raise SystemExit(f"timm_contract: no model of ours matches {args.models}; ours: {', '.join(our_models())}")
     text, source = read_test_file(args.timm_source)
-    junit, wall, last = run_tests(text, args.models, args.tests, args.timeout)
-    rows = parse(junit, our_models())
+    rows, wall, last = run_tests(text, args.models, args.tests, args.timeout)
     args.md.write_text(markdown(rows, source, models, wall, last))
     print(args.md.read_text())
     return 0
