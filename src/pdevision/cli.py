@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import logging
 import os
 import sys
@@ -34,8 +35,9 @@ from pdevision.engine.checkpoint import (
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
-from pdevision.models import list_models
+from pdevision.models import list_models, list_restoration_models
 from pdevision.models.factory import ModelNameError, build_model
+from pdevision.models.restoration import build_restoration_model
 from pdevision.tasks import TaskCommands, get_task, task_for_kind, tasks
 from pdevision.tasks.args import (
     UsageError,
@@ -65,10 +67,23 @@ def _models_rows(img_size: int, pattern: str = ""):
     for name in list_models(pattern):
         model = timm.create_model(name)
         yield f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |"
+    restoration = _restoration_names(pattern)
+    if restoration:
+        yield ""
+        yield "| restoration model (`train --task denoise/dejpeg`) | params (M, colour) |"
+        yield "|---|---:|"
+    for name in restoration:
+        with torch.device("meta"):  # parameters counted, none allocated
+            model = build_restoration_model(name, 3, 128, {})
+        yield f"| {name} | {count_params(model) / 1e6:.2f} |"
+
+
+def _restoration_names(pattern: str = "") -> list[str]:
+    return [n for n in list_restoration_models() if not pattern or fnmatch.fnmatch(n, pattern)]
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    if not list_models(args.pattern):
+    if not list_models(args.pattern) and not _restoration_names(args.pattern):
         raise ModelNameError(f"no registered model matches {args.pattern!r} (expected a wildcard such as 'vheat*')")
     for row in _models_rows(args.img_size, args.pattern):  # a row as soon as it is counted
         print(row, flush=True)
@@ -508,7 +523,7 @@ def build_parser(train_task: str = "classify", checkpoint_task: str = "classify"
     parser = _Parser(prog="pdevision", description="Vision backbones built from partial differential equations.")
     parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    p = sub.add_parser("models", help="list the registered models with parameters and GMACs")
+    p = sub.add_parser("models", help="list the registered models (backbones, restoration nets): parameters, GMACs")
     p.add_argument("pattern", nargs="?", default="", help="wildcard on the names, e.g. 'vheat*' (default: all)")
     p.add_argument(
         "--img-size", type=_figure_side, default=224, help="resolution for the MAC count (default 224, at most 2048)"

@@ -1,4 +1,4 @@
-"""Restoration networks: any size, grey and colour, gradients, equal-parameter sizing, timm registry."""
+"""Restoration networks: any size, grey and colour, gradients, equal-parameter sizing, their own registry."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from pdevision.models.restoration import (
     DnCNN,
     SwinIRStyle,
     VHeatIR,
+    build_restoration_model,
     count_params,
     create_restoration_model,
+    list_restoration_models,
     match_params,
 )
 from pdevision.models.vheat import VHeatStage
@@ -90,12 +92,30 @@ def test_paper_sized_configs() -> None:
     assert count_params(v) > count_params(s) > count_params(d)  # the FVEs at 128 px dominate vHeatIR's count
 
 
-def test_timm_registry_builds_the_models() -> None:
+def test_restoration_registry_builds_the_models_and_timms_does_not_list_them() -> None:
+    """Image-to-image nets have no classifier contract (num_classes, forward_head): they are in this library's
+    registry, which the restoration tasks and checkpoints build from, not in timm's (whose model tests they failed)."""
+    names = list_restoration_models()
+    assert names == sorted(f"{a}_{s}" for a in ARCHITECTURES for s in ("base", "micro"))
+    assert list_restoration_models("vheatir_*") == ["vheatir_base", "vheatir_micro"]
     for name in ("vheatir_micro", "swinir_micro", "dncnn_micro"):
-        model = timm.create_model(name, in_chans=1)
+        model = build_restoration_model(name, 1, 24, {})
         assert model(torch.rand(1, 1, 24, 24)).shape == (1, 1, 24, 24)
+    assert not any(timm.is_model(n) for n in names)
+    assert not timm.list_models(["vheatir_*", "swinir_*", "dncnn_*"])
     with pytest.raises(TypeError):
         VHeatIR(bogus=1)
+    with pytest.raises(TypeError, match="num_classes"):  # no classifier to size
+        VHeatIR(num_classes=10)
+    with pytest.raises(ValueError, match="'vheat_micro' is not a restoration model; choose one of dncnn_base"):
+        build_restoration_model("vheat_micro", 1, 24, {})
+
+
+def test_building_a_restoration_net_as_a_backbone_names_the_restoration_path() -> None:
+    from pdevision.models.factory import ModelNameError, build_model
+
+    with pytest.raises(ModelNameError, match=r"'vheatir_micro' is a restoration model .*--task denoise"):
+        build_model("vheatir_micro")
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

@@ -1,7 +1,7 @@
 """nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling, QB-Heat's
 extrapolator and pixel decoders, the fused inference linears."""
 
-from pdevision.layers.blocks import ConvDownsample, ConvStem, MixerBlock, run_block
+from pdevision.layers.blocks import ConvDownsample, ConvStem, FoldableClassifierHead, MixerBlock, run_block
 from pdevision.layers.fused_linear import InferenceLinear, fuse_linears
 from pdevision.layers.hcl import HeatConductionLayer, HeatConductionMixer, RefinementActivation, refinement_act_layer
 from pdevision.layers.hco import HeatConductionOperator
@@ -32,6 +32,7 @@ __all__ = [
     "ConvDownsample",
     "ConvStem",
     "DerivativeConv",
+    "FoldableClassifierHead",
     "HeatConductionLayer",
     "HeatConductionMixer",
     "HeatConductionOperator",

@@ -1,4 +1,8 @@
-"""Residual blocks and stems shared by the families; they differ only in the token mixer."""
+"""Residual blocks, stems and the classifier head shared by the families; they differ only in the token mixer.
+
+Their ``reparameterize()`` methods are inference-folding hooks: timm's ``reparameterize_model`` calls them on every
+submodule that has one (as the models' own ``reparameterize`` does), so folding through timm reaches the fused
+kernels too."""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ from collections.abc import Callable
 
 import torch
 import torch.utils.checkpoint
-from timm.layers import DropPath, LayerNorm2d, LayerScale, Mlp
+from timm.layers import ClassifierHead, DropPath, LayerNorm2d, LayerScale, Mlp
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from pdevision.layers.fused_linear import fuse_linears
 from pdevision.ops import fused
 
 
@@ -65,6 +70,12 @@ class MixerBlock(nn.Module):
             out[start : start + chunk] = self.mlp(flat[start : start + chunk])
         return out.reshape(x.shape)
 
+    @torch.no_grad()
+    def reparameterize(self) -> None:
+        """Inference folding hook: the block's linear layers (mixer and MLP) on the fused kernels
+        (:func:`~pdevision.layers.fuse_linears`: same parameters, state dict and function)."""
+        fuse_linears(self)
+
     def forward(self, x: torch.Tensor, *args: object) -> torch.Tensor:
         if self.post_norm:
             x = x + self.drop_path1(self.ls1(self.norm1(self.mixer(x, *args))))
@@ -87,6 +98,11 @@ class ConvStem(nn.Module):
         self.conv2 = nn.Conv2d(out_chans // 2, out_chans, kernel_size=3, stride=2, padding=1)
         self.norm2 = LayerNorm2d(out_chans, eps=eps)
 
+    @torch.no_grad()
+    def reparameterize(self) -> None:
+        """Inference folding hook: weights channels-last, so that its LayerNorms read NHWC memory without a copy."""
+        self.to(memory_format=torch.channels_last)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm2(fused.conv2d(self.conv2, self.act(self.norm1(fused.conv2d(self.conv1, x)))))
 
@@ -99,5 +115,20 @@ class ConvDownsample(nn.Module):
         self.conv = nn.Conv2d(in_chs, out_chs, kernel_size=3, stride=2, padding=1, bias=False)
         self.norm = norm_layer(out_chs)
 
+    @torch.no_grad()
+    def reparameterize(self) -> None:
+        """Inference folding hook: the convolution reads NHWC maps, so its weights go channels-last too (else the
+        convolution copies them on every call)."""
+        self.to(memory_format=torch.channels_last)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(fused.conv2d(self.conv, x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1))
+
+
+class FoldableClassifierHead(ClassifierHead):
+    """timm's ``ClassifierHead`` (same arguments, parameters and state dict) with an inference folding hook: its
+    linear layer on the fused kernels (:func:`~pdevision.layers.fuse_linears`)."""
+
+    @torch.no_grad()
+    def reparameterize(self) -> None:
+        fuse_linears(self)

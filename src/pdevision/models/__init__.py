@@ -1,4 +1,5 @@
-"""Model families, registered in timm's registry on import, and the self-supervised models QB-Heat and MAE."""
+"""Model families, registered in timm's registry on import; the restoration nets, in this library's own registry
+(:func:`list_restoration_models`); and the self-supervised models QB-Heat and MAE."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import timm
 from pdevision.models import (
     hcnet,  # noqa: F401  (registers hcnet_* in timm)
     pderesnet,  # noqa: F401  (registers pderesnet* in timm)
-    restoration,  # noqa: F401  (registers vheatir_*, swinir_*, dncnn_* in timm; not backbones, not in FAMILIES)
 )
 from pdevision.models.mae import MAE
 from pdevision.models.qbheat import QBHeat
+from pdevision.models.restoration import list_restoration_models  # vheatir_*, swinir_*, dncnn_*: not in timm
 from pdevision.models.vheat import VHeat, checkpoint_filter_fn
 
 FAMILIES: tuple[str, ...] = ("vheat", "hcnet", "pderesnet")
@@ -24,4 +25,4 @@ def list_models(pattern: str = "") -> list[str]:
     return names
 
 
-__all__ = ["FAMILIES", "MAE", "QBHeat", "VHeat", "checkpoint_filter_fn", "list_models"]
+__all__ = ["FAMILIES", "MAE", "QBHeat", "VHeat", "checkpoint_filter_fn", "list_models", "list_restoration_models"]

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from timm.layers import ClassifierHead, trunc_normal_
+from timm.layers import trunc_normal_
 from timm.models._features import FeatureHookNet, feature_take_indices
 from timm.models._features_fx import FeatureGraphNet
 from torch import nn
 
-from pdevision.layers import ConvStem
+from pdevision.layers import ConvStem, FoldableClassifierHead
 
 
 def _is_int(v: object) -> bool:
@@ -158,6 +158,25 @@ def feature_cfg(out_indices: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     return dict(out_indices=out_indices, feature_cls=cls)
 
 
+def fold_submodules(module: nn.Module, sizes: dict[int, tuple[int, int]] | None = None) -> None:
+    """timm's ``reparameterize_model`` walk over ``module``'s submodules, in place: a child with ``fuse()`` is
+    replaced by its result, else its ``reparameterize()`` (or ``switch_to_deploy()``) runs, then the walk goes into
+    the child. ``sizes`` maps ``id(child)`` to a size passed to that child's ``reparameterize`` (the stages of a
+    model folded for another input size); without it the walk is timm's, call for call."""
+    sizes = sizes or {}
+    for name, child in module.named_children():
+        if hasattr(child, "fuse"):
+            setattr(module, name, child.fuse())
+        elif hasattr(child, "reparameterize"):
+            if id(child) in sizes:
+                child.reparameterize(sizes[id(child)])
+            else:
+                child.reparameterize()
+        elif hasattr(child, "switch_to_deploy"):
+            child.switch_to_deploy()
+        fold_submodules(child, sizes)
+
+
 class StagedBackbone(nn.Module):
     """timm's model API for the families' common shape: ``stem -> stages -> norm -> head``.
 
@@ -222,7 +241,7 @@ class StagedBackbone(nn.Module):
             self.stages.append(make_stage(i, in_dim, self.dims[i], depth, rates))
             self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
         self.norm = nn.LayerNorm(self.num_features)
-        self.head = ClassifierHead(
+        self.head = FoldableClassifierHead(
             self.num_features, self.num_classes, pool_type=self.global_pool, drop_rate=drop_rate, input_fmt="NHWC"
         )
         self.apply(self.init_linear)
@@ -234,6 +253,21 @@ class StagedBackbone(nn.Module):
             trunc_normal_(m.weight, std=0.02)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
+
+    def stage_feature_size(self, index: int, img_size: tuple[int, int]) -> tuple[int, int]:
+        """The feature-map size of stage ``index`` for an ``img_size`` image (stride 4, then 2 per stage)."""
+        return conv_out_size(img_size[0], 2 + index), conv_out_size(img_size[1], 2 + index)
+
+    @torch.no_grad()
+    def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
+        """Inference folding, in place: every submodule's own ``reparameterize`` hook, called by the walk of timm's
+        ``reparameterize_model`` (:func:`fold_submodules`), so that ``timm.utils.model.reparameterize_model(model)``
+        gives the same modules. The hooks put the linear layers on the fused kernels (blocks, head), stem and
+        downsampling weights channels-last, and fold what a family folds (vHeat: each stage's FVE projection into
+        decay factors). ``img_size`` (default: the training size) is the size the stages fold for."""
+        size = to_2tuple_size(img_size) if img_size is not None else None
+        sizes = {} if size is None else {id(s): self.stage_feature_size(i, size) for i, s in enumerate(self.stages)}
+        fold_submodules(self, sizes)
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import timm
 from timm.utils.model import reparameterize_model
 from torch import nn
 
+from pdevision.models.restoration import is_restoration_model
+
 
 class ModelNameError(ValueError):
     """An unknown model name."""
@@ -93,6 +95,12 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
     check_model_args(kwargs)
     kwargs = {k: v for k, v in kwargs.items() if k != "pretrained"}
     if not timm.is_model(name):
+        if is_restoration_model(name):
+            raise ModelNameError(
+                f"{name!r} is a restoration model (image to image, not a classifier or backbone): train it with "
+                "`pdevision train --task denoise` (or `--task dejpeg`), build it with "
+                "pdevision.models.restoration.build_restoration_model"
+            )
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else " (see `pdevision models` or timm.list_models())"
         raise ModelNameError(f"unknown model {name!r}{hint}")

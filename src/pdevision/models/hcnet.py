@@ -71,7 +71,7 @@ from pdevision.layers.hcl import (
     matched_hidden,
     refinement_act_layer,
 )
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg, to_2tuple_size
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg
 from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.fdm import Boundary
 
@@ -88,6 +88,11 @@ class PatchStem(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(in_chans, out_chans, kernel_size=4, stride=4)
         self.norm = LayerNorm2d(out_chans)
+
+    @torch.no_grad()
+    def reparameterize(self) -> None:
+        """Inference folding hook: weights channels-last (its LayerNorm then reads NHWC memory without a copy)."""
+        self.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.pad(x, (0, (-x.shape[3]) % 4, 0, (-x.shape[2]) % 4))
@@ -135,6 +140,14 @@ class HcNetStage(nn.Module):
             )
             for i in range(depth)
         )
+
+    @torch.no_grad()
+    def reparameterize(self, size: tuple[int, int] | None = None) -> None:
+        """Inference folding hook: the stage's linear layers on the fused kernels (:func:`~pdevision.layers.
+        fuse_linears`; both layouts, the paper's patch merging included). ``size`` is accepted for the common stage
+        call and unused (nothing here depends on the input size)."""
+        del size
+        fuse_linears(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.downsample(x)
@@ -241,18 +254,6 @@ class HcNet(StagedBackbone):
             for p in ("weight", "k_logit")
             if getattr(m, p) is not None
         }
-
-    @torch.no_grad()
-    def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
-        """Inference folding: the linear layers on the fused kernels (:func:`~pdevision.layers.fuse_linears`;
-        same parameters, state dict and function). ``img_size`` is accepted for the common folding call (checked, then
-        unused)."""
-        if img_size is not None:
-            to_2tuple_size(img_size)
-        fuse_linears(self)
-        self.stem.to(memory_format=torch.channels_last)  # its LayerNorms then read NHWC memory without a copy
-        for stage in self.stages:  # the downsampling convolutions read NHWC maps: weights in that layout too, or
-            stage.downsample.to(memory_format=torch.channels_last)  # the convolution copies them on every call
 
 
 # -- registry ------------------------------------------------------------------------------------

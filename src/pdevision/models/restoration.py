@@ -29,17 +29,21 @@ All three: NCHW images in ``[0, 1]`` in and out, grey (``in_chans=1``) or colour
 ``*_micro`` are CPU-sized; ``*_base`` are the paper-sized configurations (SwinIR's denoising
 setting: width 180, 6 groups of 6 blocks, MLP ratio 2, window 8, 128 px patches; DnCNN-S: 17
 layers of 64). :func:`match_params` sizes a baseline to the parameter count of a given model.
+
+The nets are in this library's registry of restoration models (:func:`list_restoration_models`,
+:func:`build_restoration_model`), not in timm's: timm's registry holds classifiers and backbones, whose contract
+(``num_classes``, ``forward_features`` / ``forward_head``, pooled features) an image-to-image net does not have.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.swin_transformer import SwinTransformerBlock
 from torch import nn
 
@@ -57,7 +61,10 @@ __all__ = [
     "build_restoration_model",
     "count_params",
     "create_restoration_model",
+    "is_restoration_model",
+    "list_restoration_models",
     "match_params",
+    "register_restoration_model",
     "restoration_config",
 ]
 
@@ -195,7 +202,7 @@ class VHeatIR(RestorationNet):
         dct_method: DctMethod = "auto",
         **kwargs: Any,
     ) -> None:
-        _drop_timm_kwargs(kwargs, "VHeatIR")
+        _refuse_extra(kwargs, "VHeatIR")
         feat_size = to_2tuple_size(img_size)
         super().__init__(
             in_chans,
@@ -241,7 +248,7 @@ class SwinIRStyle(RestorationNet):
         mlp_ratio: float = 2.0,
         **kwargs: Any,
     ) -> None:
-        _drop_timm_kwargs(kwargs, "SwinIRStyle")
+        _refuse_extra(kwargs, "SwinIRStyle")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not a multiple of num_heads {num_heads}")
         self.window_size = window_size
@@ -263,7 +270,7 @@ class DnCNN(nn.Module):
     degradation, subtracted from the input. NCHW in and out, any size."""
 
     def __init__(self, in_chans: int = 3, width: int = 64, depth: int = 17, **kwargs: Any) -> None:
-        _drop_timm_kwargs(kwargs, "DnCNN")
+        _refuse_extra(kwargs, "DnCNN")
         super().__init__()
         if depth < 3:
             raise ValueError(f"DnCNN depth must be at least 3, got {depth}")
@@ -287,10 +294,9 @@ class DnCNN(nn.Module):
         return x - self.body(x)
 
 
-def _drop_timm_kwargs(kwargs: dict[str, Any], name: str) -> None:
-    """timm's builder passes classifier arguments; a restoration net has no classifier."""
-    for key in ("num_classes", "global_pool", "drop_rate", "pretrained_cfg", "pretrained_cfg_overlay"):
-        kwargs.pop(key, None)
+def _refuse_extra(kwargs: dict[str, Any], name: str) -> None:
+    """A ``TypeError`` naming any argument the net does not take (a restoration net has no classifier: no
+    ``num_classes``, ``global_pool`` or ``drop_rate``)."""
     if kwargs:
         raise TypeError(f"{name} got unexpected arguments: {sorted(kwargs)}")
 
@@ -368,90 +374,80 @@ def create_restoration_model(
 
 
 def build_restoration_model(name: str, in_chans: int, patch_size: int, model_args: dict[str, Any]) -> nn.Module:
-    """A registered restoration model by name (``vheatir_*``, ``swinir_*``, ``dncnn_*``) for ``in_chans``
-    channels; vHeatIR's FVEs are sized for ``patch_size`` unless ``model_args`` says otherwise. The one builder the
-    restoration tasks and their checkpoints use (:func:`create_restoration_model` builds by architecture and size)."""
-    arch, _, size = name.rpartition("_")
-    if arch not in ARCHITECTURES or size not in ("micro", "base"):
-        raise ValueError(
-            f"{name!r} is not a restoration model; choose one of "
-            + ", ".join(f"{a}_micro/_base" for a in ARCHITECTURES)
-        )
-    args = dict(model_args)
-    if arch == "vheatir":
+    """A registered restoration model by name (``vheatir_*``, ``swinir_*``, ``dncnn_*``; see
+    :func:`list_restoration_models`) for ``in_chans`` channels; vHeatIR's FVEs are sized for ``patch_size`` unless
+    ``model_args`` says otherwise. The one builder the restoration tasks and their checkpoints use
+    (:func:`create_restoration_model` builds by architecture and size)."""
+    if not is_restoration_model(name):
+        raise ValueError(f"{name!r} is not a restoration model; choose one of {', '.join(list_restoration_models())}")
+    args = {k: v for k, v in model_args.items() if not (k == "pretrained" and v is False)}
+    if name.startswith("vheatir_"):
         args.setdefault("img_size", patch_size)
     try:
-        return globals()[name](in_chans=in_chans, **args)
+        return _RESTORATION_MODELS[name](in_chans=in_chans, **args)
     except TypeError as exc:  # an unknown or ill-typed model argument
         raise ValueError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
 
 
-# -- timm registry --------------------------------------------------------------------------------
+# -- the registry of restoration models -------------------------------------------------------------
+# Not timm's registry: timm's is for classifiers and backbones (``num_classes``, ``forward_features``,
+# ``forward_head``, pooled features), and a restoration net maps an image to an image.
+
+_RESTORATION_MODELS: dict[str, Callable[..., nn.Module]] = {}
+_Fn = TypeVar("_Fn", bound=Callable[..., nn.Module])
 
 
-def _cfg(**kwargs: Any) -> dict[str, Any]:
-    return {
-        "url": "",
-        "num_classes": 0,
-        "input_size": (3, 128, 128),
-        "mean": (0.0, 0.0, 0.0),
-        "std": (1.0, 1.0, 1.0),
-        "first_conv": "conv_first",
-        "classifier": "",
-        "license": "apache-2.0",
-        **kwargs,
-    }
+def register_restoration_model(fn: _Fn) -> _Fn:
+    """Register ``fn`` (keyword arguments in, a restoration net out) under its function name."""
+    _RESTORATION_MODELS[fn.__name__] = fn
+    return fn
 
 
-default_cfgs = generate_default_cfgs(
-    {
-        "vheatir_micro.untrained": _cfg(input_size=(3, 48, 48)),
-        "vheatir_base.untrained": _cfg(paper_ids="arXiv:2405.16555"),
-        "swinir_micro.untrained": _cfg(input_size=(3, 48, 48)),
-        "swinir_base.untrained": _cfg(paper_ids="arXiv:2108.10257"),
-        "dncnn_micro.untrained": _cfg(input_size=(3, 48, 48), first_conv="body.0"),
-        "dncnn_base.untrained": _cfg(input_size=(3, 40, 40), first_conv="body.0"),
-    }
-)
+def list_restoration_models(pattern: str = "*") -> list[str]:
+    """Names of the registered restoration models matching the wildcard ``pattern``, sorted."""
+    return sorted(n for n in _RESTORATION_MODELS if fnmatch.fnmatchcase(n, pattern))
 
 
-def _create(arch: str, size: str, pretrained: bool, **kwargs: Any) -> nn.Module:
-    return build_model_with_cfg(
-        _CLASSES[arch], f"{arch}_{size}", pretrained, **{**restoration_config(arch, size), **kwargs}
-    )
+def is_restoration_model(name: str) -> bool:
+    """Whether ``name`` is a registered restoration model."""
+    return name in _RESTORATION_MODELS
 
 
-@register_model
-def vheatir_micro(pretrained: bool = False, **kwargs: Any) -> VHeatIR:
+def _create(arch: str, size: str, **kwargs: Any) -> nn.Module:
+    return _CLASSES[arch](**{**restoration_config(arch, size), **kwargs})
+
+
+@register_restoration_model
+def vheatir_micro(**kwargs: Any) -> VHeatIR:
     """vHeatIR-Micro (CPU-sized): width 32, 2 groups of 2 heat-conduction blocks, 48 px patches."""
-    return _create("vheatir", "micro", pretrained, **kwargs)
+    return _create("vheatir", "micro", **kwargs)  # type: ignore[return-value]
 
 
-@register_model
-def vheatir_base(pretrained: bool = False, **kwargs: Any) -> VHeatIR:
+@register_restoration_model
+def vheatir_base(**kwargs: Any) -> VHeatIR:
     """vHeatIR at SwinIR's denoising size: width 180, 6 groups of 6 blocks, MLP ratio 2, 128 px patches."""
-    return _create("vheatir", "base", pretrained, **kwargs)
+    return _create("vheatir", "base", **kwargs)  # type: ignore[return-value]
 
 
-@register_model
-def swinir_micro(pretrained: bool = False, **kwargs: Any) -> SwinIRStyle:
+@register_restoration_model
+def swinir_micro(**kwargs: Any) -> SwinIRStyle:
     """SwinIR-style Micro: width 32, 2 groups of 2 Swin blocks, 4 heads, window 8."""
-    return _create("swinir", "micro", pretrained, **kwargs)
+    return _create("swinir", "micro", **kwargs)  # type: ignore[return-value]
 
 
-@register_model
-def swinir_base(pretrained: bool = False, **kwargs: Any) -> SwinIRStyle:
+@register_restoration_model
+def swinir_base(**kwargs: Any) -> SwinIRStyle:
     """SwinIR-style at SwinIR's denoising size: width 180, 6 groups of 6 blocks, 6 heads, window 8."""
-    return _create("swinir", "base", pretrained, **kwargs)
+    return _create("swinir", "base", **kwargs)  # type: ignore[return-value]
 
 
-@register_model
-def dncnn_micro(pretrained: bool = False, **kwargs: Any) -> DnCNN:
+@register_restoration_model
+def dncnn_micro(**kwargs: Any) -> DnCNN:
     """DnCNN-style Micro: 8 layers of 32 channels."""
-    return _create("dncnn", "micro", pretrained, **kwargs)
+    return _create("dncnn", "micro", **kwargs)  # type: ignore[return-value]
 
 
-@register_model
-def dncnn_base(pretrained: bool = False, **kwargs: Any) -> DnCNN:
+@register_restoration_model
+def dncnn_base(**kwargs: Any) -> DnCNN:
     """DnCNN-S: 17 layers of 64 channels."""
-    return _create("dncnn", "base", pretrained, **kwargs)
+    return _create("dncnn", "base", **kwargs)  # type: ignore[return-value]

@@ -25,8 +25,8 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
-from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, fuse_linears, run_block
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, conv_out_size, feature_cfg, to_2tuple_size
+from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, run_block
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, conv_out_size, feature_cfg
 from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
@@ -212,15 +212,10 @@ class VHeat(StagedBackbone):
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
         """Fold every stage's FVE projection into decay factors for ``img_size`` (default: training), and put the
-        linear layers on the fused inference kernels (:func:`~pdevision.layers.fuse_linears`: same
-        parameters and state dict, same function)."""
-        size = to_2tuple_size(img_size) if img_size is not None else self.img_size
-        for i, stage in enumerate(self.stages):
-            stage.reparameterize((conv_out_size(size[0], 2 + i), conv_out_size(size[1], 2 + i)))
-        fuse_linears(self)
-        self.stem.to(memory_format=torch.channels_last)  # its LayerNorms then read NHWC memory without a copy
-        for stage in self.stages:  # the downsampling convolutions read NHWC maps: weights in that layout too, or
-            stage.downsample.to(memory_format=torch.channels_last)  # the convolution copies them on every call
+        linear layers on the fused inference kernels (same parameters and state dict, same function). The same
+        modules as ``timm.utils.model.reparameterize_model(model)``, which folds for the training size
+        (:meth:`StagedBackbone.reparameterize <pdevision.models._staged.StagedBackbone.reparameterize>`)."""
+        super().reparameterize(img_size)
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
