@@ -44,13 +44,14 @@ torch.fx.wrap("stage_fve")
 
 
 @torch.compiler.disable  # runs eagerly: under a strict (dynamo) export the symbolic sizes would look like ints
-def _refuse_folded_only_graph(size: tuple[object, object]) -> None:
-    """Raise ``ValueError``: a stage without FVEs recorded with a symbolic or traced size."""
-    raise ValueError(
-        "this vHeat was loaded from a folded checkpoint without frequency embeddings and runs at one feature size "
-        f"only, so it cannot be exported or compiled with a dynamic height or width (stage size {size}); export it "
-        "with static sizes, torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
-    )
+def _refuse_dynamic_size(size: tuple[object, object]) -> None:
+    """Raise ``ValueError`` when a stage without FVEs is recorded with a symbolic or traced size."""
+    if not all(isinstance(d, int) for d in size):
+        raise ValueError(
+            "this vHeat was loaded from a folded checkpoint without frequency embeddings and runs at one feature size "
+            f"only, so it cannot be exported or compiled with a dynamic height or width (stage size {size}); export "
+            "it with static sizes, torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
+        )
 
 
 class VHeatStage(nn.Module):
@@ -119,15 +120,14 @@ class VHeatStage(nn.Module):
                 x = block(x, fve)
             return x
         size = (x.shape[1], x.shape[2])
+        if self.folded_only and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
+            _refuse_dynamic_size(size)  # no FVE to build another size's decay from
         folded = self.folded_size()
         use_folded = not self.training and folded is not None
         if use_folded and not all(type(d) is int for d in size):
             # a recorded graph with symbolic (torch.compile / torch.export dynamic) or traced (torch.jit.trace,
-            # the legacy ONNX exporter) sizes: the general path, which builds everything from the size, unless
-            # there is no FVE to build from
-            if self.folded_only:
-                _refuse_folded_only_graph(size)
-            use_folded = False
+            # the legacy ONNX exporter) sizes: the general path, which builds everything from the size
+            use_folded = self.folded_only
         elif use_folded:
             use_folded = folded == size
         if self.folded_only and not use_folded:
