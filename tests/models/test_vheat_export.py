@@ -34,16 +34,22 @@ def test_folded_micro_exports_to_onnx(tmp_path: Path) -> None:
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-4
 
 
-def test_dynamic_height_width_export_is_refused_with_a_clear_error(tmp_path: Path) -> None:
-    """A graph exported with symbolic H, W would hold one size's DCT bases and fail at any other size."""
+def test_dynamic_height_width_export_of_a_model_without_fves_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    """A model folded without its FVEs (a folded checkpoint) runs at one size: a graph with symbolic H, W is refused
+    (dynamic exports of the full model: tests/models/test_export_dynamic.py)."""
     model = timm.create_model("vheat_micro", num_classes=10).eval()
+    model.reparameterize()
+    for stage in model.stages:
+        stage.folded_only = True
     dims = ({2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC},)
-    with pytest.raises(ValueError, match="Export one model per resolution"):
+    with pytest.raises(ValueError, match="cannot be exported or compiled with a dynamic height or width"):
         torch.export.export(model, (torch.randn(1, 3, 64, 64),), dynamic_shapes=dims)
-    with pytest.raises(Exception, match="Export one model per resolution"):
-        torch.onnx.export(
-            model, (torch.randn(1, 3, 64, 64),), str(tmp_path / "dyn.onnx"), dynamo=True, dynamic_shapes=dims
-        )
+    path = tmp_path / "dyn.onnx"
+    with pytest.raises(Exception, match="cannot be exported or compiled with a dynamic height or width"):
+        torch.onnx.export(model, (torch.randn(1, 3, 64, 64),), str(path), dynamo=True, dynamic_shapes=dims)
+    with pytest.raises(ValueError, match="cannot be exported or compiled with a dynamic height or width"):
+        torch.onnx.export(model, (torch.randn(1, 3, 64, 64),), str(path), dynamo=False, dynamic_axes={"x": [2, 3]})
+    assert not path.exists()  # no file that would fail at another size
 
 
 @pytest.mark.slow

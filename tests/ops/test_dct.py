@@ -180,3 +180,29 @@ def test_an_empty_batch_transforms_to_an_empty_batch(method: str) -> None:
     for transform in (dct2, idct2):
         out = transform(torch.randn(0, 3, 8, 8), method=method)
         assert out.shape == (0, 3, 8, 8) and out.dtype == torch.float32
+
+
+class _GraphDct(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return idct2(dct2(x, dims=(1, 2)) * 0.5 + 1.0, dims=(1, 2)) + dct2(x, dims=(-2, -1))
+
+
+def test_graph_basis_equals_the_cached_basis() -> None:
+    """The basis a recorded graph builds from a (symbolic or traced) size, against the float64 one."""
+    for n in (1, 2, 7, 56, 200):
+        graph = dct_module.dct_basis(n, torch.device("cpu"), torch.float32)
+        torch.testing.assert_close(graph.double(), dct_matrix(n, dtype=torch.float64), rtol=0, atol=2e-6)
+    assert dct_module.dct_basis(5, torch.device("cpu"), torch.float64).dtype == torch.float64
+
+
+def test_dct_traced_at_one_size_runs_at_others_against_scipy() -> None:
+    """torch.jit.trace (the legacy ONNX exporter's tracer) records the bases from the input's shape: the graph traced
+    on one size computes scipy's DCT at other sizes (a basis traced as a constant would fail to broadcast)."""
+    with torch.no_grad():
+        traced = torch.jit.trace(_GraphDct(), torch.randn(2, 6, 5, 3), check_trace=False)
+    for shape in [(1, 9, 4, 3), (2, 3, 11, 3)]:
+        x = torch.randn(shape, dtype=torch.float64)
+        coeff = scipy.fft.dctn(x.numpy(), type=2, norm="ortho", axes=(1, 2))
+        ref = scipy.fft.idctn(coeff * 0.5 + 1.0, type=2, norm="ortho", axes=(1, 2))
+        ref = ref + scipy.fft.dctn(x.numpy(), type=2, norm="ortho", axes=(-2, -1))
+        np.testing.assert_allclose(traced(x.float()).double().numpy(), ref, rtol=1e-5, atol=1e-5)

@@ -161,3 +161,22 @@ def test_resize_spectrum_refuses_non_positive_sizes(size: tuple[int, int], mode:
     """A zero or negative size raised ZeroDivisionError (interp) or made empty maps."""
     with pytest.raises(ValueError, match=r"resize_spectrum: the (height|width) must be a positive integer"):
         resize_spectrum(torch.ones(4, 4, 2), size, mode)
+
+
+@pytest.mark.parametrize("mode", ["interp", "pad", "downstream"])
+def test_graph_spectrum_resampling_equals_eager(mode: str) -> None:
+    """In a recorded graph the FVE resampling is two products with matrices built from the sizes; the same map as
+    the eager rule (linear interpolation, zero padding / cropping, bicubic ``F.interpolate``) at smaller, equal and
+    larger sizes."""
+    torch.manual_seed(0)
+    spec = torch.randn(7, 5, 3)
+
+    class Resize(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return resize_spectrum(spec, (x.shape[1], x.shape[2]), mode)
+
+    with torch.no_grad():
+        traced = torch.jit.trace(Resize(), torch.zeros(1, 7, 5, 1), check_trace=False)
+    for size in [(7, 5), (3, 4), (12, 9), (14, 10), (1, 1)]:
+        out = traced(torch.zeros(1, *size, 1))
+        torch.testing.assert_close(out, resize_spectrum(spec, size, mode), rtol=1e-5, atol=1e-5, msg=str(size))

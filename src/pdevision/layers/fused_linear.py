@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from timm.layers import Mlp
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers.hcl import RefinementActivation
 from pdevision.ops import fused
@@ -40,7 +41,8 @@ class InferenceLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if "_cast_cache" not in self.__dict__:
             self._cast_cache: dict[Any, Any] = {}
-        return fused.linear(x, self.weight, self.bias, self.act, cache=self._cast_cache)
+        cache = None if is_fx_symbolic_tracing() else self._cast_cache  # not a graph constant
+        return fused.linear(x, self.weight, self.bias, self.act, cache=cache)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (f", act={self.act}" if self.act != "none" else "")

@@ -28,11 +28,38 @@ def heat_decay(k: torch.Tensor) -> torch.Tensor:
     return torch.exp(-energy.unsqueeze(-1) * k.to(dtype))
 
 
+def heat_filter(u: torch.Tensor, decay: torch.Tensor, method: DctMethod = "auto") -> torch.Tensor:
+    """``IDCT2(DCT2(u) * decay)`` over the spatial dims of an NHWC map ``u (B, H, W, C)``, ``decay (H, W, C)``
+    (vHeat Eq. 8), on the kernel the eager operator takes for these inputs: the fused oneDNN filter
+    (:func:`~pdevision.ops.fused.heat_filter_nhwc`) where :class:`HeatConductionOperator` uses it, else the DCT of
+    :mod:`pdevision.ops.dct`. An FX leaf, so that a traced operator makes this choice when the graph runs, as eager
+    does, and gives the same result bit for bit."""
+    h, w = u.shape[1], u.shape[2]
+    if _fused_filter_fits(u, h, w, method):
+        return fused.heat_filter_nhwc(u, decay.transpose(0, 1).contiguous())
+    spec = dct2(u, dims=(1, 2), method=method)
+    decay = decay.to(spec.dtype)
+    # in place without autograd (the spectrum is a fresh tensor of this call), as the fused inference forward does
+    spec = spec * decay if torch.is_grad_enabled() else spec.mul_(decay)
+    return idct2(spec, dims=(1, 2), method=method)
+
+
+def _fused_filter_fits(u: torch.Tensor, h: int, w: int, method: DctMethod) -> bool:
+    """Whether the fused oneDNN heat filter replaces the matrix DCT for ``u`` (float32 only: under bf16 autocast the
+    reference DCT products already run on oneDNN, and the filter's two copies per image made it 0.94-1.05x of them
+    from 56x56 to 192x192, interleaved, one thread)."""
+    if u.dtype != torch.float32 or fused.compute_dtype(u) is None or h * w < FUSED_FILTER_MIN_TOKENS:
+        return False
+    return resolve_method(method, h, w) == "matrix"
+
+
 # FX leaves (torchvision's create_feature_extractor, timm's feature_cls="fx"): the DCT and the frequency grid
-# depend on concrete sizes; in the graph they are single calls that run with the real shapes.
+# depend on concrete sizes, and the filter's kernel is chosen at run time; in the graph they are single calls that
+# run with the real tensors.
 torch.fx.wrap("dct2")
 torch.fx.wrap("idct2")
 torch.fx.wrap("heat_decay")
+torch.fx.wrap("heat_filter")
 
 
 K_MODES = ("fve", "learnable", "fixed")
@@ -144,10 +171,8 @@ class HeatConductionOperator(nn.Module):
         bias = fused.cast_cached(self._cast_cache, self.linear.bias, dtype)
         u = fused.linear(x, weight[:d], bias[:d])
         gate = fused.linear(x, weight[d:], bias[d:], act="silu")
-        # fp32 only: under bf16 autocast the reference DCT products already run on oneDNN, and the filter's two
-        # copies per image made it 0.94-1.05x of them from 56x56 to 192x192 (interleaved, one thread)
-        fits = h * w >= FUSED_FILTER_MIN_TOKENS and u.dtype == torch.float32
-        if fits and resolve_method(self.dct_method, h, w) == "matrix":
+        # the choice of heat_filter, with the folded factors' transposed copy cached
+        if _fused_filter_fits(u, h, w, self.dct_method):
             u = fused.heat_filter_nhwc(u, self._decay_wh(h, w, fve))
         else:
             spec = dct2(u, dims=(1, 2), method=self.dct_method)
@@ -159,14 +184,15 @@ class HeatConductionOperator(nn.Module):
     def forward(self, x: torch.Tensor, fve: torch.Tensor | None = None) -> torch.Tensor:
         if fused.compute_dtype(x) is not None:
             return self._forward_fused(x, fve)
+        # The general path: autograd, other devices, and recorded graphs. Under an FX trace `fused.linear` and
+        # `heat_filter` are leaves that choose their kernels when the graph runs, as `_forward_fused` does, so a
+        # traced operator equals the eager one bit for bit.
         _, h, w, _ = x.shape
-        x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        x = fused.conv2d(self.dwconv, x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         # the two branches of `linear` as two products, so each comes out contiguous (no chunk copy); in float32
         # CPU training on oneDNN (fused.linear)
         u = fused.linear(x, self.linear.weight[: self.dim], self.linear.bias[: self.dim])
         gate = fused.linear(x, self.linear.weight[self.dim :], self.linear.bias[self.dim :], act="silu")
-        spec = dct2(u, dims=(1, 2), method=self.dct_method)
-        spec = spec * self.decay(h, w, fve).to(spec.dtype)
-        u = idct2(spec, dims=(1, 2), method=self.dct_method)
+        u = heat_filter(u, self.decay(h, w, fve), self.dct_method)
         u = self.out_norm(u) * gate
         return fused.linear(u, self.out_linear.weight, self.out_linear.bias)

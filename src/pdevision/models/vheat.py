@@ -44,14 +44,13 @@ torch.fx.wrap("stage_fve")
 
 
 @torch.compiler.disable  # runs eagerly: under a strict (dynamo) export the symbolic sizes would look like ints
-def _refuse_dynamic_size(x: torch.Tensor) -> None:
-    """Raise ``ValueError`` when ``x`` is traced with a symbolic height or width (a dynamic-shape export)."""
-    if not all(isinstance(d, int) for d in x.shape[2:]):
+def _refuse_dynamic_size(size: tuple[object, object]) -> None:
+    """Raise ``ValueError`` when a stage without FVEs is recorded with a symbolic or traced size."""
+    if not all(isinstance(d, int) for d in size):
         raise ValueError(
-            "vHeat cannot be exported with a dynamic height or width: its DCT bases, frequency grid and "
-            "FVE resampling are built for one feature-map size, so the exported graph would be valid at the "
-            "example's size only. Export one model per resolution (static height and width; a dynamic "
-            "batch size is fine), e.g. torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
+            "this vHeat was loaded from a folded checkpoint without frequency embeddings and runs at one feature size "
+            f"only, so it cannot be exported or compiled with a dynamic height or width (stage size {size}); export "
+            "it with static sizes, torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
         )
 
 
@@ -121,7 +120,16 @@ class VHeatStage(nn.Module):
                 x = block(x, fve)
             return x
         size = (x.shape[1], x.shape[2])
-        use_folded = not self.training and self.folded_size() == size
+        if self.folded_only and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
+            _refuse_dynamic_size(size)  # no FVE to build another size's decay from
+        folded = self.folded_size()
+        use_folded = not self.training and folded is not None
+        if use_folded and not all(type(d) is int for d in size):
+            # a recorded graph with symbolic (torch.compile / torch.export dynamic) or traced (torch.jit.trace,
+            # the legacy ONNX exporter) sizes: the general path, which builds everything from the size
+            use_folded = self.folded_only
+        elif use_folded:
+            use_folded = folded == size
         if self.folded_only and not use_folded:
             raise ValueError(
                 f"this stage was loaded from a folded (inference) checkpoint without frequency embeddings; "
@@ -203,11 +211,6 @@ class VHeat(StagedBackbone):
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         return {f"stages.{i}.freq_embed" for i in range(len(self.stages))}
-
-    def _stem(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_exporting():
-            _refuse_dynamic_size(x)
-        return super()._stem(x)
 
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:

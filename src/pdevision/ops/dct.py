@@ -9,6 +9,10 @@ Two implementations with identical results:
 Both equal ``scipy.fft.dctn(x, type=2, norm="ortho", axes=dims)`` (and ``idctn`` for the inverse).
 The functions are layout-agnostic: ``dims`` names the two spatial dimensions, ``(-2, -1)`` for NCHW
 tensors and ``(1, 2)`` for NHWC tensors.
+
+While a graph is recorded (:func:`graph_capture`: ``torch.compile``, ``torch.export`` and the ONNX exporters), the
+matrix transform builds its cosine basis from the input's shape with tensor operations (:func:`dct_basis`), with no
+cache and no Python branch on a size, so that one graph serves every height and width.
 """
 
 from __future__ import annotations
@@ -77,15 +81,52 @@ def force_method(method: Literal["matrix", "fft"]) -> Iterator[None]:
         _FORCED_METHOD = previous
 
 
+def _check_method(method: DctMethod) -> DctMethod:
+    if method not in ("matrix", "fft", "auto"):
+        raise ValueError(f"DCT method must be 'matrix', 'fft' or 'auto', got {method!r}")
+    return method
+
+
 def resolve_method(method: DctMethod, h: int, w: int) -> Literal["matrix", "fft"]:
     """Return the concrete implementation that ``method`` selects for an ``h x w`` map."""
-    if method == "auto" and _FORCED_METHOD is not None:
+    if _check_method(method) == "auto" and _FORCED_METHOD is not None:
         return _FORCED_METHOD
     if method == "auto":
         return "fft" if h * w >= _AUTO_FFT_MIN_TOKENS else "matrix"
-    if method not in ("matrix", "fft"):
-        raise ValueError(f"DCT method must be 'matrix', 'fft' or 'auto', got {method!r}")
-    return method
+    return method  # type: ignore[return-value]
+
+
+def graph_capture() -> bool:
+    """Whether a graph is being recorded in which sizes may be symbolic (``torch.compile`` and ``torch.export``,
+    SymInts) or traced (``torch.jit.trace``, the legacy ONNX exporter: sizes are 0-d tensors)."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def dct_basis(n: int | torch.SymInt | torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The orthonormal DCT-II matrix of :func:`dct_matrix`, built with tensor operations only from a size ``n`` that
+    may be symbolic or traced, so that a recorded graph builds it for the size it runs at.
+
+    The angle index ``k (2x + 1)`` is reduced modulo ``4n`` in exact float32 integer arithmetic (``n`` up to 2048)
+    before the cosine, which keeps every entry within a few float32 ulps of the float64 basis.
+    """
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    idx = torch.arange(n, device=device, dtype=work)
+    nf = idx[-1:] + 1.0  # n as a tensor: no Python arithmetic on a symbolic or traced size
+    angle = torch.remainder(idx[:, None] * (2.0 * idx[None, :] + 1.0), 4.0 * nf)
+    basis = torch.cos(angle * (math.pi / 2.0) / nf)
+    scale = torch.where(idx == 0, torch.rsqrt(nf), torch.rsqrt(nf / 2.0))
+    return (basis * scale[:, None]).to(dtype)
+
+
+def _apply_basis_graph(x: torch.Tensor, dim: int, inverse: bool) -> torch.Tensor:
+    """:func:`_apply_basis` for a recorded graph: the basis from :func:`dct_basis`, no reshape to a computed size."""
+    mat = dct_basis(x.shape[dim], x.device, x.dtype)
+    if dim == x.ndim - 1:
+        return torch.matmul(x, mat if inverse else mat.t())
+    if dim == x.ndim - 2:
+        return torch.matmul(mat.t() if inverse else mat, x)
+    last2 = x.ndim - 2  # swap `dim` there and back (non-negative dims: the legacy ONNX exporter needs them)
+    return torch.matmul(mat.t() if inverse else mat, x.transpose(dim, last2)).transpose(dim, last2)
 
 
 @torch.inference_mode(False)  # cached: must stay usable by autograd even if first built in inference mode
@@ -129,6 +170,8 @@ def _norm_dims(x: torch.Tensor, dims: tuple[int, int]) -> tuple[int, int]:
     d0, d1 = (d % x.ndim for d in dims)
     if d0 == d1:
         raise ValueError(f"dims must be two different dimensions, got {dims}")
+    if torch.jit.is_tracing():  # traced sizes are tensors: a Python test on them would be frozen into the graph
+        return d0, d1
     if x.shape[d0] == 0 or x.shape[d1] == 0:
         raise ValueError(f"the spatial dimensions must not be empty, got {x.shape[d0]}x{x.shape[d1]}")
     return d0, d1
@@ -226,8 +269,13 @@ def _idct1_fft(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def dct2(x: torch.Tensor, dims: tuple[int, int] = (-2, -1), method: DctMethod = "auto") -> torch.Tensor:
-    """Orthonormal 2-D DCT-II of ``x`` over ``dims`` (NCHW: ``(-2, -1)``, NHWC: ``(1, 2)``)."""
+    """Orthonormal 2-D DCT-II of ``x`` over ``dims`` (NCHW: ``(-2, -1)``, NHWC: ``(1, 2)``).
+
+    In a recorded graph (:func:`graph_capture`) ``method="auto"`` is the matrix transform with bases built from the
+    input's shape; ``"fft"`` stays the FFT."""
     d0, d1 = _norm_dims(x, dims)
+    if graph_capture() and _check_method(method) != "fft":
+        return _apply_basis_graph(_apply_basis_graph(x, d0, inverse=False), d1, inverse=False)
     impl = resolve_method(method, x.shape[d0], x.shape[d1])
     if x.numel() == 0:  # an empty batch: nothing to transform (the FFT path has no plan for it)
         return x.clone()
@@ -239,6 +287,8 @@ def dct2(x: torch.Tensor, dims: tuple[int, int] = (-2, -1), method: DctMethod = 
 def idct2(x: torch.Tensor, dims: tuple[int, int] = (-2, -1), method: DctMethod = "auto") -> torch.Tensor:
     """Inverse of :func:`dct2` (orthonormal 2-D DCT-III) over ``dims``."""
     d0, d1 = _norm_dims(x, dims)
+    if graph_capture() and _check_method(method) != "fft":
+        return _apply_basis_graph(_apply_basis_graph(x, d0, inverse=True), d1, inverse=True)
     impl = resolve_method(method, x.shape[d0], x.shape[d1])
     if x.numel() == 0:
         return x.clone()

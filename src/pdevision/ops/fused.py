@@ -126,6 +126,12 @@ def linear(
     return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight.to(dtype), b, name, [], algorithm)
 
 
+# An FX leaf (torchvision's create_feature_extractor, timm's feature_cls="fx" and FX tests): the kernel is chosen when
+# the graph runs, as in eager mode, so that a traced model computes the same values bit for bit. (Traced through, the
+# trace would record the reference product whatever the graph later runs under.)
+torch.fx.wrap("linear")
+
+
 def _trains_on_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """A float32 CPU linear layer recorded by autograd, outside autocast, where the kernels apply."""
     if not torch.is_grad_enabled() or torch.is_autocast_enabled("cpu") or not _usable(x):

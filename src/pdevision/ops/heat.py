@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from pdevision.ops.dct import DctMethod, _norm_dims, dct2, idct2
+from pdevision.ops.dct import DctMethod, _norm_dims, dct2, graph_capture, idct2
 
 
 @torch.inference_mode(False)  # cached: usable by autograd even if built in inference mode
@@ -35,11 +35,30 @@ def frequency_energy(
 ) -> torch.Tensor:
     """``w_n^2 + w_m^2`` on the ``(h, w)`` DCT frequency grid, ``w_n = n pi / h``, ``w_m = m pi / w``.
 
-    Returns an ``(h, w)`` tensor, cached per size, device and dtype (do not modify in place).
+    Returns an ``(h, w)`` tensor, cached per size, device and dtype (do not modify in place). In a recorded graph
+    (:func:`~pdevision.ops.dct.graph_capture`) it is built with tensor operations from ``h`` and ``w``, which may be
+    symbolic or traced sizes there.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
-    build = _build_frequency_energy if torch.compiler.is_compiling() else _frequency_energy_cached
-    return build(h, w, device, dtype or torch.get_default_dtype())
+    dtype = dtype or torch.get_default_dtype()
+    if graph_capture():
+        wy, wx = _frequencies(h, device, dtype), _frequencies(w, device, dtype)
+        return wy[:, None] ** 2 + wx[None, :] ** 2
+    return _frequency_energy_cached(h, w, device, dtype)
+
+
+def _grid(n: int | torch.SymInt | torch.Tensor, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """``(arange(n), n)`` as tensors of ``dtype`` (float64 for float64, else float32), for a size that may be
+    symbolic or traced: no Python arithmetic on it."""
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    idx = torch.arange(n, device=device, dtype=work)
+    return idx, idx[-1:] + 1.0
+
+
+def _frequencies(n: int | torch.SymInt | torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The DCT angular frequencies ``w_j = j pi / n``, ``j = 0 .. n-1``, built with tensor operations."""
+    idx, nf = _grid(n, device, dtype)
+    return (idx * math.pi / nf).to(dtype)
 
 
 def heat_conduct(
@@ -107,9 +126,51 @@ _interp_matrix_cached = functools.lru_cache(maxsize=64)(_build_interp_matrix)
 
 
 def _frequency_interp_matrix(n_out: int, n_in: int) -> torch.Tensor:
-    if torch.compiler.is_compiling():
-        return _build_interp_matrix(n_out, n_in)
     return _interp_matrix_cached(n_out, n_in)
+
+
+def _cubic_weights(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Keys' cubic convolution weights (a = -0.75, as ``F.interpolate(mode="bicubic")``) of the four taps at offsets
+    -1, 0, 1, 2 from ``floor(x)``, for the fractional part ``t`` of the source position ``x``."""
+    a = -0.75
+
+    def near(d: torch.Tensor) -> torch.Tensor:  # |d| <= 1
+        return ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+
+    def far(d: torch.Tensor) -> torch.Tensor:  # 1 < |d| < 2
+        return ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+
+    return far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)
+
+
+def _resample_matrix(
+    n_out: int | torch.SymInt | torch.Tensor, n_in: int, mode: str, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """``(n_out, n_in)`` matrix of :func:`resize_spectrum`'s rule ``mode`` along one axis, built with tensor
+    operations from a size ``n_out`` that may be symbolic or traced (one-hot columns, no indexing by size)."""
+    j, nout = _grid(n_out, device, dtype)
+    i, nin = _grid(n_in, device, dtype)
+    cols = i[None, :]
+
+    def onehot(index: torch.Tensor) -> torch.Tensor:
+        return (cols == index[:, None]).to(j.dtype)
+
+    if mode == "pad":  # keep the entries at their indices: crop, and zeros beyond the stored ones
+        mat = onehot(j)
+    elif mode == "interp":  # linear in the physical frequency j pi / n_out, held at the largest stored one
+        pos = torch.minimum(j * nin / nout, nin - 1.0)
+        lo = torch.floor(pos)
+        hi = torch.minimum(lo + 1.0, nin - 1.0)
+        frac = (pos - lo)[:, None]
+        mat = (1.0 - frac) * onehot(lo) + frac * onehot(hi)
+    else:  # "downstream": bicubic, pixel grid to pixel grid (align_corners=False), edges clamped
+        src = (j + 0.5) * (nin / nout) - 0.5
+        base = torch.floor(src)
+        taps = _cubic_weights(src - base)
+        mat = sum(
+            w[:, None] * onehot(torch.clamp(base + (t - 1.0), min=0.0).minimum(nin - 1.0)) for t, w in enumerate(taps)
+        )
+    return mat.to(dtype)
 
 
 def resize_spectrum(spec: torch.Tensor, size: tuple[int, int], mode: str = "interp") -> torch.Tensor:
@@ -127,6 +188,13 @@ def resize_spectrum(spec: torch.Tensor, size: tuple[int, int], mode: str = "inte
     """
     h_in, w_in = spec.shape[0], spec.shape[1]
     h, w = size
+    if graph_capture():  # one graph for every size: resampling matrices built from the sizes, no branch on them
+        if mode not in ("interp", "pad", "downstream"):
+            raise ValueError(f"spectrum resize mode must be 'interp' or 'pad' or 'downstream', got {mode!r}")
+        mh = _resample_matrix(h, h_in, mode, spec.device, spec.dtype)
+        mw = _resample_matrix(w, w_in, mode, spec.device, spec.dtype)
+        out = torch.matmul(mh, spec.transpose(0, 1)).transpose(0, 1)  # (h, W, C): along the first axis
+        return torch.matmul(mw, out)  # (h, w, C)
     for name, n in (("height", h), ("width", w), ("stored height", h_in), ("stored width", w_in)):
         if not n >= 1:  # (not isinstance: sizes are symbolic under torch.compile)
             raise ValueError(f"resize_spectrum: the {name} must be a positive integer, got {n!r} (size {size!r})")
