@@ -110,22 +110,7 @@ def test_backward_reaches_every_parameter(name: str) -> None:
     assert not missing
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            n,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="FX-traced vHeat is not bitwise equal to eager (issue 25; fixed with the export / compile "
-                "rework of ops/dct.py and layers/hco.py: remove this mark then)",
-            ),
-        )
-        if n.startswith("vheat_")
-        else n
-        for n in MICROS
-    ],
-)
+@pytest.mark.parametrize("name", MICROS)
 def test_fx_forward_equals_eager_bitwise(name: str) -> None:
     """As timm's test: the registered configuration at its default input size, eval mode, bit for bit."""
     torch.manual_seed(0)
