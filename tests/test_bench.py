@@ -18,6 +18,7 @@ def test_fit_exponent_recovers_power_law() -> None:
     assert fit_exponent(tokens, [1e-6 * t**1.5 for t in tokens]) == pytest.approx(1.5)
 
 
+@pytest.mark.slow
 def test_bench_cli_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench"
     argv = ["bench", "--models", "vheat_micro", "resnet18", "--resolutions", "64", "--batch", "2"]
@@ -133,6 +134,7 @@ def test_bench_compile_measures_compiled_models_beside_eager(tmp_path: Path) -> 
     assert "NAME+compiled = the folded model through torch.compile" in (out / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_compiled_bench_model_computes_the_folded_function() -> None:
     import torch
 
@@ -184,6 +186,7 @@ def _returned_on_free(mode: str) -> int:
     return int(run.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_steady_allocator_keeps_freed_memory_mapped() -> None:
     """After ``steady_allocator`` freed blocks stay in the process (the next forward reuses them without page
     faults), where glibc's default unmaps them. Each side in a fresh process, so that no heap history decides it."""

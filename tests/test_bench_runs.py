@@ -90,6 +90,7 @@ def test_runs_of_different_commands_are_not_combined() -> None:
         combine_runs([])
 
 
+@pytest.mark.slow
 def test_bench_runs_in_fresh_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench"
     (out / "run3").mkdir(parents=True)  # a run folder of an earlier, longer series
@@ -112,6 +113,7 @@ def test_bench_runs_in_fresh_processes(tmp_path: Path, capsys: pytest.CaptureFix
     assert "bench run 1 of 2: done" in err and "bench run 2 of 2: done" in err
 
 
+@pytest.mark.slow
 def test_a_failed_run_stops_the_series_and_leaves_the_record(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     (out / "run1").mkdir(parents=True)
@@ -123,6 +125,7 @@ def test_a_failed_run_stops_the_series_and_leaves_the_record(tmp_path: Path) -> 
     assert (out / "run1").is_dir() and not (out / "run2").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_series_is_one_line_and_keeps_the_record(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     out.mkdir()

@@ -21,6 +21,7 @@ def test_even_odd_split_is_the_dct_with_frequencies_reordered() -> None:
     np.testing.assert_allclose(dct_rate.even_odd_dct(x, 1).numpy(), want[:, order], atol=1e-12)
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_a_row_per_shape(tmp_path: Path) -> None:
     md = tmp_path / "d.md"
     assert dct_rate.main(["--shapes", "8x6x4", "--repeats", "1", "--threads", "1", "--md", str(md)]) == 0

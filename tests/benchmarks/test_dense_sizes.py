@@ -13,6 +13,7 @@ from tests.helpers import load_benchmark
 dense_sizes = load_benchmark("dense_sizes.py")
 
 
+@pytest.mark.slow
 def test_tiny_run_times_and_probes_each_backbone(tmp_path: Path) -> None:
     md = tmp_path / "d.md"
     argv = ["--models", "vheat_micro", "convnext_atto", "--sizes", "64x96", "--batches", "1", "--repeats", "1"]

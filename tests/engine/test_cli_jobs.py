@@ -84,6 +84,7 @@ def test_empty_folder_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "no class sub-folders" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_torchrun_two_cpu_processes(tmp_path: Path) -> None:
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from pdevision.data.embedded import embedded_data_of
@@ -37,6 +38,7 @@ def _checkpoint(root: Path, data: str | None) -> Path:
     return save_checkpoint(root, "best", model, meta)
 
 
+@pytest.mark.slow
 def test_eval_defaults_to_the_checkpoints_embedded_set(tmp_path: Path) -> None:
     on_scenes = evaluate_checkpoint(_checkpoint(tmp_path / "a", "scenes"), output=tmp_path / "ea", device="cpu")
     on_digits = evaluate_checkpoint(_checkpoint(tmp_path / "b", None), output=tmp_path / "eb", device="cpu")

@@ -18,7 +18,7 @@ TINY = ["--img-size", "32", "--batch-size", "16", "--max-train-batches", "2", "-
 def _train(out: Path, epochs: int, stderr: int) -> int:
     src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "pdevision.cli", "train", "--model", "pderesnet_micro", "--epochs", str(epochs)]
+    cmd = [sys.executable, "-m", "pdevision.cli", "train", "--model", "vheat_micro", "--epochs", str(epochs)]
     cmd += ["--output", str(out / "run"), "--device", "cpu", *TINY]
     return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=stderr, env=env, timeout=600).returncode
 

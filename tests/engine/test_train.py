@@ -103,6 +103,7 @@ def test_fine_tune_with_reset_head_and_class_mismatch(tmp_path: Path) -> None:
         train(make(ClassifyConfig, model="resnet18", init_from=str(src / "last"), **FAST, output=str(tmp_path / "x")))
 
 
+@pytest.mark.slow
 def test_timm_peer_and_full_recipe_flags(tmp_path: Path) -> None:
     summary = train(
         ClassifyConfig(

@@ -14,6 +14,7 @@ from timm.utils.model import reparameterize_model
 import pdevision  # noqa: F401
 
 
+@pytest.mark.slow
 def test_torch_compile_matches_eager() -> None:
     model = timm.create_model("vheat_micro", num_classes=10).eval()
     x = torch.randn(2, 3, 64, 64)
