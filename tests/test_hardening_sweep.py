@@ -110,3 +110,14 @@ def test_a_kind_that_is_not_a_name_is_named_as_it_is(tmp_path: Path, capsys: pyt
     ckpt = _checkpoint(tmp_path / "ckpt", {**META, "kind": 7})
     err = _one_line_exit_2(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))], capsys)
     assert "its kind must be a task name, got 7" in err, err
+
+
+@pytest.mark.parametrize("channels", [1_000_000_000, 0, "64"])
+def test_absurd_decoder_channels_of_a_segment_checkpoint_are_one_line(
+    channels: object, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``decoder_channels`` of 10**9 in a segment checkpoint asked the allocator for a terabyte (exit 1)."""
+    meta = {**META, "kind": "segment", "head": "upernet", "decoder_channels": channels}
+    ckpt = _checkpoint(tmp_path / "ckpt", meta, state={"x": torch.zeros(1)})
+    err = _one_line_exit_2(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))], capsys)
+    assert "decoder_channels" in err and "from 1 to 16384" in err, err
