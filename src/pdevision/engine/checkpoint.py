@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import pickle
 import pickletools
@@ -263,9 +264,35 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     classes = meta.get("classes")
     if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
         raise CheckpointError(f"checkpoint file {file}: its classes must be a list of names, got {classes!r:.80}")
+    if "kind" in meta and not isinstance(meta["kind"], str):
+        raise CheckpointError(f"checkpoint file {file}: its kind must be a task name, got {meta['kind']!r:.80}")
+    _check_normalisation(meta, file)
     if meta.get("kind") in ("segment", "detect") and not isinstance(meta.get("head"), str):
         raise CheckpointError(f"checkpoint file {file} is a {meta['kind']} checkpoint without its head in the metadata")
     return meta
+
+
+def _check_normalisation(meta: dict[str, Any], file: Path) -> None:
+    """A :class:`CheckpointError` unless the metadata's ``mean`` and ``std`` (where present) are lists of finite
+    numbers, one per input channel (or one for all), with every ``std`` above zero."""
+    args = meta.get("model_args")
+    chans = args.get("in_chans") if isinstance(args, dict) and "in_chans" in args else meta.get("in_chans", 3)
+    for name in ("mean", "std"):
+        if name not in meta:
+            continue
+        value = meta[name]
+        ok = (
+            isinstance(value, list)
+            and len(value) in (1, chans)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+            and (name == "mean" or all(v > 1e-6 for v in value))
+        )
+        if not ok:
+            raise CheckpointError(
+                f"checkpoint file {file}: its {name} must be a list of {chans} finite numbers"
+                + (" above zero" if name == "std" else "")
+                + f", got {value!r:.80}"
+            )
 
 
 def check_finite_weights(state: dict[str, torch.Tensor], folder: str | Path) -> None:

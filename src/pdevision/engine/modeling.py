@@ -147,6 +147,15 @@ def load_checkpoint_model(
     if load:
         state = load_weights(folder)
         check_finite_weights(state, folder)
+        own = model.state_dict()
+        mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
+        if mismatched:  # load_state_dict would raise a RuntimeError listing every one
+            first = mismatched[0]
+            raise CheckpointError(
+                f"checkpoint {folder} does not fit {meta.get('model')} as its metadata describes it: shapes differ "
+                f"for {len(mismatched)} weights {mismatched[:5]} (first: {tuple(state[first].shape)} in the file, "
+                f"{tuple(own[first].shape)} in the model)"
+            )
         if any(k.endswith("k_exp") for k in state) and hasattr(model, "reparameterize"):
             model.reparameterize()
         missing, unexpected = model.load_state_dict(state, strict=False)

@@ -209,6 +209,10 @@ def train(config: DenseConfig) -> dict[str, Any]:
 
 def segmenter_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     """The segmentation model a segment checkpoint's metadata describes (weights not loaded)."""
+    channels = meta.get("decoder_channels")
+    if not (isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= 16384):
+        # a huge width asked the allocator for terabytes (a RuntimeError, exit 1)
+        raise ValueError(f"decoder_channels {channels!r:.40} is not an integer from 1 to 16384")
     return create_segmentation_model(
         meta["model"], len(meta["classes"]), head=meta["head"], decoder_channels=meta["decoder_channels"], **args
     )
