@@ -14,6 +14,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from pdevision.cli import main
+from pdevision.engine.config import RunConfig, check_run
 from pdevision.models.factory import build_model
 
 CLASSES = [str(i) for i in range(10)]
@@ -121,3 +122,21 @@ def test_absurd_decoder_channels_of_a_segment_checkpoint_are_one_line(
     ckpt = _checkpoint(tmp_path / "ckpt", meta, state={"x": torch.zeros(1)})
     err = _one_line_exit_2(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))], capsys)
     assert "decoder_channels" in err and "from 1 to 16384" in err, err
+
+
+@pytest.mark.parametrize("task", ["classify", "segment", "denoise", "pretrain"])
+def test_an_unknown_optimizer_names_the_flag_before_anything_runs(
+    task: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """timm's own message ("Optimizer nosuchopt not found in registry") named no flag, and came after the data."""
+    out = tmp_path / "run"
+    code = main(["train", "--task", task, "--opt", "nosuchopt", "--epochs", "1", "--output", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0, err
+    assert "--opt" in err and "'nosuchopt'" in err and "timm.optim.list_optimizers()" in err, err
+    assert not out.exists()
+
+
+def test_timm_optimizer_names_are_accepted() -> None:
+    for name in ("sgd", "momentum", "AdamW", "lookahead_adamw", "lamb"):
+        check_run(RunConfig(opt=name))

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from timm.optim import get_optimizer_info
+
 # what a field left at None becomes when neither the user nor the task's recipe sets it
 RUN_DEFAULTS: dict[str, Any] = {
     "epochs": 10,
@@ -124,6 +126,14 @@ def check_run(run: RunConfig) -> None:
         raise ValueError(f"momentum must be in [0, 1], got {run.momentum!r}")
     if not 0 <= run.workers <= 128:
         raise ValueError(f"workers must be in [0, 128], got {run.workers!r}")
+    if run.opt is not None:
+        try:  # timm's parse: an optional "lookahead_" prefix, the optimizer's name after the last "_"
+            get_optimizer_info(str(run.opt).lower().split("_")[-1])
+        except ValueError:
+            raise ValueError(
+                f"optimizer (--opt) {run.opt!r} is not one of timm's (e.g. sgd, momentum, adamw, lamb, lion; "
+                "timm.optim.list_optimizers() lists them, a 'lookahead_' prefix adds Lookahead)"
+            ) from None
     if run.amp not in ("none", "bf16", "fp16"):
         raise ValueError(f"amp must be none, bf16 or fp16, got {run.amp!r}")
 
