@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,8 @@ from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
 
 
-def _models_rows(img_size: int, pattern: str = ""):
+def _models_rows(img_size: int, pattern: str = "") -> Iterator[str]:
+    """The rows of the `models` table, each as soon as it is counted."""
     yield f"| model | params (M) | GMACs at {img_size} (folded) |"
     yield "|---|---:|---:|"
     for name in list_models(pattern):
