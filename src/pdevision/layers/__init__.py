@@ -1,4 +1,4 @@
-"""nn.Modules built from ops: the heat operator, shared blocks, stems and downsampling, QB-Heat's
+"""nn.Modules built from ops: the spectral operators (heat, wave), shared blocks, stems and downsampling, QB-Heat's
 extrapolator and pixel decoders, the fused inference linears."""
 
 from pdevision.layers.blocks import ConvDownsample, ConvStem, FoldableClassifierHead, MixerBlock, run_block
@@ -20,6 +20,8 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     derivative_stencils,
 )
+from pdevision.layers.spectral import SpectralOperator, spectral_filter
+from pdevision.layers.wave import WavePropagationOperator
 
 __all__ = [
     "ACTIVATIONS",
@@ -42,9 +44,12 @@ __all__ = [
     "MixerBlock",
     "RefinementActivation",
     "ResNetStem",
+    "SpectralOperator",
+    "WavePropagationOperator",
     "create_activation",
     "derivative_stencils",
     "fuse_linears",
     "refinement_act_layer",
     "run_block",
+    "spectral_filter",
 ]

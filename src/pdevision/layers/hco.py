@@ -1,4 +1,4 @@
-"""Heat Conduction Operator (HCO) of vHeat."""
+"""Heat Conduction Operator (HCO) of vHeat: the spectral operator with the heat equation's decay as transfer."""
 
 from __future__ import annotations
 
@@ -7,17 +7,12 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
-from pdevision.ops import fused
-from pdevision.ops.dct import DctMethod, dct2, idct2, resolve_method
+from pdevision.layers.spectral import FUSED_FILTER_MIN_TOKENS, SpectralOperator
+from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import frequency_energy
 
-# Smallest map (H*W tokens) on which the oneDNN heat filter replaces the matrix DCT in inference. It loops over the
-# images of a batch and makes two copies per image, which does not pay on small maps. Two interleaved one-thread
-# runs on the loaded machine (the second is benchmarks/bench_cpu_perf/ab.md): 0.29x and 0.89x at 24x24, 0.76x and
-# 1.41x at 28x28 (batch 8), 1.2x at 48x48, 1.0x and 1.3x at 56x56 (batch 8), 1.4-1.9x from 96x96 to 256x256.
-FUSED_FILTER_MIN_TOKENS = 48 * 48
+__all__ = ["FUSED_FILTER_MIN_TOKENS", "K_MODES", "HeatConductionOperator", "heat_decay"]
 
 
 def heat_decay(k: torch.Tensor) -> torch.Tensor:
@@ -28,49 +23,18 @@ def heat_decay(k: torch.Tensor) -> torch.Tensor:
     return torch.exp(-energy.unsqueeze(-1) * k.to(dtype))
 
 
-def heat_filter(u: torch.Tensor, decay: torch.Tensor, method: DctMethod = "auto") -> torch.Tensor:
-    """``IDCT2(DCT2(u) * decay)`` over the spatial dims of an NHWC map ``u (B, H, W, C)``, ``decay (H, W, C)``
-    (vHeat Eq. 8), on the kernel the eager operator takes for these inputs: the fused oneDNN filter
-    (:func:`~pdevision.ops.fused.heat_filter_nhwc`) where :class:`HeatConductionOperator` uses it, else the DCT of
-    :mod:`pdevision.ops.dct`. An FX leaf, so that a traced operator makes this choice when the graph runs, as eager
-    does, and gives the same result bit for bit."""
-    h, w = u.shape[1], u.shape[2]
-    if _fused_filter_fits(u, h, w, method):
-        return fused.heat_filter_nhwc(u, decay.transpose(0, 1).contiguous())
-    spec = dct2(u, dims=(1, 2), method=method)
-    decay = decay.to(spec.dtype)
-    # in place without autograd (the spectrum is a fresh tensor of this call), as the fused inference forward does
-    spec = spec * decay if torch.is_grad_enabled() else spec.mul_(decay)
-    return idct2(spec, dims=(1, 2), method=method)
-
-
-def _fused_filter_fits(u: torch.Tensor, h: int, w: int, method: DctMethod) -> bool:
-    """Whether the fused oneDNN heat filter replaces the matrix DCT for ``u`` (float32 only: under bf16 autocast the
-    reference DCT products already run on oneDNN, and the filter's two copies per image made it 0.94-1.05x of them
-    from 56x56 to 192x192, interleaved, one thread)."""
-    if u.dtype != torch.float32 or fused.compute_dtype(u) is None or h * w < FUSED_FILTER_MIN_TOKENS:
-        return False
-    return resolve_method(method, h, w) == "matrix"
-
-
-# FX leaves (torchvision's create_feature_extractor, timm's feature_cls="fx"): the DCT and the frequency grid
-# depend on concrete sizes, and the filter's kernel is chosen at run time; in the graph they are single calls that
-# run with the real tensors.
-torch.fx.wrap("dct2")
-torch.fx.wrap("idct2")
+# An FX leaf: the frequency grid depends on concrete sizes.
 torch.fx.wrap("heat_decay")
-torch.fx.wrap("heat_filter")
 
 
 K_MODES = ("fve", "learnable", "fixed")
 
 
-class HeatConductionOperator(nn.Module):
+class HeatConductionOperator(SpectralOperator):
     """vHeat HCO: ``u = IDCT2(DCT2(phi(x)) * exp(-k(w) (wx^2 + wy^2)))`` gated by SiLU (vHeat Eq. 8-10).
 
-    ``phi`` is a depthwise 3x3 conv then a linear map to two branches; one branch is conducted
-    with diffusivity ``k = ReLU(Linear(FVE))`` per frequency and channel, layer-normalised, and
-    gated by SiLU of the other branch; a final linear map mixes channels.
+    :class:`~pdevision.layers.spectral.SpectralOperator` with the heat decay as transfer: one branch is conducted
+    with diffusivity ``k = ReLU(Linear(FVE))`` per frequency and channel.
 
     Input and output: NHWC ``(B, H, W, C)``. The Frequency Value Embedding ``fve`` is ``(H, W, C)``.
 
@@ -79,36 +43,23 @@ class HeatConductionOperator(nn.Module):
     frequency and channel), ``"learnable"`` (one learnable scalar ``k = softplus(a)`` for the whole layer, starting at
     ``k_init``) or ``"fixed"`` (the constant ``k_init``). The last two have no ``to_k`` projection.
 
-    After :meth:`fold` the decay factors ``exp(-k w^2)`` for one resolution are precomputed, so no
-    FVE projection runs per forward; other resolutions still take the general path.
-
-    Without autograd on the CPU (float32 or bfloat16 autocast) the forward takes the fused oneDNN kernels of
-    :mod:`pdevision.ops.fused`: the two branch projections (SiLU fused into the gate's), the heat filter
-    (:func:`~pdevision.ops.fused.heat_filter_nhwc`, in place of the matrix DCT in float32 from
-    ``FUSED_FILTER_MIN_TOKENS`` tokens on) and the output projection. Same function;
-    :func:`pdevision.ops.fused.reference_kernels` selects the reference path.
+    After :meth:`fold` the decay factors ``exp(-k w^2)`` for one resolution are precomputed, so no FVE projection
+    runs per forward; the fused inference kernels are those of the spectral operator.
     """
 
     def __init__(self, dim: int, dct_method: DctMethod = "auto", k_mode: str = "fve", k_init: float = 1.0) -> None:
-        super().__init__()
         if k_mode not in K_MODES:
             raise ValueError(f"k_mode must be one of {K_MODES}, got {k_mode!r}")
         if not (math.isfinite(k_init) and k_init > 0):
             raise ValueError(f"k_init must be a positive number, got {k_init}")
-        self.dim = dim
+        super().__init__(dim, dct_method)
         self.k_mode = k_mode
-        self.dct_method: DctMethod = dct_method
-        self.dwconv = nn.Conv2d(dim, dim, kernel_size=3, padding=1, groups=dim)
-        self.linear = nn.Linear(dim, 2 * dim)
+        self._build_input()
         self.to_k = nn.Sequential(nn.Linear(dim, dim), nn.ReLU()) if k_mode == "fve" else None
         if k_mode == "learnable":  # softplus(a) = k_init
             self.k_param = nn.Parameter(torch.tensor(math.log(math.expm1(k_init))))
         self.k_init = k_init
-        self.out_norm = nn.LayerNorm(dim)
-        self.out_linear = nn.Linear(dim, dim)
-        self.register_buffer("k_exp", None)
-        self._k_exp_wh: tuple[tuple[int, int], torch.Tensor] | None = None  # k_exp transposed, for the fused filter
-        self._cast_cache: dict[object, object] = {}  # bfloat16 copies of the weights (fused.cast_cached)
+        self._build_output()
 
     def diffusivity(self, fve: torch.Tensor) -> torch.Tensor:
         """Thermal diffusivity, non-negative: ``k = ReLU(Linear(FVE))`` ``(H, W, C)`` with ``k_mode="fve"``, else the
@@ -118,81 +69,11 @@ class HeatConductionOperator(nn.Module):
         k = F.softplus(self.k_param) if self.k_mode == "learnable" else fve.new_tensor(self.k_init)
         return k.to(fve.dtype).expand(fve.shape)
 
-    def decay(self, h: int, w: int, fve: torch.Tensor | None) -> torch.Tensor:
-        """Decay factors ``exp(-k (wx^2 + wy^2))`` of shape ``(h, w, C)``: from ``fve`` when given (so
-        training after folding still reaches the FVE and projection), else the folded factors."""
-        if fve is None:
-            # under an FX trace the sizes are symbolic: a folded operator traces its folded path
-            if self.k_exp is not None and (is_fx_symbolic_tracing() or self.k_exp.shape[:2] == (h, w)):
-                return self.k_exp
-            raise ValueError(
-                f"the heat operator needs a frequency embedding for a {h}x{w} map "
-                f"(folded for {tuple(self.k_exp.shape[:2]) if self.k_exp is not None else 'no size'})"
-            )
+    def transfer(self, fve: torch.Tensor) -> torch.Tensor:
+        """The decay factors ``exp(-k (wx^2 + wy^2))`` ``(H, W, C)`` for the FVE's size."""
         return heat_decay(self.diffusivity(fve))
 
-    @torch.no_grad()
-    def fold(self, fve: torch.Tensor) -> None:
-        """Precompute the decay factors for the size of ``fve`` (H, W, C) and use them from now on."""
-        h, w = fve.shape[:2]
-        self.k_exp = self.decay(h, w, fve.detach()).detach().clone()
-        self._cast_cache.clear()  # no cast of earlier factors kept alive (the weights' casts are remade once)
-
-    def unfold(self) -> None:
-        """Drop precomputed decay factors (back to the general path)."""
-        self.k_exp = None
-        self._cast_cache.clear()
-
-    def _decay_wh(self, h: int, w: int, fve: torch.Tensor | None) -> torch.Tensor:
-        """The decay factors transposed to ``(w, h, C)``, contiguous; cached for the folded ones (keyed on the
-        buffer's storage and version, so loading new values into ``k_exp`` is seen)."""
-        decay = self.decay(h, w, fve)
-        if fve is not None:
-            return decay.transpose(0, 1).contiguous()
-        key = (decay.data_ptr(), decay._version)
-        if self._k_exp_wh is None or self._k_exp_wh[0] != key:
-            self._k_exp_wh = (key, decay.transpose(0, 1).contiguous())
-        return self._k_exp_wh[1]
-
-    def _decay_cast(self, h: int, w: int, fve: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-        """The decay factors in ``dtype``; the folded ones cast once and kept (:func:`~pdevision.ops.fused.cast_cached`)
-        instead of on every forward."""
-        decay = self.decay(h, w, fve)
-        if fve is not None:
-            return decay.to(dtype)
-        return fused.cast_cached(self._cast_cache, decay, dtype)
-
-    def _forward_fused(self, x: torch.Tensor, fve: torch.Tensor | None) -> torch.Tensor:
-        _, h, w, _ = x.shape
-        x = fused.conv2d(self.dwconv, x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
-        d = self.dim
-        dtype = fused.compute_dtype(x) or x.dtype
-        weight = fused.cast_cached(self._cast_cache, self.linear.weight, dtype)
-        bias = fused.cast_cached(self._cast_cache, self.linear.bias, dtype)
-        u = fused.linear(x, weight[:d], bias[:d])
-        gate = fused.linear(x, weight[d:], bias[d:], act="silu")
-        # the choice of heat_filter, with the folded factors' transposed copy cached
-        if _fused_filter_fits(u, h, w, self.dct_method):
-            u = fused.heat_filter_nhwc(u, self._decay_wh(h, w, fve))
-        else:
-            spec = dct2(u, dims=(1, 2), method=self.dct_method)
-            # in place: the spectrum and the norm's output are fresh tensors of this call
-            u = idct2(spec.mul_(self._decay_cast(h, w, fve, spec.dtype)), dims=(1, 2), method=self.dct_method)
-        u = self.out_norm(u).mul_(gate)
-        return fused.linear(u, self.out_linear.weight, self.out_linear.bias, cache=self._cast_cache)
-
-    def forward(self, x: torch.Tensor, fve: torch.Tensor | None = None) -> torch.Tensor:
-        if fused.compute_dtype(x) is not None:
-            return self._forward_fused(x, fve)
-        # The general path: autograd, other devices, and recorded graphs. Under an FX trace `fused.linear` and
-        # `heat_filter` are leaves that choose their kernels when the graph runs, as `_forward_fused` does, so a
-        # traced operator equals the eager one bit for bit.
-        _, h, w, _ = x.shape
-        x = fused.conv2d(self.dwconv, x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
-        # the two branches of `linear` as two products, so each comes out contiguous (no chunk copy); in float32
-        # CPU training on oneDNN (fused.linear)
-        u = fused.linear(x, self.linear.weight[: self.dim], self.linear.bias[: self.dim])
-        gate = fused.linear(x, self.linear.weight[self.dim :], self.linear.bias[self.dim :], act="silu")
-        u = heat_filter(u, self.decay(h, w, fve), self.dct_method)
-        u = self.out_norm(u) * gate
-        return fused.linear(u, self.out_linear.weight, self.out_linear.bias)
+    def decay(self, h: int, w: int, fve: torch.Tensor | None) -> torch.Tensor:
+        """Decay factors ``exp(-k (wx^2 + wy^2))`` of shape ``(h, w, C)``: from ``fve`` when given, else the folded
+        factors (:meth:`~pdevision.layers.spectral.SpectralOperator.factors`)."""
+        return self.factors(h, w, fve)

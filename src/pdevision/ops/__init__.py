@@ -1,9 +1,10 @@
-"""Pure tensor functions: DCT transforms and heat kernels."""
+"""Pure tensor functions: DCT transforms, heat and wave kernels, FDM stencils, ball activations."""
 
 from pdevision.ops.ball import hardball, hardtanh, softball
 from pdevision.ops.dct import dct2, dct_matrix, force_method, idct2, resolve_method, set_auto_threshold
 from pdevision.ops.fdm import fdm_heat_step, heat_stencil, replicate_pad1, stable_coefficients
 from pdevision.ops.heat import frequency_energy, heat_conduct, resize_spectrum
+from pdevision.ops.wave import wave_propagate, wave_transfer
 
 __all__ = [
     "dct2",
@@ -22,4 +23,6 @@ __all__ = [
     "set_auto_threshold",
     "softball",
     "stable_coefficients",
+    "wave_propagate",
+    "wave_transfer",
 ]

@@ -1,0 +1,44 @@
+"""Wave Propagation Operator of WaveFormer: the spectral operator with a wave transfer in place of the heat decay."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pdevision.layers.spectral import SpectralOperator
+from pdevision.ops.dct import DctMethod
+from pdevision.ops.wave import wave_transfer
+
+__all__ = ["WavePropagationOperator"]
+
+
+class WavePropagationOperator(SpectralOperator):
+    """WaveFormer's operator: ``u = IDCT2(DCT2(phi(x)) * (cos(c t) + (1 + alpha/2) sin(c t) / c))`` gated by SiLU.
+
+    :class:`~pdevision.layers.spectral.SpectralOperator` with :func:`~pdevision.ops.wave.wave_transfer` as transfer:
+    the propagation time ``t = GELU(Linear(FVE))`` per frequency and channel, the wave speed ``c`` (initial 1) and the
+    damping ``alpha`` (initial 0.1) one learnable scalar each, as in the authors' code (``Wave2D`` in
+    ``WaveFormer/WaveFormer_dct.py``, github ZishanShu/WaveFormer). Their code feeds the same DCT coefficients as
+    initial field and initial velocity; this is the factor that results. How it differs from the exact damped wave
+    solution (:func:`~pdevision.ops.wave.wave_propagate`) is stated in :mod:`pdevision.ops.wave`.
+
+    Input and output: NHWC ``(B, H, W, C)``. The Frequency Value Embedding ``fve`` is ``(H, W, C)``. Folding, any input
+    size and the fused inference kernels are the spectral operator's.
+    """
+
+    def __init__(self, dim: int, dct_method: DctMethod = "auto", c_init: float = 1.0, alpha_init: float = 0.1) -> None:
+        super().__init__(dim, dct_method)
+        self._build_input()
+        self.to_k = nn.Sequential(nn.Linear(dim, dim), nn.GELU())
+        self.c = nn.Parameter(torch.full((1,), float(c_init)))
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
+        self._build_output()
+
+    def propagation_time(self, fve: torch.Tensor) -> torch.Tensor:
+        """``t = GELU(Linear(FVE))``, ``(H, W, C)``."""
+        return self.to_k(fve)
+
+    def transfer(self, fve: torch.Tensor) -> torch.Tensor:
+        """The wave factors ``cos(c t) + (1 + alpha / 2) sin(c t) / (c + 1e-8)`` ``(H, W, C)`` for the FVE's size."""
+        t = self.propagation_time(fve)
+        return wave_transfer(t, self.c.to(t.dtype), self.alpha.to(t.dtype))
