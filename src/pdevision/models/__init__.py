@@ -7,6 +7,7 @@ import timm
 
 from pdevision.models import (
     hcnet,  # noqa: F401  (registers hcnet_* in timm)
+    pdeformer,  # noqa: F401  (registers pdeformer_* in timm)
     pderesnet,  # noqa: F401  (registers pderesnet* in timm)
 )
 from pdevision.models.mae import MAE
@@ -14,7 +15,7 @@ from pdevision.models.qbheat import QBHeat
 from pdevision.models.restoration import list_restoration_models  # vheatir_*, swinir_*, dncnn_*: not in timm
 from pdevision.models.vheat import VHeat, checkpoint_filter_fn
 
-FAMILIES: tuple[str, ...] = ("vheat", "hcnet", "pderesnet")
+FAMILIES: tuple[str, ...] = ("vheat", "hcnet", "pderesnet", "pdeformer")
 
 
 def list_models(pattern: str = "") -> list[str]:

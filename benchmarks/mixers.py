@@ -1,0 +1,377 @@
+"""The controlled comparison of token mixers (issue 26): one MetaFormer skeleton, one parameter budget, one recipe,
+one training budget; only the token mixer changes.
+
+The skeleton is ``pdeformer_micro`` (timm's ``MetaFormer``: 7x7 stride-4 stem, depths 1-1-3-1, StarReLU MLPs of
+ratio 4, linear head). Each mixer's widths are scaled so that its parameter count is within ``--tolerance`` (5%) of
+the heat model's at dims 32 (:func:`match_dims`: the first-stage width, doubled per stage, the even width closest to
+the budget). Every run trains through :func:`pdevision.tasks.classify.train` on the embedded ``scenes`` set with the
+same budget (``benchmarks/ablations.py``'s runner and resume keys); only the learning rate is chosen per mixer, by
+one rule for all: the rate of ``--lrs`` with the best validation top-1 at seed 0 (ties: the smaller rate). The
+seed-0 run of the chosen rate is one of the ``--seeds`` reported runs (so seed 0 is the one the rate was chosen
+on, a selection the other seeds do not have; the report gives seeds 1 and 2 alone too).
+
+After training: the effective receptive field of each trained seed-0 model (:mod:`pdevision.viz.erf`: the 50% and
+95% area shares of the last stage), the high- to low-frequency gain of the trained spectral mixers (the mean
+``|T|`` of the transfer factors at frequencies ``|w| >= pi / 2`` over the mean at ``|w| < pi / 2``, all blocks and
+channels), and inference throughput measured with :mod:`pdevision.bench`'s interleaved medians, in one process.
+
+Run: ``python benchmarks/mixers.py --jobs 2`` (resumes from ``benchmarks/mixers.json``), ``--report-only`` to write
+``benchmarks/mixers.md`` from the JSON, ``--skip-bench`` to leave the throughput rows out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import logging
+import math
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+log = logging.getLogger("mixers")
+
+MIXERS = ("identity", "pooling", "sepconv", "attention", "heat", "wave", "hcl")
+MODEL = "pdeformer_micro"
+BUDGET = {
+    "data": "scenes",
+    "epochs": 15,
+    "batch_size": 64,
+    "img_size": 64,
+    "recipe": "light",
+    "opt": None,
+    "max_train_batches": None,
+}
+LRS = (5e-4, 1e-3, 2e-3)
+# The pairs the papers' claims order (better first), and what each pair tests.
+CLAIMS = (
+    ("heat", "attention", "vHeat: heat conduction as a token mixer matches or beats attention"),
+    ("wave", "heat", "WaveFormer: the wave operator beats heat conduction (keeps the high frequencies)"),
+    ("wave", "attention", "WaveFormer: the wave operator beats attention"),
+    ("hcl", "attention", "HcNet: the heat-conduction layer matches or beats attention"),
+    ("heat", "pooling", "a learned global mixer beats PoolFormer's fixed local pooling"),
+    ("heat", "identity", "token mixing helps at all (MetaFormer's IdentityFormer baseline)"),
+    ("heat", "sepconv", "heat conduction against ConvFormer's separable convolution"),
+)
+
+
+# benchmarks/ablations.py's runner, imported by name so that the worker processes (spawned) can import it too
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import ablations  # noqa: E402
+
+
+# -- the parameter budget ---------------------------------------------------------------------------
+def count_params(mixer: str, dims: int, num_classes: int = 10) -> int:
+    import timm
+
+    import pdevision  # noqa: F401  (registers the models)
+
+    model = timm.create_model(MODEL, mixer=mixer, dims=dims, num_classes=num_classes)
+    return sum(p.numel() for p in model.parameters())
+
+
+def match_dims(mixer: str, target: int, tolerance: float, widths: range = range(16, 65, 2)) -> tuple[int, int]:
+    """The even first-stage width whose model is closest to ``target`` parameters, and its count; ``ValueError`` if
+    none is within ``tolerance``."""
+    best = min((abs(count_params(mixer, d) / target - 1), d) for d in widths)
+    dims = best[1]
+    params = count_params(mixer, dims)
+    if abs(params / target - 1) > tolerance:
+        raise ValueError(f"no width of {mixer} is within {tolerance:.0%} of {target} parameters (best {params})")
+    return dims, params
+
+
+def rows(tolerance: float) -> list[dict[str, Any]]:
+    """One row per mixer: name, model, model args (mixer and matched dims), parameter count."""
+    target = count_params("heat", 32)
+    out = []
+    for mixer in MIXERS:
+        dims, params = match_dims(mixer, target, tolerance)
+        out.append({"name": mixer, "model": MODEL, "model_args": {"mixer": mixer, "dims": dims}, "params": params})
+    return out
+
+
+# -- runs -------------------------------------------------------------------------------------------
+def budget_at(lr: float) -> dict[str, Any]:
+    return {**BUDGET, "lr": lr}
+
+
+def _train_all(todo: dict[str, str], results: dict[str, Any], path: Path, jobs: int) -> None:
+    if not todo:
+        return
+    log.info("%d training runs to do", len(todo))
+    if jobs > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with futures.ProcessPoolExecutor(jobs, mp_context=ctx) as ex:
+            pending = {ex.submit(ablations.run_training, k, f, "cpu", 0, 1): k for k, f in todo.items()}
+            for fut in futures.as_completed(pending):
+                ablations._record(results, pending[fut], fut, path)
+    else:
+        for key, folder in todo.items():
+            call = lambda k=key, f=folder: ablations.run_training(k, f, "cpu", 0, 1)  # noqa: E731
+            ablations._record(results, key, None, path, call)
+
+
+def _todo(results: dict[str, Any], plan: list[tuple[dict[str, Any], int, float]], runs_dir: Path) -> dict[str, str]:
+    todo = {}
+    for row, seed, lr in plan:
+        key = ablations.train_key(row, seed, budget_at(lr))
+        if results["runs"].get(key, {}).get("status") != "ok":
+            todo[key] = str(ablations._folder(runs_dir, key))
+    return todo
+
+
+def chosen_lr(results: dict[str, Any], row: dict[str, Any], lrs: tuple[float, ...]) -> float | None:
+    """The rate with the best seed-0 validation top-1 (ties: the smaller rate); ``None`` until all ran."""
+    scores = []
+    for lr in lrs:
+        rec = results["runs"].get(ablations.train_key(row, 0, budget_at(lr)), {})
+        if rec.get("status") != "ok":
+            return None
+        scores.append((-rec["best_val_top1"], lr))
+    return min(scores)[1]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    results = ablations.load_results(args.json)
+    table = rows(args.tolerance)
+    results["rows"] = table
+    runs_dir = Path(args.runs_dir)
+    sweep = [(row, 0, lr) for row in table for lr in args.lrs]
+    _train_all(_todo(results, sweep, runs_dir), results, args.json, args.jobs)
+    final = []
+    for row in table:
+        lr = chosen_lr(results, row, tuple(args.lrs))
+        if lr is not None:
+            final += [(row, seed, lr) for seed in range(args.seeds)]
+    _train_all(_todo(results, final, runs_dir), results, args.json, args.jobs)
+    results["machine"] = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average "
+        f"{os.getloadavg()[2]:.1f} over the 15 minutes before the training ended"
+    )
+    ablations.save_results(args.json, results)
+    analyse(results, table, tuple(args.lrs), args.json)
+    if not args.skip_bench:
+        results["bench"] = throughput(table)
+        ablations.save_results(args.json, results)
+    return results
+
+
+# -- after training: ERF, frequency gain, throughput ------------------------------------------------
+def _trained(folder: str) -> tuple[Any, dict[str, Any]]:
+    from pdevision.engine.checkpoint import read_meta, resolve_checkpoint
+    from pdevision.engine.modeling import load_into_model, model_from_meta
+
+    ckpt = resolve_checkpoint(folder)
+    meta = read_meta(ckpt)
+    model = model_from_meta(meta, len(meta["classes"]))
+    load_into_model(model, ckpt, meta["model"], list(meta["classes"]))
+    return model.eval(), meta
+
+
+def frequency_gain(model: Any) -> float | None:
+    """Mean ``|T|`` of every spectral mixer's transfer factors at ``|w| >= pi / 2`` over the mean at ``|w| < pi / 2``
+    (on each mixer's own FVE grid), or ``None`` for a model without spectral mixers."""
+    import torch
+
+    from pdevision.layers.mixers import _SpectralMixer
+    from pdevision.ops.heat import frequency_energy
+
+    high, low = [], []
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, _SpectralMixer):
+                t = m.op.transfer(m.freq_embed).abs()
+                n = t.shape[0]
+                radius = frequency_energy(n, n).sqrt()
+                high.append(t[radius >= math.pi / 2].mean().item())
+                low.append(t[radius < math.pi / 2].mean().item())
+    if not high:
+        return None
+    return statistics.fmean(high) / statistics.fmean(low)
+
+
+def erf_shares(model: Any, meta: dict[str, Any], n_images: int = 16) -> dict[str, float]:
+    """The last stage's ERF area shares (50% and 95% of the gradient mass) on validation scenes."""
+    import torch
+
+    from pdevision.data import eval_transform_for
+    from pdevision.data.embedded import SceneClassification
+    from pdevision.viz.erf import area_share, erf_maps
+
+    val = SceneClassification("scenes", "val", meta["img_size"], eval_transform_for(meta))
+    images = torch.stack([val[i][0] for i in range(n_images)])
+    maps = erf_maps(model, images)
+    return {"area_50": area_share(maps[-1], 0.5), "area_95": area_share(maps[-1], 0.95)}
+
+
+def analyse(results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[float, ...], path: Path) -> None:
+    out = results.setdefault("analysis", {})
+    for row in table:
+        lr = chosen_lr(results, row, lrs)
+        rec = results["runs"].get(ablations.train_key(row, 0, budget_at(lr)), {}) if lr else {}
+        if rec.get("status") != "ok" or row["name"] in out:
+            continue
+        model, meta = _trained(rec["folder"])
+        out[row["name"]] = {"frequency_gain": frequency_gain(model), **erf_shares(model, meta)}
+        log.info("%s: %s", row["name"], out[row["name"]])
+        ablations.save_results(path, results)
+
+
+def throughput(table: list[dict[str, Any]], batch: int = 64, repeats: int = 7) -> dict[str, Any]:
+    """Inference images/s of every row at the training size, interleaved in this process (random weights, eval
+    mode, float32, 2 threads)."""
+    import timm
+    import torch
+
+    from pdevision.bench.measure import inference_fn, interleaved_medians
+
+    torch.set_num_threads(2)
+    x = torch.randn(batch, 3, BUDGET["img_size"], BUDGET["img_size"])
+    fns = {}
+    for row in table:
+        model = timm.create_model(row["model"], num_classes=10, **row["model_args"]).eval()
+        fns[row["name"]] = inference_fn(model, x)
+    times = interleaved_medians(fns, torch.device("cpu"), repeats=repeats, warmup=2)
+    return {
+        "batch": batch,
+        "threads": 2,
+        "load": os.getloadavg()[0],
+        "images_per_s": {k: batch / v["median"] for k, v in times.items()},
+    }
+
+
+# -- report -----------------------------------------------------------------------------------------
+def _per_seed(results: dict[str, Any], row: dict[str, Any], lr: float, seeds: int) -> dict[int, float]:
+    out = {}
+    for s in range(seeds):
+        rec = results["runs"].get(ablations.train_key(row, s, budget_at(lr)), {})
+        if rec.get("status") == "ok":
+            out[s] = rec["best_val_top1"]
+    return out
+
+
+def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
+    table = results.get("rows", [])
+    lines = [
+        "# Token mixers in one MetaFormer skeleton (issue 26)",
+        "",
+        "Written by `benchmarks/mixers.py` from `benchmarks/mixers.json`.",
+        "",
+        f"- Skeleton: `{MODEL}` (timm's `MetaFormer`: 7x7 stride-4 stem, depths 1-1-3-1, widths doubling per stage, "
+        "StarReLU MLPs of ratio 4, linear head); only the token mixer changes, and each mixer's first-stage width is "
+        "set so that its parameter count is within 5% of the heat model's at width 32.",
+        f"- Budget, the same for every run: {ablations.describe_budget(budget_at(lrs[0])).split(', lr')[0]}; "
+        "AdamW (the recipe's), the learning rate per mixer as below.",
+        f"- Learning rate: one rule for every mixer: of {', '.join(f'{lr:g}' for lr in lrs)} (absolute), the rate "
+        "with the best validation top-1 at seed 0 (ties: the smaller). Seed 0 of that rate is also a reported run.",
+        f"- Seeds: {list(range(seeds))}; top-1 is the run's best validation top-1 (%), mean ± sample std (n).",
+        f"- Machine: {results.get('machine', '?')}; one torch thread per training, two trainings at a time.",
+        "",
+        "## Results",
+        "",
+        "| mixer | width | params (M) | lr sweep, seed 0 (top-1 at each rate) | lr | top-1 | seeds 1-2 only | "
+        "CPU s per run |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    per_seed: dict[str, dict[int, float]] = {}
+    for row in table:
+        lr = chosen_lr(results, row, lrs)
+        sweep = []
+        for r in lrs:
+            rec = results["runs"].get(ablations.train_key(row, 0, budget_at(r)), {})
+            sweep.append(f"{rec['best_val_top1']:.1f}" if rec.get("status") == "ok" else "—")
+        if lr is None:
+            lines.append(
+                f"| {row['name']} | {row['model_args']['dims']} | {row['params'] / 1e6:.3f} | "
+                f"{' / '.join(sweep)} | — | not run yet | | |"
+            )
+            continue
+        vals = _per_seed(results, row, lr, seeds)
+        per_seed[row["name"]] = vals
+        recs = [results["runs"][ablations.train_key(row, s, budget_at(lr))] for s in vals]
+        cpu = ablations._fmt([r["cpu_seconds"] for r in recs], 0)
+        later = [v for s, v in vals.items() if s > 0]
+        lines.append(
+            f"| {row['name']} | {row['model_args']['dims']} | {row['params'] / 1e6:.3f} | {' / '.join(sweep)} | "
+            f"{lr:g} | {ablations._fmt(list(vals.values()))} | {ablations._fmt(later)} | {cpu} |"
+        )
+    lines += ["", "## The papers' claims, as paired differences over seeds", ""]
+    lines += [
+        "Each pair: the mean of the per-seed differences of top-1 (first minus second; a seed fixes the order of the "
+        "training images, the same for every mixer) and the two-sided paired t-test p-value. With n = 3 only "
+        f"large, consistent differences reach p < {ablations.ALPHA}.",
+        "",
+        "| claim | pair | mean difference (points) | p | verdict |",
+        "|---|---|---:|---:|---|",
+    ]
+    for a, b, claim in CLAIMS:
+        if a not in per_seed or b not in per_seed:
+            lines.append(f"| {claim} | {a} vs {b} | — | — | not run yet |")
+            continue
+        mean, p, n = ablations.paired_difference(per_seed[a], per_seed[b])
+        verdict = (
+            "not resolved"
+            if not p < ablations.ALPHA
+            else ("supported: first is better" if mean > 0 else "contradicted: second is better")
+        )
+        lines.append(f"| {claim} | {a} vs {b} | {mean:+.1f} (n={n}) | {p:.3f} | {verdict} |")
+    analysis = results.get("analysis", {})
+    bench = results.get("bench", {})
+    lines += [
+        "",
+        "## Receptive field, frequency gain and speed of the trained mixers",
+        "",
+        "ERF: the last stage's effective receptive field of the seed-0 model on 16 validation scenes "
+        "(`pdevision.viz.erf`): the share of the input area holding 50% and 95% of the gradient mass (larger: a "
+        "wider field). Frequency gain (spectral mixers only): mean |T| of the trained transfer factors at "
+        "|w| >= pi/2 over the mean at |w| < pi/2, all blocks and channels (1: flat; below 1: high frequencies "
+        "damped). Throughput: inference images/s at 64 px, batch "
+        f"{bench.get('batch', '?')}, {bench.get('threads', '?')} threads, random weights, all mixers interleaved in "
+        f"one process (`pdevision.bench.measure`; load average {bench.get('load', float('nan')):.1f} at the end).",
+        "",
+        "| mixer | ERF area 50% | ERF area 95% | frequency gain | images/s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in table:
+        a = analysis.get(row["name"], {})
+        gain = a.get("frequency_gain")
+        ips = bench.get("images_per_s", {}).get(row["name"])
+        lines.append(
+            f"| {row['name']} | {a.get('area_50', math.nan):.3f} | {a.get('area_95', math.nan):.3f} | "
+            f"{'—' if gain is None else f'{gain:.3f}'} | {'—' if ips is None else f'{ips:.0f}'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", type=Path, default=HERE / "mixers.json")
+    p.add_argument("--md", type=Path, default=HERE / "mixers.md")
+    p.add_argument("--runs-dir", default="runs/mixers")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--lrs", type=float, nargs="+", default=list(LRS))
+    p.add_argument("--tolerance", type=float, default=0.05)
+    p.add_argument("--epochs", type=int, default=BUDGET["epochs"])
+    p.add_argument("--max-train-batches", type=int, default=None)
+    p.add_argument("--img-size", type=int, default=BUDGET["img_size"])
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--skip-bench", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    BUDGET.update(epochs=args.epochs, max_train_batches=args.max_train_batches, img_size=args.img_size)
+    results = ablations.load_results(args.json) if args.report_only else run(args)
+    args.md.write_text(report(results, tuple(args.lrs), args.seeds))
+    print(args.md.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

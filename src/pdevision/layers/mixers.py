@@ -1,0 +1,163 @@
+"""The PDE operators as token mixers for timm's MetaFormer (the PoolFormer / ConvFormer / CAFormer skeleton).
+
+timm's ``MetaFormerBlock`` builds its mixer as ``token_mixer(dim=dim, proj_drop=proj_drop, device=..., dtype=...,
+**kwargs)``, the remaining ``MetaFormer`` keyword arguments passed to every mixer, and runs it on NCHW maps (every
+mixer that is not timm's ``Attention``). Each class here takes that signature and layout:
+
+- :class:`HeatMixer`: vHeat's Heat Conduction Operator with its own Frequency Value Embedding;
+- :class:`WaveMixer`: WaveFormer's Wave Propagation Operator with its own FVE;
+- :class:`HcLMixer`: HcNet's heat-conduction mixer (linear, explicit heat step, linear);
+- :class:`HyperbolicMixer`: the branch of PDE-ResNet's hyperbolic block (one explicit step of a quasi-linear
+  hyperbolic system, BatchNorm), without its shortcut (the MetaFormer block has the residual).
+
+In vHeat and WaveFormer one FVE serves a whole stage at the stage's size. A MetaFormer mixer does not know the size
+of its map when it is built, so each spectral mixer holds an FVE on an ``fve_size x fve_size`` frequency grid and
+resamples it to the map's size in every forward (:func:`~pdevision.ops.resize_spectrum`, linear in the physical
+frequency ``w = n pi / N``; unchanged where the map has ``fve_size`` frequencies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from timm.layers import trunc_normal_
+from torch import nn
+
+from pdevision.layers.fused_linear import fuse_linears
+from pdevision.layers.hcl import HeatConductionMixer
+from pdevision.layers.hco import HeatConductionOperator
+from pdevision.layers.hyperbolic import HyperbolicBlock
+from pdevision.layers.spectral import SpectralOperator
+from pdevision.layers.wave import WavePropagationOperator
+from pdevision.ops.dct import DctMethod
+from pdevision.ops.heat import resize_spectrum
+
+__all__ = ["HcLMixer", "HeatMixer", "HyperbolicMixer", "WaveMixer", "mixer_fve"]
+
+
+def mixer_fve(freq_embed: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The FVE ``(n, n, C)`` resampled to the size of the NCHW map ``x``: ``(H, W, C)``."""
+    return resize_spectrum(freq_embed, (x.shape[2], x.shape[3]), "interp")
+
+
+# An FX leaf: the resampling depends on concrete sizes.
+torch.fx.wrap("mixer_fve")
+
+
+def _place(module: nn.Module, device: Any, dtype: Any) -> None:
+    if device is not None or dtype is not None:
+        module.to(device=device, dtype=dtype)
+
+
+class _SpectralMixer(nn.Module):
+    """A spectral operator with its own FVE, NCHW in and out, then dropout (``proj_drop``)."""
+
+    def __init__(self, dim: int, op: SpectralOperator, fve_size: int, proj_drop: float, fve_std: float) -> None:
+        super().__init__()
+        if not (isinstance(fve_size, int) and 1 <= fve_size <= 1024):
+            raise ValueError(f"fve_size must be an integer from 1 to 1024, got {fve_size!r}")
+        self.op = op
+        self.freq_embed = nn.Parameter(torch.zeros(fve_size, fve_size, dim))
+        trunc_normal_(self.freq_embed, std=fve_std)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    @torch.no_grad()
+    def reparameterize(self) -> None:
+        """Inference folding hook (timm's ``reparameterize_model``): the operator's linear layers on the fused
+        kernels. The transfer is not folded: a mixer does not know the size it will run at."""
+        fuse_linears(self.op)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fve = mixer_fve(self.freq_embed, x)
+        y = self.op(x.permute(0, 2, 3, 1), fve)
+        return self.proj_drop(y.permute(0, 3, 1, 2))
+
+
+class HeatMixer(_SpectralMixer):
+    """vHeat's HCO as a MetaFormer token mixer (vHeat Eq. 8-10): ``IDCT2(DCT2(phi(x)) exp(-k(w) |w|^2))``, SiLU-gated.
+    NCHW in and out. ``fve_size``: the side of the FVE's frequency grid; ``k_mode``: see
+    :class:`~pdevision.layers.HeatConductionOperator`."""
+
+    def __init__(
+        self,
+        dim: int,
+        proj_drop: float = 0.0,
+        fve_size: int = 14,
+        k_mode: str = "fve",
+        dct_method: DctMethod = "auto",
+        device: Any = None,
+        dtype: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        op = HeatConductionOperator(dim, dct_method=dct_method, k_mode=k_mode)
+        super().__init__(dim, op, fve_size, proj_drop, fve_std=0.02)
+        _place(self, device, dtype)
+
+
+class WaveMixer(_SpectralMixer):
+    """WaveFormer's wave operator as a MetaFormer token mixer: ``IDCT2(DCT2(phi(x)) (cos(ct) + (1 + a/2) sin(ct)/c))``,
+    SiLU-gated (:class:`~pdevision.layers.WavePropagationOperator`). NCHW in and out."""
+
+    def __init__(
+        self,
+        dim: int,
+        proj_drop: float = 0.0,
+        fve_size: int = 14,
+        dct_method: DctMethod = "auto",
+        device: Any = None,
+        dtype: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        op = WavePropagationOperator(dim, dct_method=dct_method)
+        super().__init__(dim, op, fve_size, proj_drop, fve_std=0.015)
+        _place(self, device, dtype)
+
+
+class HcLMixer(nn.Module):
+    """HcNet's token mixer ``Linear(HcL(Linear(x)))`` for MetaFormer (HcNet's heat-conduction layer, an explicit step
+    ``z + k (N(z) - W z)`` with ``k = sigmoid(Linear(GAP(z)))``). NCHW in and out; ``hcl_steps``: explicit sub-steps
+    per layer."""
+
+    def __init__(
+        self,
+        dim: int,
+        proj_drop: float = 0.0,
+        hcl_steps: int = 1,
+        device: Any = None,
+        dtype: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        self.mixer = HeatConductionMixer(dim, steps=hcl_steps)
+        self.proj_drop = nn.Dropout(proj_drop)
+        _place(self, device, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj_drop(self.mixer(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2))
+
+
+class HyperbolicMixer(nn.Module):
+    """PDE-ResNet's hyperbolic step as a MetaFormer token mixer: ``BN(r(u))``, the branch of
+    :class:`~pdevision.layers.HyperbolicBlock` (Liu et al. Eq. 3 by default: derivatives as a shared bank of depthwise
+    3x3 kernels, coefficient matrices as 1x1 convolutions, the product of the two branches as the nonlinearity).
+    NCHW in and out; the block's identity shortcut is not used (the MetaFormer block adds the residual)."""
+
+    def __init__(
+        self,
+        dim: int,
+        proj_drop: float = 0.0,
+        equation: str = "eq3",
+        expansion: int = 4,
+        device: Any = None,
+        dtype: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        self.block = HyperbolicBlock(dim, dim, equation=equation, expansion=expansion, projection=False)
+        self.proj_drop = nn.Dropout(proj_drop)
+        _place(self, device, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = self.block.norm(self.block.residual(x))
+        return self.proj_drop(r)

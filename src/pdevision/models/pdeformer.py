@@ -1,0 +1,107 @@
+"""PDEFormer: timm's MetaFormer skeleton with a PDE operator as its token mixer.
+
+timm's ``MetaFormer`` (the PoolFormer / ConvFormer / CAFormer skeleton of Yu et al., "MetaFormer Baselines for
+Vision") is the model class, unchanged; only the token mixer is chosen by name (``mixer=``):
+
+======================  ================================================================================
+``"heat"``              vHeat's Heat Conduction Operator (:class:`~pdevision.layers.mixers.HeatMixer`)
+``"wave"``              WaveFormer's Wave Propagation Operator (:class:`~pdevision.layers.mixers.WaveMixer`)
+``"hcl"``               HcNet's heat-conduction layer (:class:`~pdevision.layers.mixers.HcLMixer`)
+``"hyperbolic"``        PDE-ResNet's hyperbolic step (:class:`~pdevision.layers.mixers.HyperbolicMixer`)
+``"identity"``          no token mixing (MetaFormer's IdentityFormer)
+``"pooling"``           average pooling minus identity (PoolFormer)
+``"sepconv"``           inverted separable 7x7 convolution (ConvFormer)
+``"attention"``         multi-head self-attention (the attention stages of CAFormer)
+======================  ================================================================================
+
+so that one skeleton, one recipe and one parameter budget can be held fixed while only the mixer changes
+(``benchmarks/mixers.md``). The mixer classes also plug into ``timm.models.metaformer.MetaFormer`` directly
+(``token_mixers=HeatMixer``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models.metaformer import Attention, LayerNormNoBias, MetaFormer, Pooling, SepConv
+from torch import nn
+
+from pdevision.layers.mixers import HcLMixer, HeatMixer, HyperbolicMixer, WaveMixer
+from pdevision.models._weights import default_cfg, resolve_local_head
+
+__all__ = ["MIXERS", "PDE_MIXERS", "mixer_kwargs"]
+
+MIXERS: dict[str, type[nn.Module]] = {
+    "heat": HeatMixer,
+    "wave": WaveMixer,
+    "hcl": HcLMixer,
+    "hyperbolic": HyperbolicMixer,
+    "identity": nn.Identity,
+    "pooling": Pooling,
+    "sepconv": SepConv,
+    "attention": Attention,
+}
+PDE_MIXERS: tuple[str, ...] = ("heat", "wave", "hcl", "hyperbolic")
+# The keyword arguments each mixer takes beyond MetaFormer's (timm refuses one that no mixer of the model takes).
+_MIXER_ARGS: dict[str, tuple[str, ...]] = {
+    "heat": ("fve_size", "k_mode", "dct_method"),
+    "wave": ("fve_size", "dct_method"),
+    "hcl": ("hcl_steps",),
+    "hyperbolic": ("equation", "expansion"),
+}
+
+
+def mixer_kwargs(mixer: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` without the mixer options that ``mixer`` does not take (the registered models set defaults for every
+    PDE mixer), the MetaFormer arguments that ``mixer`` needs added (token-layout norms for attention)."""
+    if mixer not in MIXERS:
+        raise ValueError(f"mixer must be one of {sorted(MIXERS)}, got {mixer!r}")
+    own = set(_MIXER_ARGS.get(mixer, ()))
+    others = {a for args in _MIXER_ARGS.values() for a in args} - own
+    out = {k: v for k, v in kwargs.items() if k not in others}
+    if mixer == "attention":  # timm's Attention runs on (B, N, C) tokens: its stages take token-layout norms
+        out.setdefault("norm_layers", LayerNormNoBias)
+    return out
+
+
+def _stage_dims(dims: int | Sequence[int], depths: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(dims, int):
+        return tuple(dims * 2**i for i in range(len(depths)))
+    return tuple(dims)
+
+
+def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> MetaFormer:
+    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    kwargs = mixer_kwargs(mixer, kwargs)
+    kwargs["dims"] = _stage_dims(kwargs.get("dims", 32), kwargs.get("depths", (1, 1, 3, 1)))
+    kwargs = resolve_local_head(pretrained, kwargs)
+    model = build_model_with_cfg(
+        MetaFormer,
+        variant,
+        pretrained,
+        token_mixers=MIXERS[mixer],
+        feature_cfg=dict(flatten_sequential=True, out_indices=out_indices),
+        **kwargs,
+    )
+    model.mixer = mixer  # type: ignore[assignment]  # the model says which mixer it is built with
+    return model
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        "pdeformer_micro.untrained": default_cfg(
+            input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0, first_conv="stem.conv"
+        ),
+    }
+)
+
+
+@register_model
+def pdeformer_micro(pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> MetaFormer:
+    """PDEFormer-Micro (this library's CPU size): timm's MetaFormer with dims 32-64-128-256, depths 1-1-3-1, a linear
+    head, and the token mixer ``mixer`` (default ``"heat"``; see :data:`MIXERS`). The spectral mixers hold 8 x 8
+    frequency embeddings (``fve_size``), the map's size at 32 px."""
+    args: dict[str, Any] = dict(dims=32, depths=(1, 1, 3, 1), use_mlp_head=False, fve_size=8)
+    return _create_pdeformer("pdeformer_micro", pretrained, mixer, **dict(args, **kwargs))
