@@ -143,7 +143,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     table = rows(args.tolerance)
     results["rows"] = table
     runs_dir = Path(args.runs_dir)
-    sweep = [(row, 0, lr) for row in table for lr in args.lrs]
+    # the recipe's rate (the middle one) first for every mixer, then the others: partial results are the most useful
+    order = sorted(args.lrs, key=lambda lr: abs(math.log(lr / LRS[1])))
+    sweep = [(row, 0, lr) for lr in order for row in table]
     _train_all(_todo(results, sweep, runs_dir), results, args.json, args.jobs)
     final = []
     for row in table:

@@ -41,7 +41,7 @@ def fx_model(model: torch.nn.Module) -> torch.nn.Module:
 def test_the_registered_models_are_the_families() -> None:
     """Only backbones / classifiers are in timm's registry (the restoration nets have their own)."""
     assert OURS == sorted(list_models())
-    assert {n.split("_")[0].rstrip("0123456789") for n in OURS} == {"vheat", "hcnet", "pderesnet"}
+    assert {n.split("_")[0].rstrip("0123456789") for n in OURS} == {"vheat", "hcnet", "pderesnet", "pdeformer"}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -53,7 +53,8 @@ def test_default_cfg_head_and_classifier_reset(name: str) -> None:
     assert f"{cfg['classifier']}.weight" in state and f"{cfg['first_conv']}.weight" in state
     assert len(cfg["input_size"]) == 3 and len(cfg["mean"]) == len(cfg["std"]) == cfg["input_size"][0]
     assert 0 < cfg["crop_pct"] <= 1 and cfg["interpolation"] in ("bilinear", "bicubic")
-    spatial, channel = get_spatial_dim(model.output_fmt), get_channel_dim(model.output_fmt)
+    fmt = getattr(model, "output_fmt", "NCHW")  # as timm's tests read it (its MetaFormer has no attribute)
+    spatial, channel = get_spatial_dim(fmt), get_channel_dim(fmt)
     x = torch.randn(1, *cfg["input_size"])
     with torch.no_grad():
         feats = model.forward_features(x)

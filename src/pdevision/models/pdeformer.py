@@ -44,23 +44,14 @@ MIXERS: dict[str, type[nn.Module]] = {
     "attention": Attention,
 }
 PDE_MIXERS: tuple[str, ...] = ("heat", "wave", "hcl", "hyperbolic")
-# The keyword arguments each mixer takes beyond MetaFormer's (timm refuses one that no mixer of the model takes).
-_MIXER_ARGS: dict[str, tuple[str, ...]] = {
-    "heat": ("fve_size", "k_mode", "dct_method"),
-    "wave": ("fve_size", "dct_method"),
-    "hcl": ("hcl_steps",),
-    "hyperbolic": ("equation", "expansion"),
-}
 
 
 def mixer_kwargs(mixer: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` without the mixer options that ``mixer`` does not take (the registered models set defaults for every
-    PDE mixer), the MetaFormer arguments that ``mixer`` needs added (token-layout norms for attention)."""
+    """``kwargs`` with the MetaFormer arguments that ``mixer`` needs added (token-layout norms for attention); an
+    option that no mixer of the model takes is refused by timm's ``MetaFormer`` (``TypeError``)."""
     if mixer not in MIXERS:
         raise ValueError(f"mixer must be one of {sorted(MIXERS)}, got {mixer!r}")
-    own = set(_MIXER_ARGS.get(mixer, ()))
-    others = {a for args in _MIXER_ARGS.values() for a in args} - own
-    out = {k: v for k, v in kwargs.items() if k not in others}
+    out = dict(kwargs)
     if mixer == "attention":  # timm's Attention runs on (B, N, C) tokens: its stages take token-layout norms
         out.setdefault("norm_layers", LayerNormNoBias)
     return out
@@ -75,7 +66,11 @@ def _stage_dims(dims: int | Sequence[int], depths: Sequence[int]) -> tuple[int, 
 def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> MetaFormer:
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
     kwargs = mixer_kwargs(mixer, kwargs)
-    kwargs["dims"] = _stage_dims(kwargs.get("dims", 32), kwargs.get("depths", (1, 1, 3, 1)))
+    kwargs["dims"] = dims = _stage_dims(kwargs.get("dims", 32), kwargs.get("depths", (1, 1, 3, 1)))
+    if mixer == "attention":  # timm's Attention maps back to the stage's width: heads must tile it
+        head_dim = kwargs.setdefault("head_dim", min(32, dims[0]))
+        if not isinstance(head_dim, int) or head_dim < 1 or any(d % head_dim for d in dims):
+            raise ValueError(f"attention needs widths that are multiples of head_dim={head_dim!r}, got dims {dims}")
     kwargs = resolve_local_head(pretrained, kwargs)
     model = build_model_with_cfg(
         MetaFormer,
@@ -103,5 +98,7 @@ def pdeformer_micro(pretrained: bool = False, mixer: str = "heat", **kwargs: Any
     """PDEFormer-Micro (this library's CPU size): timm's MetaFormer with dims 32-64-128-256, depths 1-1-3-1, a linear
     head, and the token mixer ``mixer`` (default ``"heat"``; see :data:`MIXERS`). The spectral mixers hold 8 x 8
     frequency embeddings (``fve_size``), the map's size at 32 px."""
-    args: dict[str, Any] = dict(dims=32, depths=(1, 1, 3, 1), use_mlp_head=False, fve_size=8)
+    args: dict[str, Any] = dict(dims=32, depths=(1, 1, 3, 1), use_mlp_head=False)
+    if mixer in ("heat", "wave"):
+        args["fve_size"] = 8
     return _create_pdeformer("pdeformer_micro", pretrained, mixer, **dict(args, **kwargs))

@@ -1,0 +1,97 @@
+"""The PDE operators as token mixers inside timm's MetaFormer: each equals the operator it wraps, and builds, runs
+and trains inside the unchanged skeleton."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from timm.models.metaformer import MetaFormer
+
+from pdevision.layers import HeatConductionMixer, HyperbolicBlock
+from pdevision.layers.mixers import HcLMixer, HeatMixer, HyperbolicMixer, WaveMixer, mixer_fve
+from pdevision.ops.heat import resize_spectrum
+
+PDE = [HeatMixer, WaveMixer, HcLMixer, HyperbolicMixer]
+
+
+@pytest.mark.parametrize("cls", PDE, ids=lambda c: c.__name__)
+def test_builds_in_timm_metaformer_any_size_and_gradients(cls: type) -> None:
+    torch.manual_seed(0)
+    kwargs = {"fve_size": 4} if cls in (HeatMixer, WaveMixer) else {}
+    model = MetaFormer(num_classes=3, depths=(1, 1), dims=(8, 16), token_mixers=cls, use_mlp_head=False, **kwargs)
+    assert isinstance(model.stages[0].blocks[0].token_mixer, cls) and model.stages[0].use_nchw
+    for size in ((37, 50), (64, 64)):
+        x = torch.randn(2, 3, *size)
+        out = model(x)
+        assert out.shape == (2, 3) and torch.isfinite(out).all()
+    out.sum().backward()
+    mixer = model.stages[1].blocks[0].token_mixer
+    grads = [p.grad for p in mixer.parameters() if p.requires_grad]
+    assert grads and all(g is not None for g in grads)
+    assert sum(g.abs().sum() for g in grads) > 0
+
+
+def test_spectral_mixers_equal_their_operator_on_the_resampled_fve() -> None:
+    torch.manual_seed(0)
+    for cls in (HeatMixer, WaveMixer):
+        mixer = cls(dim=6, fve_size=5).eval()
+        with torch.no_grad():
+            mixer.freq_embed.normal_(0, 0.5)
+        x = torch.randn(2, 6, 9, 7)
+        fve = resize_spectrum(mixer.freq_embed, (9, 7), "interp")
+        expected = mixer.op(x.permute(0, 2, 3, 1), fve).permute(0, 3, 1, 2)
+        torch.testing.assert_close(mixer(x), expected, rtol=0, atol=0)
+        # at the grid's own size the embedding is used as is
+        same = torch.randn(1, 6, 5, 5)
+        assert torch.equal(mixer_fve(mixer.freq_embed, same), mixer.freq_embed)
+
+
+def test_wave_and_heat_mixers_differ_only_in_the_transfer() -> None:
+    heat, wave = HeatMixer(dim=4, fve_size=3), WaveMixer(dim=4, fve_size=3)
+    assert set(heat.op.state_dict()) - set(wave.op.state_dict()) == set()
+    assert set(wave.op.state_dict()) - set(heat.op.state_dict()) == {"c", "alpha"}
+    assert isinstance(heat.op.to_k[1], torch.nn.ReLU) and isinstance(wave.op.to_k[1], torch.nn.GELU)
+
+
+def test_hcl_mixer_is_hcnets_mixer_on_nchw() -> None:
+    torch.manual_seed(0)
+    mixer = HcLMixer(dim=5)
+    ref = HeatConductionMixer(5)
+    ref.load_state_dict({k.removeprefix("mixer."): v for k, v in mixer.state_dict().items()})
+    x = torch.randn(2, 5, 6, 7)
+    torch.testing.assert_close(mixer(x), ref(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2))
+
+
+def test_hyperbolic_mixer_is_the_blocks_branch_without_its_shortcut() -> None:
+    torch.manual_seed(0)
+    mixer = HyperbolicMixer(dim=8, equation="eq3").eval()
+    block = HyperbolicBlock(8, 8, equation="eq3", projection=False).eval()
+    block.load_state_dict({k.removeprefix("block."): v for k, v in mixer.state_dict().items()})
+    with torch.no_grad():  # non-trivial BatchNorm statistics and scales
+        for bn in (block.norm, block.norm_deriv, mixer.block.norm, mixer.block.norm_deriv):
+            bn.weight.fill_(0.7)
+            bn.running_var.fill_(2.0)
+    x = torch.randn(2, 8, 9, 10)
+    with torch.no_grad():
+        torch.testing.assert_close(mixer(x), block(x) - x)
+
+
+def test_mixer_arguments_dropout_and_placement() -> None:
+    mixer = HeatMixer(dim=4, proj_drop=0.5, fve_size=3, dtype=torch.float64)
+    assert mixer.freq_embed.dtype == torch.float64 and mixer.proj_drop.p == 0.5
+    with pytest.raises(ValueError, match="fve_size must be an integer"):
+        HeatMixer(dim=4, fve_size=0)
+    with pytest.raises(ValueError, match="k_mode"):
+        HeatMixer(dim=4, k_mode="bogus")
+
+
+def test_folding_through_timm_keeps_the_function() -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("pdeformer_micro", mixer="wave", dims=8, depths=(1, 1, 1, 1), num_classes=4).eval()
+    x = torch.randn(2, 3, 48, 40)
+    with torch.no_grad():
+        before = model(x)
+        timm.utils.model.reparameterize_model(model)
+        after = model(x)
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
