@@ -76,12 +76,19 @@ def count_params(mixer: str, dims: int, num_classes: int = 10) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _count_or_none(mixer: str, dims: int) -> int | None:
+    try:
+        return count_params(mixer, dims)
+    except ValueError:  # a width the mixer does not take (attention: multiples of its head size)
+        return None
+
+
 def match_dims(mixer: str, target: int, tolerance: float, widths: range = range(16, 65, 2)) -> tuple[int, int]:
     """The even first-stage width whose model is closest to ``target`` parameters, and its count; ``ValueError`` if
     none is within ``tolerance``."""
-    best = min((abs(count_params(mixer, d) / target - 1), d) for d in widths)
-    dims = best[1]
-    params = count_params(mixer, dims)
+    counts = {d: _count_or_none(mixer, d) for d in widths}
+    dims = min((d for d, n in counts.items() if n is not None), key=lambda d: abs(counts[d] / target - 1))
+    params = counts[dims]
     if abs(params / target - 1) > tolerance:
         raise ValueError(f"no width of {mixer} is within {tolerance:.0%} of {target} parameters (best {params})")
     return dims, params
