@@ -27,4 +27,13 @@ def list_models(pattern: str = "") -> list[str]:
     return names
 
 
-__all__ = ["FAMILIES", "MAE", "QBHeat", "VHeat", "WaveFormer", "checkpoint_filter_fn", "list_models", "list_restoration_models"]
+__all__ = [
+    "FAMILIES",
+    "MAE",
+    "QBHeat",
+    "VHeat",
+    "WaveFormer",
+    "checkpoint_filter_fn",
+    "list_models",
+    "list_restoration_models",
+]

@@ -118,9 +118,10 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: WaveFormer) -> dict[
     flat = vheat._unwrap(state_dict)
     if any(_AUTHOR_INFER_KEY.match(k) for k in flat):
         raise ValueError(
-            "this is an inference checkpoint of the WaveFormer authors' code (layers.*.op.k_exp from their infer_init), "
-            "which holds vHeat's heat decay exp(-w^2)**to_k(freq_embed), not the trained wave factor, and which their "
-            "own code cannot run; load the training checkpoint (with freq_embed.* and layers.*.op.to_k.*) instead"
+            "this is an inference checkpoint of the WaveFormer authors' code (layers.*.op.k_exp from their "
+            "infer_init), which holds vHeat's heat decay exp(-w^2)**to_k(freq_embed), not the trained wave factor, "
+            "and which their own code cannot run; load the training checkpoint (with freq_embed.* and "
+            "layers.*.op.to_k.*) instead"
         )
     return vheat.checkpoint_filter_fn(flat, model)
 
