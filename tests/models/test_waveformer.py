@@ -19,8 +19,9 @@ import torch
 from timm.utils.model import reparameterize_model
 
 import pdevision  # noqa: F401
+from pdevision.cli import main
 from pdevision.layers import WavePropagationOperator
-from pdevision.models import WaveFormer
+from pdevision.models import WaveFormer, list_models
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -196,3 +197,22 @@ def test_onnx_export_with_dynamic_height_width(tmp_path: Path, micro: WaveFormer
         with torch.no_grad():
             ref = micro(x).numpy()
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=f"size {size}")
+
+
+def test_cli_lists_the_models(capsys: pytest.CaptureFixture) -> None:
+    """``pdevision models 'waveformer*'`` lists these (from the library's family list); the table for the micro only,
+    as the GMACs of the large ones take half a minute to count."""
+    assert list_models("waveformer*") == [f"waveformer_{s}" for s in ("base", "micro", "small", "tiny")]
+    assert main(["models", "waveformer_mi*"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| waveformer_")]
+    assert len(rows) == 1 and rows[0].startswith("| waveformer_micro | 2.12 |"), rows
+
+
+@pytest.mark.slow  # 15-30 s on the loaded 2-core machine
+def test_cli_trains_and_evaluates_one_epoch(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--model", "waveformer_micro", "--epochs", "1", "--output", str(out)]
+    assert main([*argv, "--img-size", "32", "--batch-size", "32", "--max-train-batches", "2", "--no-progress"]) == 0
+    assert json.loads((out / "summary.json").read_text())["model"] == "waveformer_micro"
+    assert main(["eval", "--checkpoint", str(out / "best")]) == 0
+    assert "waveformer_micro on 360 images: top-1" in capsys.readouterr().out
