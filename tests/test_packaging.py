@@ -258,7 +258,7 @@ for name in {blocked!r}:
 import timm, torch
 import pdevision, pdevision.cli
 parser = pdevision.cli.build_parser()
-for name in ("vheat_micro", "hcnet_micro", "pderesnet_micro"):
+for name in ("vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro"):
     model = timm.create_model(name, num_classes=5).eval()
     with torch.no_grad():
         out = model(torch.randn(1, 3, 64, 48))

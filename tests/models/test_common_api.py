@@ -8,7 +8,7 @@ import torch
 
 import pdevision  # noqa: F401
 
-MICROS = ["vheat_micro", "hcnet_micro", "pderesnet_micro"]
+MICROS = ["vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro"]
 
 
 @pytest.mark.parametrize("name", MICROS)

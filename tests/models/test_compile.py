@@ -10,7 +10,7 @@ import pdevision  # noqa: F401
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["vheat_micro", "hcnet_micro", "pderesnet_micro"])
+@pytest.mark.parametrize("name", ["vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro"])
 def test_micro_models_train_under_torch_compile(name: str) -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ import torch
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.models.restoration import build_restoration_model
 
-FAMILIES = ["vheat_micro", "hcnet_micro", "pderesnet_micro"]
+FAMILIES = ["vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)

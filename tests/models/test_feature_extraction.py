@@ -9,7 +9,7 @@ from torchvision.models.feature_extraction import create_feature_extractor
 
 import pdevision  # noqa: F401
 
-MICROS = ["vheat_micro", "hcnet_micro", "pderesnet_micro"]
+MICROS = ["vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro"]
 
 
 def _nchw(model: torch.nn.Module, y: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from timm.models._features_fx import FeatureGraphNet
 
 import pdevision  # noqa: F401
 
-MICROS = ["vheat_micro", "hcnet_micro", "pderesnet_micro"]
+MICROS = ["vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro"]
 SIZE = (32, 64)  # height != width and neither equals a channel count: a permuted map cannot pass as NCHW
 INDICES = (0, 2, 3)
 

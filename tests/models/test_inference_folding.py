@@ -14,7 +14,9 @@ from pdevision.models.factory import fold_for_inference
 from pdevision.ops.fused import _onednn_ok, reference_kernels
 
 
-@pytest.mark.parametrize(("name", "img_size"), [("vheat_micro", 192), ("hcnet_micro", 64), ("pderesnet_micro", 64)])
+@pytest.mark.parametrize(
+    ("name", "img_size"), [("vheat_micro", 192), ("waveformer_micro", 64), ("hcnet_micro", 64), ("pderesnet_micro", 64)]
+)
 def test_folded_logits_match_unfolded_reference(name: str, img_size: int) -> None:
     model = timm.create_model(name, num_classes=10).eval()
     with torch.no_grad():  # non-trivial BatchNorm statistics, so folding them is exercised

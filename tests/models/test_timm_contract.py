@@ -41,7 +41,8 @@ def fx_model(model: torch.nn.Module) -> torch.nn.Module:
 def test_the_registered_models_are_the_families() -> None:
     """Only backbones / classifiers are in timm's registry (the restoration nets have their own)."""
     assert OURS == sorted(list_models())
-    assert {n.split("_")[0].rstrip("0123456789") for n in OURS} == {"vheat", "hcnet", "pderesnet", "pdeformer"}
+    families = {"vheat", "waveformer", "hcnet", "pderesnet", "pdeformer"}
+    assert {n.split("_")[0].rstrip("0123456789") for n in OURS} == families
 
 
 @pytest.mark.parametrize("name", MODELS)

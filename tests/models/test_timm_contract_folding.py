@@ -15,7 +15,13 @@ from torch import nn
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.layers import InferenceLinear
 
-CASES = [("vheat_micro", {}), ("hcnet_micro", {}), ("hcnet_micro", {"layout": "paper"}), ("pderesnet_micro", {})]
+CASES = [
+    ("vheat_micro", {}),
+    ("waveformer_micro", {}),
+    ("hcnet_micro", {}),
+    ("hcnet_micro", {"layout": "paper"}),
+    ("pderesnet_micro", {}),
+]
 
 
 def summary(model: nn.Module) -> list[tuple[str, str, str]]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from pdevision.cli import main
 from pdevision.viz import heat_figures, symmetry_figures
 from pdevision.viz.common import VizError, build_named_model, model_transform, photo_images
 from pdevision.viz.heat import pderesnet_point_response, point_source, vheat_diffusivity
@@ -62,6 +63,17 @@ def test_pderesnet_point_response_stays_within_one_stencil(tmp_path: Path) -> No
 def test_heat_rejects_other_families(tmp_path: Path) -> None:
     with pytest.raises(VizError, match="vHeat, HcNet and PDE-ResNet"):
         heat_figures(build_named_model("resnet18", 32), torch.zeros(1, 3, 32, 32), tmp_path)
+
+
+def test_heat_refuses_a_waveformer_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A WaveFormer is a VHeat with a wave operator: it has no diffusivity to show (it used to fail inside)."""
+    model = build_named_model("waveformer_micro", 32)
+    with pytest.raises(VizError, match="vHeat, HcNet and PDE-ResNet models, got WaveFormer"):
+        heat_figures(model, None, tmp_path / "fig")
+    assert not (tmp_path / "fig").exists()
+    assert main(["viz", "heat", "--model", "waveformer_micro", "--img-size", "32", "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "not 'waveformer_micro' (a wave operator, no heat diffusivity)" in err and err.count("\n") == 1
 
 
 def test_symmetry_figure_logits_difference(tmp_path: Path) -> None:

@@ -9,13 +9,15 @@ from pdevision.models import (
     hcnet,  # noqa: F401  (registers hcnet_* in timm)
     pdeformer,  # noqa: F401  (registers pdeformer_* in timm)
     pderesnet,  # noqa: F401  (registers pderesnet* in timm)
+    waveformer,  # noqa: F401  (registers waveformer_* in timm)
 )
 from pdevision.models.mae import MAE
 from pdevision.models.qbheat import QBHeat
 from pdevision.models.restoration import list_restoration_models  # vheatir_*, swinir_*, dncnn_*: not in timm
 from pdevision.models.vheat import VHeat, checkpoint_filter_fn
+from pdevision.models.waveformer import WaveFormer
 
-FAMILIES: tuple[str, ...] = ("vheat", "hcnet", "pderesnet", "pdeformer")
+FAMILIES: tuple[str, ...] = ("vheat", "waveformer", "hcnet", "pderesnet", "pdeformer")
 
 
 def list_models(pattern: str = "") -> list[str]:
@@ -26,4 +28,13 @@ def list_models(pattern: str = "") -> list[str]:
     return names
 
 
-__all__ = ["FAMILIES", "MAE", "QBHeat", "VHeat", "checkpoint_filter_fn", "list_models", "list_restoration_models"]
+__all__ = [
+    "FAMILIES",
+    "MAE",
+    "QBHeat",
+    "VHeat",
+    "WaveFormer",
+    "checkpoint_filter_fn",
+    "list_models",
+    "list_restoration_models",
+]

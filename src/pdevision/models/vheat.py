@@ -15,7 +15,7 @@ resampling at run time).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -48,14 +48,18 @@ def _refuse_dynamic_size(size: tuple[object, object]) -> None:
     """Raise ``ValueError`` when a stage without FVEs is recorded with a symbolic or traced size."""
     if not all(isinstance(d, int) for d in size):
         raise ValueError(
-            "this vHeat was loaded from a folded checkpoint without frequency embeddings and runs at one feature size "
+            "this model was loaded from a folded checkpoint without frequency embeddings and runs at one feature size "
             f"only, so it cannot be exported or compiled with a dynamic height or width (stage size {size}); export "
             "it with static sizes, torch.onnx.export(model, (torch.randn(1, 3, H, W),), path, dynamo=True)"
         )
 
 
 class VHeatStage(nn.Module):
-    """Optional downsampling, then ``depth`` heat-conduction blocks sharing one FVE. NHWC in and out."""
+    """Optional downsampling, then ``depth`` spectral blocks sharing one FVE. NHWC in and out.
+
+    The token mixer is vHeat's :class:`~pdevision.layers.HeatConductionOperator` unless ``mixer`` (``dim -> module``,
+    a :class:`~pdevision.layers.spectral.SpectralOperator`) builds another one (WaveFormer's wave operator); the
+    FVE is initialised from a truncated normal of standard deviation ``fve_std``."""
 
     def __init__(
         self,
@@ -70,6 +74,8 @@ class VHeatStage(nn.Module):
         fve_resize: str = "interp",
         dct_method: DctMethod = "auto",
         k_mode: str = "fve",
+        mixer: Callable[[int], nn.Module] | None = None,
+        fve_std: float = 0.02,
     ) -> None:
         super().__init__()
         self.feat_size = feat_size
@@ -79,14 +85,16 @@ class VHeatStage(nn.Module):
         self.folded_only = False
         self.downsample = ConvDownsample(in_dim, dim) if in_dim is not None else nn.Identity()
         self.freq_embed = nn.Parameter(torch.zeros(*feat_size, dim))
-        trunc_normal_(self.freq_embed, std=0.02)
+        trunc_normal_(self.freq_embed, std=fve_std)
         if k_mode != "fve":  # kept for a uniform layout (resizing, folding), but nothing reads it: frozen
             self.freq_embed.requires_grad_(False)
         dpr = list(drop_path) or [0.0] * depth
+        if mixer is None:
+            mixer = lambda d: HeatConductionOperator(d, dct_method=dct_method, k_mode=k_mode)  # noqa: E731
         self.blocks = nn.ModuleList(
             MixerBlock(
                 dim,
-                HeatConductionOperator(dim, dct_method=dct_method, k_mode=k_mode),
+                mixer(dim),
                 mlp_ratio=mlp_ratio,
                 post_norm=post_norm,
                 layer_scale=layer_scale,
@@ -161,7 +169,13 @@ class VHeat(StagedBackbone):
         dct_method: ``"auto"``, ``"matrix"`` or ``"fft"``.
         k_mode: ``"fve"`` (the paper), ``"learnable"`` (one scalar k per layer) or ``"fixed"`` (k = 1): the
             diffusivity ablation (see :class:`~pdevision.layers.HeatConductionOperator`).
+
+    A subclass with another spectral token mixer (:class:`~pdevision.models.waveformer.WaveFormer`) overrides
+    :meth:`mixer_factory` and the FVE's initial standard deviation ``fve_std``; everything else is shared.
     """
+
+    #: standard deviation of the truncated-normal initial FVEs
+    fve_std: float = 0.02
 
     def __init__(
         self,
@@ -202,10 +216,16 @@ class VHeat(StagedBackbone):
                 fve_resize=fve_resize,
                 dct_method=dct_method,
                 k_mode=k_mode,
+                mixer=self.mixer_factory(dct_method, k_mode),
+                fve_std=self.fve_std,
             ),
             drop_path_rate,
             drop_rate,
         )
+
+    def mixer_factory(self, dct_method: DctMethod, k_mode: str) -> Callable[[int], nn.Module]:
+        """``dim -> token mixer`` of every block: vHeat's :class:`~pdevision.layers.HeatConductionOperator`."""
+        return lambda dim: HeatConductionOperator(dim, dct_method=dct_method, k_mode=k_mode)
 
     # -- timm model API -------------------------------------------------------------------------
     @torch.jit.ignore

@@ -75,8 +75,11 @@ def wave_propagate(
         (``cosh`` / ``sinh`` where ``W^2 < 0``).
     """
     for name, value in (("t", t), ("c", c), ("alpha", alpha)):
-        if not (isinstance(value, (int, float)) and value >= 0 and value == value and value != float("inf")):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and value >= 0 and value == value and value != float("inf")):
             raise ValueError(f"wave_propagate needs a finite, non-negative number {name}, got {value!r}")
+    if v0 is not None and not isinstance(v0, torch.Tensor):
+        raise ValueError(f"v0 must be a torch.Tensor of the shape of u0 {tuple(u0.shape)}, got {type(v0).__name__}")
     if v0 is not None and v0.shape != u0.shape:
         raise ValueError(f"v0 must have the shape of u0 {tuple(u0.shape)}, got {tuple(v0.shape)}")
     d0, d1 = _norm_dims(u0, dims)

@@ -36,7 +36,7 @@ from pdevision.viz.common import (
 )
 from pdevision.viz.erf import ErfResult, compute_erf, plot_erf
 from pdevision.viz.gradcam import plot_cams, reshape_transform, stage_cams
-from pdevision.viz.heat import TIMES, heat_figures
+from pdevision.viz.heat import HEAT_FAMILIES, TIMES, heat_figures
 from pdevision.viz.symmetry import symmetry_figures
 
 log = logging.getLogger(__name__)
@@ -175,17 +175,21 @@ def heat(
     if checkpoint is not None:
         net, meta, folder = load_checkpoint_model(checkpoint)
         weights = f"trained ({folder.parent.name}/{folder.name}, epoch {meta.get('epoch', '?')})"
-        kind = family(net)
-        x = None if kind == "vheat" else _checkpoint_images(meta, folder, data, images)[0]
         name = meta["model"]
     else:
         assert model is not None
         net = build_named_model(model, img_size)
         weights, name = "random init", model
-        kind = family(net)
-        x = None if kind == "vheat" else _images_for_named(net, img_size, data, images)[0]
-    if kind == "other":
-        raise VizError(f"viz heat shows vHeat, HcNet and PDE-ResNet models, not {name!r}")
+    kind = family(net)
+    if kind not in HEAT_FAMILIES:
+        what = " (a wave operator, no heat diffusivity)" if kind == "waveformer" else ""
+        raise VizError(f"viz heat shows vHeat, HcNet and PDE-ResNet models, not {name!r}{what}")
+    if kind == "vheat":
+        x = None
+    elif checkpoint is not None:
+        x = _checkpoint_images(meta, folder, data, images)[0]
+    else:
+        x = _images_for_named(net, img_size, data, images)[0]
     numbers = heat_figures(net, x, out, times, gif)
     numbers.update(model=name, weights=weights)
     written = sorted(str(p) for p in out.iterdir() if p.suffix in (".png", ".gif"))
@@ -339,7 +343,7 @@ def _physics_sections(
 ) -> list[str]:
     """The family's heat figures, and the symmetry figures for PDE-ResNet."""
     out, sections = fig.out, []
-    if kind in ("vheat", "hcnet", "pderesnet"):
+    if kind in HEAT_FAMILIES:
         h = heat(checkpoint=folder, output=out / "heat", data=data, images=max(images, 8))
         shown = "".join(fig(out / "heat" / n, c) for n, c in _HEAT_CAPTIONS.items() if n.startswith(kind))
         sections.append("<h2>Heat</h2>" + shown)

@@ -22,6 +22,7 @@ from pdevision.engine.modeling import load_checkpoint_model as load_model
 from pdevision.models.hcnet import HcNet
 from pdevision.models.pderesnet import PDEResNet
 from pdevision.models.vheat import VHeat
+from pdevision.models.waveformer import WaveFormer
 
 log = logging.getLogger(__name__)
 
@@ -227,9 +228,10 @@ def stage_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def family(model: nn.Module) -> str:
-    """``"vheat"``, ``"hcnet"``, ``"pderesnet"`` or ``"other"``."""
+    """``"vheat"``, ``"waveformer"``, ``"hcnet"``, ``"pderesnet"`` or ``"other"`` (a WaveFormer is a VHeat with
+    another operator: it is named for itself)."""
 
-    for cls, name in ((VHeat, "vheat"), (HcNet, "hcnet"), (PDEResNet, "pderesnet")):
+    for cls, name in ((WaveFormer, "waveformer"), (VHeat, "vheat"), (HcNet, "hcnet"), (PDEResNet, "pderesnet")):
         if isinstance(model, cls):
             return name
     return "other"

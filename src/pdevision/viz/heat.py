@@ -31,6 +31,9 @@ from pdevision.viz.erf import second_moments
 
 TIMES = (0.25, 0.5, 1.0, 2.0, 4.0)
 
+#: the families with heat figures (a WaveFormer has no heat diffusivity: its operator is the wave factor)
+HEAT_FAMILIES = ("vheat", "hcnet", "pderesnet")
+
 
 # -- vHeat ----------------------------------------------------------------------------------------
 
@@ -355,6 +358,11 @@ def heat_figures(
 ) -> dict[str, Any]:
     """The figures of the model's family (vHeat, HcNet, PDE-ResNet) in ``out``, and their numbers."""
     kind = family(model)
+    if kind not in HEAT_FAMILIES:
+        raise VizError(
+            f"viz heat shows vHeat, HcNet and PDE-ResNet models, got {type(model).__name__} "
+            "(use viz erf or viz gradcam for other models)"
+        )
     out.mkdir(parents=True, exist_ok=True)
     if kind == "vheat":
         return vheat_heat(model, out, times, gif)
@@ -362,9 +370,4 @@ def heat_figures(
         raise VizError(f"the {kind} heat figures need images")
     if kind == "hcnet":
         return hcnet_heat(model, images, out)
-    if kind == "pderesnet":
-        return pderesnet_heat(model, images, out)
-    raise VizError(
-        f"viz heat shows vHeat, HcNet and PDE-ResNet models, got {type(model).__name__} "
-        "(use viz erf or viz gradcam for other models)"
-    )
+    return pderesnet_heat(model, images, out)
