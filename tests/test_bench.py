@@ -40,7 +40,7 @@ def test_bench_cli_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert rows["vheat_micro"]["params_m"] == pytest.approx(2.12, abs=0.01)
     assert result["machine"]["matmul_gflops"] > 0
     ops = result["operators"]
-    assert {"hco_matrix", "hco_fft", "global_attention", "window_attention_7x7"} == set(ops["exponents"])
+    assert {"hco_matrix", "hco_fft", "wave_matrix", "global_attention", "window_attention_7x7"} == set(ops["exponents"])
     for name in ("results.csv", "results.md", "cost_vs_resolution.png", "operators.png"):
         assert (out / name).stat().st_size > 100
     assert "| vheat_micro | 64 | 2 | fp32 |" in capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""Token-mixer microbenchmark: heat conduction (matrix DCT, FFT) against global and window attention.
+"""Token-mixer microbenchmark: heat conduction (matrix DCT, FFT) and wave propagation against global and window
+attention.
 
 All operators mix a ``(1, H, W, C)`` map at equal width ``C``; the exponent ``p`` of
 ``time ~ tokens^p`` is fitted by least squares on log-log points.
@@ -16,6 +17,8 @@ from torch import nn
 
 from pdevision.bench.measure import interleaved_medians
 from pdevision.layers.hco import HeatConductionOperator
+from pdevision.layers.spectral import SpectralOperator
+from pdevision.layers.wave import WavePropagationOperator
 
 
 class GlobalAttention(nn.Module):
@@ -58,8 +61,8 @@ class WindowAttention(nn.Module):
         return out.reshape(b, hp, wp, c)[:, :h, :w]
 
 
-def _folded_hco(dim: int, size: int, method: str) -> nn.Module:
-    op = HeatConductionOperator(dim, dct_method=method)  # type: ignore[arg-type]
+def _folded_hco(dim: int, size: int, method: str, cls: type[SpectralOperator] = HeatConductionOperator) -> nn.Module:
+    op = cls(dim, dct_method=method)  # type: ignore[call-arg]
     op.fold(torch.randn(size, size, dim) * 0.02)
     return op.eval()
 
@@ -89,6 +92,7 @@ def operator_benchmark(
         ops: dict[str, nn.Module] = {
             "hco_matrix": _folded_hco(dim, side, "matrix"),
             "hco_fft": _folded_hco(dim, side, "fft"),
+            "wave_matrix": _folded_hco(dim, side, "matrix", WavePropagationOperator),
             "window_attention_7x7": WindowAttention(dim),
         }
         if tokens <= global_attention_max_tokens:

@@ -37,11 +37,12 @@ from pdevision.bench.operators import operator_benchmark, tokens_label
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OURS: tuple[str, ...] = ("vheat_tiny", "hcnet_tiny", "pderesnet50")
+DEFAULT_OURS: tuple[str, ...] = ("vheat_tiny", "waveformer_tiny", "hcnet_tiny", "pderesnet50")
 _TINY_PEERS = ("convnext_tiny", "swin_tiny_patch4_window7_224")
 # Each model's throughput is reported as a multiple of these peers' (where both were measured).
 RATIO_PAIRS: dict[str, tuple[str, ...]] = {
     "vheat_tiny": _TINY_PEERS,
+    "waveformer_tiny": ("vheat_tiny", *_TINY_PEERS),
     "hcnet_tiny": _TINY_PEERS,
     "pderesnet50": ("resnet50",),
     "vheat_small": ("convnext_small", "swin_small_patch4_window7_224"),
