@@ -1,0 +1,62 @@
+"""benchmarks/mixers.py: the parameter match, the learning-rate rule, the frequency gain and the report."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import load_benchmark
+
+mixers = load_benchmark("mixers.py")
+
+
+def test_widths_match_the_heat_models_parameters_within_5_percent() -> None:
+    target = mixers.count_params("heat", 32)
+    widths = range(28, 42, 2)
+    for mixer in ("identity", "hcl"):
+        dims, params = mixers.match_dims(mixer, target, 0.05, widths)
+        assert abs(params / target - 1) <= 0.05 and params == mixers.count_params(mixer, dims)
+    assert mixers.match_dims("attention", target, 0.05, widths)[0] == 32  # the only width that tiles its heads
+    with pytest.raises(ValueError, match="within 1%"):
+        mixers.match_dims("attention", target, 0.01, widths)
+
+
+def _results(scores: dict[float, float]) -> tuple[dict, dict]:
+    row = {"name": "heat", "model": mixers.MODEL, "model_args": {"mixer": "heat", "dims": 32}, "params": 1}
+    runs = {}
+    for lr, top1 in scores.items():
+        key = mixers.ablations.train_key(row, 0, mixers.budget_at(lr))
+        runs[key] = {"status": "ok", "best_val_top1": top1, "cpu_seconds": 100.0}
+    return row, {"runs": runs}
+
+
+def test_the_rate_rule_best_seed0_top1_ties_to_the_smaller_rate() -> None:
+    row, results = _results({2.5e-4: 30.0, 5e-4: 41.0, 1e-3: 41.0})
+    assert mixers.chosen_lr(results, row, (2.5e-4, 5e-4, 1e-3)) == 5e-4
+    row, results = _results({2.5e-4: 30.0, 5e-4: 41.0})
+    assert mixers.chosen_lr(results, row, (2.5e-4, 5e-4, 1e-3)) is None  # not all rates ran
+
+
+def test_frequency_gain_reads_the_trained_transfer() -> None:
+    import timm
+
+    torch.manual_seed(0)
+    heat = timm.create_model(mixers.MODEL, mixer="heat", dims=8, depths=(1, 1, 1, 1), num_classes=3)
+    with torch.no_grad():  # a large diffusivity everywhere: high frequencies strongly damped
+        for m in heat.modules():
+            if hasattr(m, "freq_embed") and hasattr(m, "op"):
+                m.op.to_k[0].weight.zero_()
+                m.op.to_k[0].bias.fill_(1.0)
+    assert mixers.frequency_gain(heat) < 0.2
+    wave = timm.create_model(mixers.MODEL, mixer="wave", dims=8, depths=(1, 1, 1, 1), num_classes=3)
+    assert mixers.frequency_gain(wave) == pytest.approx(1.0, abs=0.05)  # at initialisation t ~ 0: a flat transfer
+    assert mixers.frequency_gain(timm.create_model(mixers.MODEL, mixer="pooling", dims=8, num_classes=3)) is None
+
+
+def test_the_report_of_a_partial_record_says_what_has_not_run() -> None:
+    row, results = _results({2.5e-4: 30.0, 5e-4: 41.0, 1e-3: 35.0})
+    results["rows"] = [row]
+    text = mixers.report(results, (2.5e-4, 5e-4, 1e-3), 3)
+    assert "| heat | 32 | 0.000 | 30.0 / 41.0 / 35.0 | 0.0005 | 41.0 ± 0.0 (n=1) |" in text
+    assert "| heat vs attention | — | — | not run yet |" in text
+    assert "| heat | — | — | — | — |" in text  # no ERF, gain or speed measured yet
