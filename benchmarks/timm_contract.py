@@ -312,9 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="*", default=[], help="test functions to run (default all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per test case (pytest-timeout)")
     parser.add_argument("--fresh", action="store_true", help="start the record anew instead of updating its rows")
+    parser.add_argument("--note", default="", help="a note on this run, printed under the runs table")
+    parser.add_argument("--render", action="store_true", help="only rewrite the Markdown from the JSON record")
     parser.add_argument("--md", type=Path, default=OUT)
     parser.add_argument("--record", type=Path, default=RECORD)
     args = parser.parse_args(argv)
+    if args.render:
+        args.md.write_text(markdown(json.loads(args.record.read_text()), our_models()))
+        return 0
     models = [m for m in our_models() if any(fnmatch.fnmatchcase(m, p) for p in args.models)]
     if not models:
         raise SystemExit(f"timm_contract: no model of ours matches {args.models}; ours: {', '.join(our_models())}")
@@ -332,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(wall, 1),
         "load": f"{load_before} at start, {load_average()} at end",
         "pytest": last,
+        **({"note": args.note} if args.note else {}),
     }
     old = {} if args.fresh or not args.record.is_file() else json.loads(args.record.read_text())
     record = merge(old, run, rows, our_models(), excluded_tests)
