@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from pdevision.cli import main
 from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.engine.modeling import build_model
 from pdevision.tasks.classify import ClassifyConfig, train
+from tests.viz.figure_checks import record_saved_figures
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +44,21 @@ class _Links(HTMLParser):
                 self.links.append(value)
 
 
-def test_report_links_only_files_that_exist(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "report"
-    assert main(["viz", "report", "--checkpoint", str(run), "--output", str(out), "--images", "2", "--steps", "5"]) == 0
+@pytest.fixture(scope="module")
+def report(run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``viz report`` on the run: its output folder and what the command printed. Made once for the module, outside
+    the conftest's per-test figure checks, so they are applied here."""
+    out = tmp_path_factory.mktemp("viz") / "report"
+    printed = io.StringIO()
+    with record_saved_figures() as saved, contextlib.redirect_stdout(printed):
+        code = main(["viz", "report", "--checkpoint", str(run), "--output", str(out), "--images", "2", "--steps", "5"])
+    assert code == 0
+    assert saved and not [p for _, probs in saved for p in probs]
+    return out, printed.getvalue()
+
+
+def test_report_links_only_files_that_exist(report: tuple[Path, str]) -> None:
+    out, printed = report
     parser = _Links()
     parser.feed((out / "index.html").read_text())
     assert parser.links
@@ -62,7 +79,28 @@ def test_report_links_only_files_that_exist(run: Path, tmp_path: Path, capsys: p
     numbers = json.loads((out / "report.json").read_text())
     assert numbers["family"] == "pderesnet" and numbers["metrics_rows"] == 1
     assert numbers["symmetry_logits_rel_diff"]["group element"] < 1e-4
-    assert "figures" in capsys.readouterr().out
+    assert "figures" in printed
+
+
+def test_report_shows_figures_at_their_natural_size(report: tuple[Path, str]) -> None:
+    """No figure is scaled down by the page (the Grad-CAM figure's 8 pt text was shown at about 7 pt): images are
+    not limited to the page's width, and the page's max width holds the widest figure with its border."""
+    out, _ = report
+    page = (out / "index.html").read_text()
+    style = page[page.index("<style>") + 7 : page.index("</style>")]
+    max_width = int(re.search(r"body\{[^}]*max-width:(\d+)px", style).group(1))
+    img = re.search(r"img\{([^}]*)\}", style).group(1)
+    assert "max-width:none" in img and "%" not in img
+    border = int(re.search(r"border:(\d+)px", img).group(1))
+    parser = _Links()
+    parser.feed(page)
+    pngs = sorted({link for link in parser.links if link.endswith(".png")})
+    assert "gradcam.png" in {Path(p).name for p in pngs}
+    for png in pngs:
+        with Image.open(out / png) as im:
+            assert im.width + 2 * border <= max_width, (png, im.width, max_width)
+    with Image.open(out / next(p for p in pngs if p.endswith("gradcam.png"))) as im:
+        assert im.width > 1100  # the case this guards: wider than the page's former fixed 1100 px
 
 
 def test_cli_gradcam_erf_heat_symmetry(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 from torch import nn
 
 from pdevision.data import eval_transform_for
@@ -227,11 +228,29 @@ def symmetry(
 
 # -- report ---------------------------------------------------------------------------------------
 
-_CSS = (
-    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-    "figure{margin:1em 0}img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.9em;color:#555}"
-    "table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-)
+# The page is at least this wide, and wider when a figure is: figures show at their natural size (one image pixel per
+# CSS pixel, their 8 pt text at 8 pt), never scaled down to the page; a window narrower than a figure scrolls it.
+PAGE_MIN_WIDTH_PX = 1100
+_IMG_BORDER_PX = 1
+
+
+def _css(width: int) -> str:
+    """The page's style for a max width of ``width`` CSS pixels."""
+    return (
+        f"body{{font-family:sans-serif;max-width:{width}px;margin:2em auto;color:#222}}"
+        f"figure{{margin:1em 0;overflow-x:auto}}img{{max-width:none;border:{_IMG_BORDER_PX}px solid #ddd}}"
+        "figcaption{font-size:.9em;color:#555}"
+        "table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+    )
+
+
+def page_width(figures: Sequence[Path]) -> int:
+    """The page's max width in CSS pixels: :data:`PAGE_MIN_WIDTH_PX`, or the widest figure with its border."""
+    widths = []
+    for path in figures:
+        with Image.open(path) as im:
+            widths.append(im.width + 2 * _IMG_BORDER_PX)
+    return max([PAGE_MIN_WIDTH_PX, *widths])
 
 
 def _table(rows: list[dict[str, str]], columns: Sequence[str]) -> str:
@@ -399,7 +418,8 @@ def report(
     title = f"pdevision report: {meta['model']}"
     doc = (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>\n"
+        f"<style>{_css(page_width([out / f['src'] for f in fig.listed]))}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>\n"
     )
     index = out / "index.html"
     index.write_text(doc)

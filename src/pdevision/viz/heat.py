@@ -100,71 +100,96 @@ def spread(u: np.ndarray) -> float:
 def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif: bool = False) -> dict[str, Any]:
     """Figures ``vheat_diffusivity.png``, ``vheat_radial.png``, ``vheat_decay.png``, ``vheat_point_source.png``
     (and ``vheat_point_source.gif``) in ``out``; returns the numbers behind them."""
-    from matplotlib.ticker import MaxNLocator
-
     stages = list(model.stages)
     ks = [vheat_diffusivity(s) for s in stages]
-    numbers: dict[str, Any] = {"family": "vheat", "stages": []}
     depth = max(len(k) for k in ks)
     fig_k, ax_k = subplots(depth, len(stages), figsize=(2.8 * len(stages), 2.4 * depth))
     fig_d, ax_d = subplots(1, len(stages), figsize=(2.6 * len(stages) + 1.0, 2.8))
     fig_r, ax_r = subplots(1, len(stages), figsize=(3.2 * len(stages), 3.0))
+    numbers: dict[str, Any] = {"family": "vheat", "stages": []}
     for i, kblocks in enumerate(ks):
         h, w = kblocks[0].shape[:2]
         energy = frequency_energy(h, w, dtype=torch.float64).numpy()[..., None]
-        entry: dict[str, Any] = {"stage": i, "feat_size": [h, w], "blocks": []}
-        for j in range(depth):
-            ax = ax_k[j][i]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if j >= len(kblocks):
-                ax.axis("off")
-                continue
-            k = kblocks[j]
-            im = ax.imshow(np.nanmean(k, -1), cmap="viridis")
-            colorbar(fig_k, im, ax, "k", ticks=3, shrink=0.8)
-            ax.set_title(f"stage {i} block {j}\nmean k over channels", fontsize=MIN_FONT)
-            prof = radial_profile(k)
-            ax_r[0][i].plot(prof["radius"], prof["median"], marker="o", markersize=3, label=f"block {j}")
-            ax_r[0][i].fill_between(prof["radius"], prof["q10"], prof["q90"], alpha=0.2)
-            decay = np.exp(-energy * k)
-            entry["blocks"].append(
-                {
-                    "k_mean": float(np.nanmean(k)),
-                    "k_quantiles_10_50_90": [float(np.nanquantile(k, q)) for q in (0.1, 0.5, 0.9)],
-                    "k_zero_fraction": float(np.mean(k[np.isfinite(k)] == 0)),
-                    "decay_mean": float(np.nanmean(decay)),
-                    "radial_profile": prof,
-                }
-            )
-        decay0 = np.exp(-energy * kblocks[0])
-        im = ax_d[0][i].imshow(np.nanmean(decay0, -1), cmap="magma", vmin=0, vmax=1)
-        ax_d[0][i].set_title(f"stage {i} block 0\nexp(-k|w|^2), channel mean", fontsize=MIN_FONT)
-        ax_d[0][i].set_xlabel("wx index", fontsize=MIN_FONT)
-        ax_d[0][i].set_ylabel("wy index", fontsize=MIN_FONT)
-        index_ticks(ax_d[0][i], decay0.shape)
-        ax_d[0][i].tick_params(labelsize=MIN_FONT)
-        ax = ax_r[0][i]
-        ax.set_xlabel("|w| (rad / pixel)", fontsize=MIN_FONT)
-        ax.set_ylabel("k" if i == 0 else "", fontsize=MIN_FONT)
-        ax.set_title(f"stage {i}: k(|w|)\nchannel median, 10-90% band", fontsize=MIN_FONT)
-        right = max(ax.get_xlim()[1], 0.5)  # a 1x1 map has one frequency: keep a readable axis
-        ax.set_xlim(-0.03 * right, right)
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
-        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
-        ax.tick_params(labelsize=MIN_FONT)
-        ax.legend(fontsize=MIN_FONT)
-        numbers["stages"].append(entry)
+        profiles = [radial_profile(k) for k in kblocks]
+        _plot_diffusivity(fig_k, [ax_k[j][i] for j in range(depth)], kblocks, i)
+        _plot_radial(ax_r[0][i], profiles, i)
+        im = _plot_decay(ax_d[0][i], np.exp(-energy * kblocks[0]), i)
+        blocks = [_block_numbers(k, energy, prof) for k, prof in zip(kblocks, profiles, strict=True)]
+        numbers["stages"].append({"stage": i, "feat_size": [h, w], "blocks": blocks})
     colorbar(fig_d, im, ax_d.ravel().tolist(), "decay factor exp(-k|w|^2)", shrink=0.8)
     fig_k.suptitle("vHeat diffusivity k(w) per block (DC at the top left)", fontsize=10)
     save_figure(fig_k, out / "vheat_diffusivity.png")
     save_figure(fig_d, out / "vheat_decay.png")
     save_figure(fig_r, out / "vheat_radial.png")
-
     frames = [point_source(s, times) for s in stages]
-    fig, axes = subplots(len(stages), len(times), figsize=(2.0 * len(times) + 1.0, 2.1 * len(stages)))
+    _point_source_figure(frames, times, out / "vheat_point_source.png")
+    for entry, row in zip(numbers["stages"], frames, strict=True):
+        entry["point_source_spread_px"] = {str(t): spread(u) for t, u in zip(times, row, strict=True)}
+    numbers["times"] = list(times)
+    if gif:
+        _gif(frames, out / "vheat_point_source.gif")
+    return numbers
+
+
+def _block_numbers(k: np.ndarray, energy: np.ndarray, profile: dict[str, list[float]]) -> dict[str, Any]:
+    """The numbers of one block's diffusivity ``k (H, W, C)``: mean, quantiles, zero fraction, mean decay factor."""
+    decay = np.exp(-energy * k)
+    return {
+        "k_mean": float(np.nanmean(k)),
+        "k_quantiles_10_50_90": [float(np.nanquantile(k, q)) for q in (0.1, 0.5, 0.9)],
+        "k_zero_fraction": float(np.mean(k[np.isfinite(k)] == 0)),
+        "decay_mean": float(np.nanmean(decay)),
+        "radial_profile": profile,
+    }
+
+
+def _plot_diffusivity(fig: Any, axes: list[Any], kblocks: list[np.ndarray], stage: int) -> None:
+    """One stage's column of the diffusivity figure: the channel-mean ``k`` of each block (empty below its depth)."""
+    for j, ax in enumerate(axes):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if j >= len(kblocks):
+            ax.axis("off")
+            continue
+        im = ax.imshow(np.nanmean(kblocks[j], -1), cmap="viridis")
+        colorbar(fig, im, ax, "k", ticks=3, shrink=0.8)
+        ax.set_title(f"stage {stage} block {j}\nmean k over channels", fontsize=MIN_FONT)
+
+
+def _plot_radial(ax: Any, profiles: list[dict[str, list[float]]], stage: int) -> None:
+    """One stage's panel of the radial profiles ``k(|w|)``: each block's channel median and 10-90% band."""
+    from matplotlib.ticker import MaxNLocator
+
+    for j, prof in enumerate(profiles):
+        ax.plot(prof["radius"], prof["median"], marker="o", markersize=3, label=f"block {j}")
+        ax.fill_between(prof["radius"], prof["q10"], prof["q90"], alpha=0.2)
+    ax.set_xlabel("|w| (rad / pixel)", fontsize=MIN_FONT)
+    ax.set_ylabel("k" if stage == 0 else "", fontsize=MIN_FONT)
+    ax.set_title(f"stage {stage}: k(|w|)\nchannel median, 10-90% band", fontsize=MIN_FONT)
+    right = max(ax.get_xlim()[1], 0.5)  # a 1x1 map has one frequency: keep a readable axis
+    ax.set_xlim(-0.03 * right, right)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+    ax.tick_params(labelsize=MIN_FONT)
+    ax.legend(fontsize=MIN_FONT)
+
+
+def _plot_decay(ax: Any, decay: np.ndarray, stage: int) -> Any:
+    """One stage's panel of the decay factors ``exp(-k|w|^2)`` of its first block (channel mean); returns the
+    image, for the shared colour bar."""
+    im = ax.imshow(np.nanmean(decay, -1), cmap="magma", vmin=0, vmax=1)
+    ax.set_title(f"stage {stage} block 0\nexp(-k|w|^2), channel mean", fontsize=MIN_FONT)
+    ax.set_xlabel("wx index", fontsize=MIN_FONT)
+    ax.set_ylabel("wy index", fontsize=MIN_FONT)
+    index_ticks(ax, decay.shape)
+    ax.tick_params(labelsize=MIN_FONT)
+    return im
+
+
+def _point_source_figure(frames: list[list[np.ndarray]], times: Sequence[float], path: Path) -> None:
+    """The point source through each stage's first operator (rows) at each time (columns), log scale."""
+    fig, axes = subplots(len(frames), len(times), figsize=(2.0 * len(times) + 1.0, 2.1 * len(frames)))
     for i, row in enumerate(frames):
-        numbers["stages"][i]["point_source_spread_px"] = {str(t): spread(u) for t, u in zip(times, row, strict=True)}
         for c, (t, u) in enumerate(zip(times, row, strict=True)):
             ax = axes[i][c]
             rel = np.log10(np.maximum(u / max(float(u.max()), 1e-300), 1e-3))
@@ -174,11 +199,7 @@ def vheat_heat(model: nn.Module, out: Path, times: Sequence[float] = TIMES, gif:
             ax.set_title(f"stage {i}, t={t:g}\nrms {spread(u):.2f} px", fontsize=MIN_FONT)
     colorbar(fig, im, axes.ravel().tolist(), "log10 u / max", shrink=0.6)
     fig.suptitle("a point source through each stage's first heat operator (t=1: the operator itself)", fontsize=10)
-    save_figure(fig, out / "vheat_point_source.png")
-    numbers["times"] = list(times)
-    if gif:
-        _gif(frames, out / "vheat_point_source.gif")
-    return numbers
+    save_figure(fig, path)
 
 
 def _gif(frames: list[list[np.ndarray]], path: Path) -> None:
