@@ -266,6 +266,21 @@ def _per_seed(results: dict[str, Any], row: dict[str, Any], lr: float, seeds: in
     return out
 
 
+def _progress(results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[float, ...], seeds: int) -> list[str]:
+    """A line saying how much of the planned training has run, when not all of it has."""
+    planned = {ablations.train_key(row, 0, budget_at(lr)) for row in table for lr in lrs}
+    for row in table:
+        lr = chosen_lr(results, row, lrs)
+        planned |= {ablations.train_key(row, s, budget_at(lr or lrs[0])) for s in range(seeds)}
+    done = sum(results["runs"].get(k, {}).get("status") == "ok" for k in planned)
+    if done >= len(planned):
+        return []
+    return [
+        f"- **Partial record: {done} of at least {len(planned)} planned trainings have run** (the sweep first, then "
+        "the seeds); rows without all of their runs say so, and no claim below is settled until they have run."
+    ]
+
+
 def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
     table = results.get("rows", [])
     lines = [
@@ -282,6 +297,7 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         "with the best validation top-1 at seed 0 (ties: the smaller). Seed 0 of that rate is also a reported run.",
         f"- Seeds: {list(range(seeds))}; top-1 is the run's best validation top-1 (%), mean ± sample std (n).",
         f"- Machine: {results.get('machine', '?')}; one torch thread per training, two trainings at a time.",
+        *_progress(results, table, lrs, seeds),
         "",
         "## Results",
         "",
