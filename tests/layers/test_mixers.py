@@ -80,8 +80,9 @@ def test_hyperbolic_mixer_is_the_blocks_branch_without_its_shortcut() -> None:
 def test_mixer_arguments_dropout_and_placement() -> None:
     mixer = HeatMixer(dim=4, proj_drop=0.5, fve_size=3, dtype=torch.float64)
     assert mixer.freq_embed.dtype == torch.float64 and mixer.proj_drop.p == 0.5
-    with pytest.raises(ValueError, match="fve_size must be an integer"):
-        HeatMixer(dim=4, fve_size=0)
+    for bad in (0, 257, True, 8.0):  # 257: a grid beyond a 4096 px map at stride 16 allocates gigabytes
+        with pytest.raises(ValueError, match="fve_size must be an integer from 1 to 256"):
+            HeatMixer(dim=4, fve_size=bad)
     with pytest.raises(ValueError, match="k_mode"):
         HeatMixer(dim=4, k_mode="bogus")
 

@@ -36,6 +36,11 @@ from pdevision.ops.heat import resize_spectrum
 __all__ = ["HcLMixer", "HeatMixer", "HyperbolicMixer", "WaveMixer", "mixer_fve"]
 
 
+# The largest FVE grid: the map of a 4096 px image at stride 16 (an FVE of n x n x C per mixer; far larger ones would
+# allocate gigabytes before anything useful).
+MAX_FVE_SIZE = 256
+
+
 def mixer_fve(freq_embed: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """The FVE ``(n, n, C)`` resampled to the size of the NCHW map ``x``: ``(H, W, C)``."""
     return resize_spectrum(freq_embed, (x.shape[2], x.shape[3]), "interp")
@@ -55,8 +60,8 @@ class _SpectralMixer(nn.Module):
 
     def __init__(self, dim: int, op: SpectralOperator, fve_size: int, proj_drop: float, fve_std: float) -> None:
         super().__init__()
-        if not (isinstance(fve_size, int) and 1 <= fve_size <= 1024):
-            raise ValueError(f"fve_size must be an integer from 1 to 1024, got {fve_size!r}")
+        if not (isinstance(fve_size, int) and not isinstance(fve_size, bool) and 1 <= fve_size <= MAX_FVE_SIZE):
+            raise ValueError(f"fve_size must be an integer from 1 to {MAX_FVE_SIZE}, got {fve_size!r}")
         self.op = op
         self.freq_embed = nn.Parameter(torch.zeros(fve_size, fve_size, dim))
         trunc_normal_(self.freq_embed, std=fve_std)
