@@ -140,3 +140,51 @@ def test_an_unknown_optimizer_names_the_flag_before_anything_runs(
 def test_timm_optimizer_names_are_accepted() -> None:
     for name in ("sgd", "momentum", "AdamW", "lookahead_adamw", "lamb"):
         check_run(RunConfig(opt=name))
+
+
+# -- issue 26: the new models through the same checkpoint and command paths ---------------------------------------
+PDEFORMER = {**META, "model": "pdeformer_micro", "model_args": {"mixer": "wave", "dims": 8, "depths": [1, 1, 1, 1]}}
+
+
+def _pdeformer_state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return build_model("pdeformer_micro", num_classes=10, **PDEFORMER["model_args"]).state_dict()
+
+
+def test_a_crafted_pdeformer_checkpoint_predicts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    ckpt = _checkpoint(tmp_path / "ok", PDEFORMER, _pdeformer_state())
+    assert main(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))]) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"mixer": "fourier"}, "mixer must be one of"),
+        ({"mixer": "attention", "dims": 40}, "multiples of head_dim"),
+        ({"mixer": "heat", "fve_size": 4096}, "fve_size must be an integer from 1 to 256"),
+        ({"mixer": "pooling", "equation": "eq4"}, "equation"),  # an option of another mixer: refused, not dropped
+    ],
+    ids=["unknown-mixer", "attention-widths", "fve-size", "foreign-option"],
+)
+def test_bad_mixer_arguments_in_a_checkpoint_are_one_line(
+    args: dict, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    meta = {**PDEFORMER, "model_args": {**PDEFORMER["model_args"], **args}}
+    ckpt = _checkpoint(tmp_path / "ckpt", meta, _pdeformer_state())
+    for command in (["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))], ["eval", "--checkpoint", str(ckpt)]):
+        assert expected in _one_line_exit_2(command, capsys)
+
+
+def test_vheat_weights_under_waveformer_metadata_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The two families share every key but the wave operator's c and alpha: the loader names what is missing."""
+    ckpt = _checkpoint(tmp_path / "ckpt", {**META, "model": "waveformer_micro"})
+    err = _one_line_exit_2(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))], capsys)
+    assert "waveformer_micro" in err and ".mixer.c" in err, err
+
+
+@pytest.mark.parametrize("task", ["segment", "detect"])
+def test_a_bad_mixer_is_one_line_in_the_dense_tasks(task: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv = ["train", "--task", task, "--model", "pdeformer_micro", "--model-args", '{"mixer": "fourier"}']
+    err = _one_line_exit_2([*argv, "--output", str(tmp_path / task), "--epochs", "1"], capsys)
+    assert "mixer must be one of" in err
+    assert not (tmp_path / task).exists()

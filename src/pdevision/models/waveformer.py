@@ -17,7 +17,7 @@ repository; their class default is depths 2-2-9-2, dims 96, post-norm, no layer 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,61 +36,18 @@ __all__ = ["WaveFormer", "checkpoint_filter_fn"]
 class WaveFormer(vheat.VHeat):
     """WaveFormer backbone: vHeat's conv stem, four stages of wave-propagation blocks, LayerNorm, pooled linear head.
 
-    The defaults are the authors' class defaults (depths 2-2-9-2, dims 96, post-norm, drop path 0.2).
-
-    Args:
-        img_size: training resolution; sets the size of the FVEs (any input size runs).
-        in_chans: input channels.
-        num_classes: classifier outputs (0 for no classifier).
-        global_pool: pooling of the head (timm's ``ClassifierHead``).
-        depths: blocks per stage.
-        dims: channels per stage, or the first stage's channels (doubled per stage).
-        mlp_ratio: hidden width of the MLP as a multiple of the channels.
-        post_norm: normalise branch outputs (``x + norm(f(x))``) instead of inputs.
-        layer_scale: initial value of per-channel branch scaling, ``None`` for none.
-        drop_rate: dropout before the classifier.
-        drop_path_rate: stochastic depth, linearly increasing over blocks.
-        fve_resize: ``"interp"``, ``"pad"`` or ``"downstream"``, how FVEs follow a new input size (as vHeat's).
-        dct_method: ``"auto"``, ``"matrix"`` or ``"fft"``.
+    Takes :class:`~pdevision.models.vheat.VHeat`'s arguments, whose defaults are also the authors' WaveFormer class
+    defaults (depths 2-2-9-2, dims 96, post-norm, no layer scale, drop path 0.2), except ``k_mode``: the diffusivity
+    ablation belongs to the heat operator.
     """
 
     #: the authors' initial FVE standard deviation (vHeat's: 0.02)
     fve_std: float = 0.015
 
-    def __init__(
-        self,
-        img_size: int | tuple[int, int] = 224,
-        in_chans: int = 3,
-        num_classes: int = 1000,
-        global_pool: str = "avg",
-        depths: Sequence[int] = (2, 2, 9, 2),
-        dims: int | Sequence[int] = 96,
-        mlp_ratio: float = 4.0,
-        post_norm: bool = True,
-        layer_scale: float | None = None,
-        drop_rate: float = 0.0,
-        drop_path_rate: float = 0.2,
-        fve_resize: str = "interp",
-        dct_method: DctMethod = "auto",
-        **kwargs: Any,
-    ) -> None:
-        if kwargs:
-            raise TypeError(f"WaveFormer got unexpected arguments: {sorted(kwargs)}")
-        super().__init__(
-            img_size=img_size,
-            in_chans=in_chans,
-            num_classes=num_classes,
-            global_pool=global_pool,
-            depths=depths,
-            dims=dims,
-            mlp_ratio=mlp_ratio,
-            post_norm=post_norm,
-            layer_scale=layer_scale,
-            drop_rate=drop_rate,
-            drop_path_rate=drop_path_rate,
-            fve_resize=fve_resize,
-            dct_method=dct_method,
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if "k_mode" in kwargs:
+            raise TypeError("WaveFormer takes no k_mode (the diffusivity of vHeat's heat operator)")
+        super().__init__(*args, **kwargs)
 
     def mixer_factory(self, dct_method: DctMethod, k_mode: str) -> Callable[[int], nn.Module]:
         """``dim -> token mixer`` of every block: :class:`~pdevision.layers.WavePropagationOperator`."""
