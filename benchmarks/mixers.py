@@ -1,9 +1,10 @@
 """The controlled comparison of token mixers (issue 26): one MetaFormer skeleton, one parameter budget, one recipe,
 one training budget; only the token mixer changes.
 
-The skeleton is ``pdeformer_micro`` (timm's ``MetaFormer``: 7x7 stride-4 stem, depths 1-1-3-1, StarReLU MLPs of
-ratio 4, linear head). Each mixer's widths are scaled so that its parameter count is within ``--tolerance`` (5%) of
-the heat model's at dims 32 (:func:`match_dims`: the first-stage width, doubled per stage, the even width closest to
+The skeleton is ``pdeformer_micro`` (timm's ``MetaFormer`` with vHeat's convolutional stem: two 3x3 stride-2
+convolutions, depths 1-1-3-1, StarReLU MLPs of ratio 4, linear head). Each mixer's widths are scaled so that its
+parameter count is within ``--tolerance`` (5%) of the heat model's at dims 32 (:func:`match_dims`: the first-stage
+width, doubled per stage, the even width closest to
 the budget). Every run trains through :func:`pdevision.tasks.classify.train` on the embedded ``scenes`` set with the
 same budget (``benchmarks/ablations.py``'s runner and resume keys); only the learning rate is chosen per mixer, by
 one rule for all: the rate of ``--lrs`` with the best validation top-1 at seed 0 (ties: the smaller rate). The
@@ -38,6 +39,7 @@ log = logging.getLogger("mixers")
 
 MIXERS = ("identity", "pooling", "sepconv", "attention", "heat", "wave", "hcl")
 MODEL = "pdeformer_micro"
+STEM = "conv"  # vHeat's stem; the first record's seed-0 runs at 1e-3 used MetaFormer's 7x7 "patch" stem (kept)
 BUDGET = {
     "data": "scenes",
     "epochs": 15,
@@ -72,7 +74,7 @@ def count_params(mixer: str, dims: int, num_classes: int = 10) -> int:
 
     import pdevision  # noqa: F401  (registers the models)
 
-    model = timm.create_model(MODEL, mixer=mixer, dims=dims, num_classes=num_classes)
+    model = timm.create_model(MODEL, mixer=mixer, dims=dims, stem=STEM, num_classes=num_classes)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -100,7 +102,8 @@ def rows(tolerance: float) -> list[dict[str, Any]]:
     out = []
     for mixer in MIXERS:
         dims, params = match_dims(mixer, target, tolerance)
-        out.append({"name": mixer, "model": MODEL, "model_args": {"mixer": mixer, "dims": dims}, "params": params})
+        args = {"mixer": mixer, "dims": dims, "stem": STEM}
+        out.append({"name": mixer, "model": MODEL, "model_args": args, "params": params})
     return out
 
 
@@ -281,6 +284,29 @@ def _progress(results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[f
     ]
 
 
+def _stem_section(results: dict[str, Any], table: list[dict[str, Any]], lr: float = 1e-3) -> list[str]:
+    """Seed 0 at ``lr`` with MetaFormer's patch stem (the first record) against the same run with the conv stem."""
+    lines = [
+        "",
+        "## The stem",
+        "",
+        "The first record trained the same skeleton with timm's MetaFormer stem (one 7x7 stride-4 convolution and a "
+        f'norm, `stem="patch"`), seed 0 at lr {lr:g} only; the same runs with vHeat\'s stem (this record):',
+        "",
+        "| mixer | patch stem | conv stem | difference (points) |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in table:
+        patch = {**row, "model_args": {**row["model_args"], "stem": "patch"}}
+        a, b = (results["runs"].get(ablations.train_key(r, 0, budget_at(lr)), {}) for r in (patch, row))
+        if a.get("status") != "ok":
+            continue
+        conv = f"{b['best_val_top1']:.1f}" if b.get("status") == "ok" else "—"
+        diff = f"{b['best_val_top1'] - a['best_val_top1']:+.1f}" if b.get("status") == "ok" else "—"
+        lines.append(f"| {row['name']} | {a['best_val_top1']:.1f} | {conv} | {diff} |")
+    return lines
+
+
 def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
     table = results.get("rows", [])
     lines = [
@@ -288,7 +314,8 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         "",
         "Written by `benchmarks/mixers.py` from `benchmarks/mixers.json`.",
         "",
-        f"- Skeleton: `{MODEL}` (timm's `MetaFormer`: 7x7 stride-4 stem, depths 1-1-3-1, widths doubling per stage, "
+        f"- Skeleton: `{MODEL}` (timm's `MetaFormer` with vHeat's stem of two 3x3 stride-2 convolutions, depths "
+        "1-1-3-1, widths doubling per stage, "
         "StarReLU MLPs of ratio 4, linear head); only the token mixer changes, and each mixer's first-stage width is "
         "set so that its parameter count is within 5% of the heat model's at width 32.",
         f"- Budget, the same for every run: {ablations.describe_budget(budget_at(lrs[0])).split(', lr')[0]}; "
@@ -347,6 +374,7 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
             else ("supported: first is better" if mean > 0 else "contradicted: second is better")
         )
         lines.append(f"| {claim} | {a} vs {b} | {mean:+.1f} (n={n}) | {p:.3f} | {verdict} |")
+    lines += _stem_section(results, table)
     analysis = results.get("analysis", {})
     bench = results.get("bench", {})
     lines += [

@@ -21,8 +21,8 @@ def test_widths_match_the_heat_models_parameters_within_5_percent() -> None:
         mixers.match_dims("attention", target, 0.01, widths)
 
 
-def _results(scores: dict[float, float]) -> tuple[dict, dict]:
-    row = {"name": "heat", "model": mixers.MODEL, "model_args": {"mixer": "heat", "dims": 32}, "params": 1}
+def _results(scores: dict[float, float], **args: str) -> tuple[dict, dict]:
+    row = {"name": "heat", "model": mixers.MODEL, "model_args": {"mixer": "heat", "dims": 32, **args}, "params": 1}
     runs = {}
     for lr, top1 in scores.items():
         key = mixers.ablations.train_key(row, 0, mixers.budget_at(lr))
@@ -60,3 +60,15 @@ def test_the_report_of_a_partial_record_says_what_has_not_run() -> None:
     assert "| heat | 32 | 0.000 | 30.0 / 41.0 / 35.0 | 0.0005 | 41.0 ± 0.0 (n=1) |" in text
     assert "| heat vs attention | — | — | not run yet |" in text
     assert "| heat | — | — | — | — |" in text  # no ERF, gain or speed measured yet
+
+
+def test_the_report_pairs_the_patch_stem_runs_with_the_conv_stem_runs() -> None:
+    row, results = _results({2.5e-4: 30.0, 5e-4: 41.0, 1e-3: 35.0}, stem="conv")
+    patch = {**row, "model_args": {**row["model_args"], "stem": "patch"}}
+    results["runs"][mixers.ablations.train_key(patch, 0, mixers.budget_at(1e-3))] = {
+        "status": "ok",
+        "best_val_top1": 20.0,
+    }
+    results["rows"] = [row]
+    text = mixers.report(results, (2.5e-4, 5e-4, 1e-3), 3)
+    assert "| heat | 20.0 | 35.0 | +15.0 |" in text

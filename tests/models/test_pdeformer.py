@@ -11,7 +11,8 @@ from timm.models.metaformer import MetaFormer
 
 from pdevision.engine.checkpoint import read_meta, resolve_checkpoint
 from pdevision.engine.modeling import load_into_model, model_from_meta
-from pdevision.models.pdeformer import MIXERS, PDE_MIXERS
+from pdevision.layers import ConvStem
+from pdevision.models.pdeformer import MIXERS, PDE_MIXERS, PDEFormer
 from pdevision.tasks.classify import ClassifyConfig, train
 from tests.helpers import exit_code, make
 
@@ -21,7 +22,7 @@ TINY = dict(dims=8, depths=(1, 1, 1, 1), num_classes=5)
 @pytest.mark.parametrize("mixer", sorted(MIXERS))
 def test_every_mixer_builds_the_same_skeleton(mixer: str) -> None:
     model = timm.create_model("pdeformer_micro", mixer=mixer, **TINY)
-    assert type(model) is MetaFormer and model.mixer == mixer
+    assert type(model) is PDEFormer and isinstance(model, MetaFormer) and model.mixer == mixer
     assert isinstance(model.stages[2].blocks[0].token_mixer, MIXERS[mixer])
     assert model(torch.randn(1, 3, 33, 47)).shape == (1, 5)
 
@@ -30,6 +31,28 @@ def test_features_only_gives_the_four_stages_nchw() -> None:
     model = timm.create_model("pdeformer_micro", mixer="wave", features_only=True, **TINY)
     feats = model(torch.randn(1, 3, 64, 64))
     assert [f.shape[1:] for f in feats] == [(8, 16, 16), (16, 8, 8), (32, 4, 4), (64, 2, 2)]
+
+
+def test_the_patch_stem_is_timms_metaformer_unchanged_and_the_conv_stem_only_replaces_the_stem() -> None:
+    torch.manual_seed(0)
+    ours = timm.create_model("pdeformer_micro", mixer="pooling", stem="patch", **TINY).eval()
+    torch.manual_seed(0)
+    theirs = MetaFormer(token_mixers=MIXERS["pooling"], **{**TINY, "dims": (8, 16, 32, 64)}, use_mlp_head=False).eval()
+    x = torch.randn(2, 3, 40, 40)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    ours.load_state_dict(theirs.state_dict())
+    assert torch.equal(ours(x), theirs(x))
+    conv = timm.create_model("pdeformer_micro", mixer="pooling", **TINY)
+    assert isinstance(conv.stem, ConvStem) and conv.stem_type == "conv" and ours.stem_type == "patch"
+    assert conv.feature_info == ours.feature_info  # stride 4 to dims[0] either way
+    assert conv.stem(x).shape == ours.stem(x).shape == (2, 8, 10, 10)
+    assert {k for k in conv.state_dict() if not k.startswith("stem.")} == {
+        k for k in ours.state_dict() if not k.startswith("stem.")
+    }
+    assert "stem.conv1.weight" in conv.state_dict()  # the default_cfg's first_conv
+    assert conv.pretrained_cfg["first_conv"] == "stem.conv1"
+    with pytest.raises(ValueError, match="stem must be one of"):
+        timm.create_model("pdeformer_micro", stem="vit")
 
 
 def test_unknown_mixer_and_foreign_mixer_options_are_refused() -> None:
@@ -81,3 +104,7 @@ def test_cli_refuses_an_unknown_mixer_in_one_line(tmp_path: Path, capsys: pytest
     assert exit_code([*argv, "--epochs", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "mixer must be one of" in err[0]
+    argv[4] = '{"stem": "vit"}'
+    assert exit_code([*argv, "--epochs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stem must be one of" in err[0]

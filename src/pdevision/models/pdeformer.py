@@ -1,7 +1,7 @@
 """PDEFormer: timm's MetaFormer skeleton with a PDE operator as its token mixer.
 
 timm's ``MetaFormer`` (the PoolFormer / ConvFormer / CAFormer skeleton of Yu et al., "MetaFormer Baselines for
-Vision") is the model class, unchanged; only the token mixer is chosen by name (``mixer=``):
+Vision") is the skeleton; only the token mixer is chosen by name (``mixer=``):
 
 ======================  ================================================================================
 ``"heat"``              vHeat's Heat Conduction Operator (:class:`~pdevision.layers.mixers.HeatMixer`)
@@ -17,6 +17,11 @@ Vision") is the model class, unchanged; only the token mixer is chosen by name (
 so that one skeleton, one recipe and one parameter budget can be held fixed while only the mixer changes
 (``benchmarks/mixers.md``). The mixer classes also plug into ``timm.models.metaformer.MetaFormer`` directly
 (``token_mixers=HeatMixer``).
+
+The one change to the skeleton is its stem (``stem=``): ``"conv"`` (the default) is vHeat's two 3x3 stride-2
+convolutions (:class:`~pdevision.layers.ConvStem`), ``"patch"`` MetaFormer's own 7x7 stride-4 patch embedding. Both
+reduce by 4 to ``dims[0]`` channels, so the stages, the feature maps and the head are the same; at this library's CPU
+sizes the patch stem trains far worse (``benchmarks/mixers.md`` pairs the two).
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.metaformer import Attention, LayerNormNoBias, MetaFormer, Pooling, SepConv
 from torch import nn
 
+from pdevision.layers import ConvStem
 from pdevision.layers.mixers import HcLMixer, HeatMixer, HyperbolicMixer, WaveMixer
 from pdevision.models._weights import default_cfg, resolve_local_head
 
-__all__ = ["MIXERS", "PDE_MIXERS", "mixer_kwargs"]
+__all__ = ["MIXERS", "PDE_MIXERS", "STEMS", "PDEFormer", "mixer_kwargs"]
 
 MIXERS: dict[str, type[nn.Module]] = {
     "heat": HeatMixer,
@@ -44,6 +50,28 @@ MIXERS: dict[str, type[nn.Module]] = {
     "attention": Attention,
 }
 PDE_MIXERS: tuple[str, ...] = ("heat", "wave", "hcl", "hyperbolic")
+STEMS: tuple[str, ...] = ("conv", "patch")
+
+
+class PDEFormer(MetaFormer):
+    """timm's :class:`~timm.models.metaformer.MetaFormer` with a choice of stem; every other argument is
+    MetaFormer's.
+
+    ``stem="conv"``: vHeat's two 3x3 stride-2 convolutions with LayerNorm and GELU (:class:`ConvStem`);
+    ``stem="patch"``: MetaFormer's own 7x7 stride-4 convolution and norm. Both reduce by 4 and end at ``dims[0]``
+    channels, so the stages, ``feature_info`` and the head do not change.
+    """
+
+    def __init__(self, *args: Any, stem: str = "conv", **kwargs: Any) -> None:
+        if stem not in STEMS:
+            raise ValueError(f"stem must be one of {list(STEMS)}, got {stem!r}")
+        super().__init__(*args, **kwargs)
+        self.stem_type = stem
+        if stem == "conv":
+            conv = self.stem.conv
+            self.stem = ConvStem(self.in_chans, conv.out_channels).to(
+                device=conv.weight.device, dtype=conv.weight.dtype
+            )
 
 
 def mixer_kwargs(mixer: str, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +91,7 @@ def _stage_dims(dims: int | Sequence[int], depths: Sequence[int]) -> tuple[int, 
     return tuple(dims)
 
 
-def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> MetaFormer:
+def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> PDEFormer:
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
     kwargs = mixer_kwargs(mixer, kwargs)
     kwargs["dims"] = dims = _stage_dims(kwargs.get("dims", 32), kwargs.get("depths", (1, 1, 3, 1)))
@@ -73,7 +101,7 @@ def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat
             raise ValueError(f"attention needs widths that are multiples of head_dim={head_dim!r}, got dims {dims}")
     kwargs = resolve_local_head(pretrained, kwargs)
     model = build_model_with_cfg(
-        MetaFormer,
+        PDEFormer,
         variant,
         pretrained,
         token_mixers=MIXERS[mixer],
@@ -87,17 +115,18 @@ def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat
 default_cfgs = generate_default_cfgs(
     {
         "pdeformer_micro.untrained": default_cfg(
-            input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0, first_conv="stem.conv"
+            input_size=(3, 64, 64), pool_size=(2, 2), crop_pct=1.0, first_conv="stem.conv1"
         ),
     }
 )
 
 
 @register_model
-def pdeformer_micro(pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> MetaFormer:
-    """PDEFormer-Micro (this library's CPU size): timm's MetaFormer with dims 32-64-128-256, depths 1-1-3-1, a linear
-    head, and the token mixer ``mixer`` (default ``"heat"``; see :data:`MIXERS`). The spectral mixers hold 8 x 8
-    frequency embeddings (``fve_size``), the map's size at 32 px."""
+def pdeformer_micro(pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> PDEFormer:
+    """PDEFormer-Micro (this library's CPU size): timm's MetaFormer with dims 32-64-128-256, depths 1-1-3-1, vHeat's
+    convolutional stem (``stem="patch"`` for MetaFormer's), a linear head, and the token mixer ``mixer`` (default
+    ``"heat"``; see :data:`MIXERS`). The spectral mixers hold 8 x 8 frequency embeddings (``fve_size``), the map's
+    size at 32 px."""
     args: dict[str, Any] = dict(dims=32, depths=(1, 1, 3, 1), use_mlp_head=False)
     if mixer in ("heat", "wave"):
         args["fve_size"] = 8
