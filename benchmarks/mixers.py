@@ -237,26 +237,28 @@ def analyse(results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[flo
 
 
 def throughput(table: list[dict[str, Any]], batch: int = 64, repeats: int = 7) -> dict[str, Any]:
-    """Inference images/s of every row at the training size, interleaved in this process (random weights, eval
-    mode, float32, 2 threads)."""
-    import timm
+    """Inference and training-step images/s of every row at the training size, each model prepared as
+    ``pdevision bench`` prepares it (:func:`~pdevision.bench.models.build_for_bench`: folded for inference; fused
+    linear layers for training, as the loop builds it), all rows interleaved in this process (random weights,
+    float32, 2 threads)."""
     import torch
 
-    from pdevision.bench.measure import inference_fn, interleaved_medians
+    from pdevision.bench.measure import inference_fn, interleaved_medians, train_step_fn
+    from pdevision.bench.models import build_for_bench
 
     torch.set_num_threads(2)
-    x = torch.randn(batch, 3, BUDGET["img_size"], BUDGET["img_size"])
-    fns = {}
-    for row in table:
-        model = timm.create_model(row["model"], num_classes=10, **row["model_args"]).eval()
-        fns[row["name"]] = inference_fn(model, x)
-    times = interleaved_medians(fns, torch.device("cpu"), repeats=repeats, warmup=2)
-    return {
-        "batch": batch,
-        "threads": 2,
-        "load": os.getloadavg()[0],
-        "images_per_s": {k: batch / v["median"] for k, v in times.items()},
-    }
+    size, dev = BUDGET["img_size"], torch.device("cpu")
+    x = torch.randn(batch, 3, size, size)
+    out: dict[str, Any] = {"batch": batch, "threads": 2}
+    for kind, make in (("inference", inference_fn), ("train", train_step_fn)):
+        fns = {}
+        for row in table:
+            model = build_for_bench(row["model"], size, dev, train=kind == "train", model_args=row["model_args"])
+            fns[row["name"]] = make(model, x)
+        times = interleaved_medians(fns, dev, repeats=repeats, warmup=2)
+        out[f"{kind}_images_per_s"] = {k: batch / v["median"] for k, v in times.items()}
+    out["load"] = os.getloadavg()[0]
+    return out
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -385,22 +387,22 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         "(`pdevision.viz.erf`): the share of the input area holding 50% and 95% of the gradient mass (larger: a "
         "wider field). Frequency gain (spectral mixers only): mean |T| of the trained transfer factors at "
         "|w| >= pi/2 over the mean at |w| < pi/2, all blocks and channels (1: flat; below 1: high frequencies "
-        "damped). Throughput: inference images/s at 64 px, batch "
-        f"{bench.get('batch', '?')}, {bench.get('threads', '?')} threads, random weights, all mixers interleaved in "
-        f"one process (`pdevision.bench.measure`; load average {bench.get('load', float('nan')):.1f} at the end).",
+        "damped). Throughput: images/s at 64 px, batch "
+        f"{bench.get('batch', '?')}, {bench.get('threads', '?')} threads, random weights, each model prepared as "
+        "`pdevision bench` prepares it (folded for inference; a training step is forward, backward and AdamW), all "
+        "mixers interleaved in one process (`pdevision.bench`'s medians; load average "
+        f"{bench.get('load', float('nan')):.1f} at the end).",
         "",
-        "| mixer | ERF area 50% | ERF area 95% | frequency gain | images/s |",
-        "|---|---:|---:|---:|---:|",
+        "| mixer | ERF area 50% | ERF area 95% | frequency gain | inference images/s | training images/s |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for row in table:
         a = analysis.get(row["name"], {})
         gain = a.get("frequency_gain")
-        ips = bench.get("images_per_s", {}).get(row["name"])
+        ips = [bench.get(f"{k}_images_per_s", {}).get(row["name"]) for k in ("inference", "train")]
         erf = [f"{a[k]:.3f}" if k in a else "—" for k in ("area_50", "area_95")]
-        lines.append(
-            f"| {row['name']} | {erf[0]} | {erf[1]} | {'—' if gain is None else f'{gain:.3f}'} | "
-            f"{'—' if ips is None else f'{ips:.0f}'} |"
-        )
+        speed = " | ".join("—" if v is None else f"{v:.0f}" for v in ips)
+        lines.append(f"| {row['name']} | {erf[0]} | {erf[1]} | {'—' if gain is None else f'{gain:.3f}'} | {speed} |")
     return "\n".join(lines) + "\n"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -67,7 +69,12 @@ def compile_for_inference(model: nn.Module) -> nn.Module:
 
 
 def build_for_bench(
-    name: str, img_size: int, device: torch.device, fold: bool = True, train: bool = False
+    name: str,
+    img_size: int,
+    device: torch.device,
+    fold: bool = True,
+    train: bool = False,
+    model_args: dict[str, Any] | None = None,
 ) -> nn.Module:
     """The model at ``img_size`` (its native grid for Swin/DeiT/vHeat), folded for inference with
     timm's ``reparameterize_model`` and the model's own ``reparameterize`` (vHeat: decay factors precomputed for
@@ -76,9 +83,10 @@ def build_for_bench(
     both sides run without them. A name ending in ``+fused`` (:func:`split_variant`) is a peer whose linear layers
     then also take the fused kernels, so that a comparison can hold the matrix library equal; one ending in
     ``+compiled`` is the folded model through :func:`compile_for_inference` (inference only). With ``train``, every
-    model (ours and the peers) has its linear layers on the kernels on the CPU, as the training loop builds it."""
+    model (ours and the peers) has its linear layers on the kernels on the CPU, as the training loop builds it.
+    ``model_args`` go to the model's constructor (``pdeformer_micro``'s ``mixer``, say)."""
     base, fused = split_variant(name)
-    model = build_model(base, img_size=img_size).to(device)
+    model = build_model(base, img_size=img_size, **(model_args or {})).to(device)
     if train:
         if device.type == "cpu":  # as the training loop does (LoopConfig.fused_kernels): float32 products on oneDNN
             fuse_linears(model)
