@@ -226,7 +226,32 @@ def erf_shares(model: Any, meta: dict[str, Any], n_images: int = 16) -> dict[str
     return {"area_50": area_share(maps[-1], 0.5), "area_95": area_share(maps[-1], 0.95)}
 
 
+def init_scale(row: dict[str, Any], seed: int = 0, batch: int = 16) -> float:
+    """How much a freshly initialised model's token mixers add to the residual stream: the mean, over blocks, of the
+    standard deviation of each mixer's output over that of its (normalised) input, on Gaussian images at the
+    training size (eval mode, the initialisation of ``seed``). 1 for the identity mixer."""
+    import timm
+    import torch
+
+    import pdevision  # noqa: F401  (registers the models)
+
+    torch.manual_seed(seed)
+    model = timm.create_model(row["model"], num_classes=10, **row["model_args"]).eval()
+    ratios: list[float] = []
+    hooks = [
+        m.register_forward_hook(lambda _m, inp, out: ratios.append((out.std() / inp[0].std()).item()))
+        for name, m in model.named_modules()
+        if name.endswith(".token_mixer")
+    ]
+    with torch.no_grad():
+        model(torch.randn(batch, 3, BUDGET["img_size"], BUDGET["img_size"], generator=torch.Generator().manual_seed(0)))
+    for h in hooks:
+        h.remove()
+    return statistics.fmean(ratios)
+
+
 def analyse(results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[float, ...], path: Path) -> None:
+    results["init_scale"] = {row["name"]: init_scale(row) for row in table}
     out = results.setdefault("analysis", {})
     for row in table:
         lr = chosen_lr(results, row, lrs)
@@ -389,18 +414,21 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         "",
         "## Receptive field, frequency gain and speed of the trained mixers",
         "",
-        "ERF: the last stage's effective receptive field of the seed-0 model on 16 validation scenes "
-        "(`pdevision.viz.erf`): the share of the input area holding 50% and 95% of the gradient mass (larger: a "
-        "wider field). Frequency gain (spectral mixers only): mean |T| of the trained transfer factors at "
-        "|w| >= pi/2 over the mean at |w| < pi/2, all blocks and channels (1: flat; below 1: high frequencies "
-        "damped). Throughput: images/s at 64 px, batch "
+        "Mixer output at init: the mean over blocks of the std of each token mixer's output over that of its "
+        "normalised input, in the seed-0 initialisation on Gaussian images (1 for identity; small: the block starts "
+        "close to its MLP alone). ERF: the last stage's effective receptive field of the seed-0 model on 16 "
+        "validation scenes (`pdevision.viz.erf`): the share of the input area holding 50% and 95% of the gradient "
+        "mass (larger: a wider field). Frequency gain (spectral mixers only): mean |T| of the trained transfer "
+        "factors at |w| >= pi/2 over the mean at |w| < pi/2, all blocks and channels (1: flat; below 1: high "
+        "frequencies damped). Throughput: images/s at 64 px, batch "
         f"{bench.get('batch', '?')}, {bench.get('threads', '?')} threads, random weights, each model prepared as "
         "`pdevision bench` prepares it (folded for inference; a training step is forward, backward and AdamW), all "
         "mixers interleaved in one process (`pdevision.bench`'s medians; load average "
         f"{bench.get('load', float('nan')):.1f} at the end).",
         "",
-        "| mixer | ERF area 50% | ERF area 95% | frequency gain | inference images/s | training images/s |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| mixer | mixer output at init | ERF area 50% | ERF area 95% | frequency gain | inference images/s | "
+        "training images/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in table:
         a = analysis.get(row["name"], {})
@@ -408,7 +436,11 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         ips = [bench.get(f"{k}_images_per_s", {}).get(row["name"]) for k in ("inference", "train")]
         erf = [f"{a[k]:.3f}" if k in a else "—" for k in ("area_50", "area_95")]
         speed = " | ".join("—" if v is None else f"{v:.0f}" for v in ips)
-        lines.append(f"| {row['name']} | {erf[0]} | {erf[1]} | {'—' if gain is None else f'{gain:.3f}'} | {speed} |")
+        scale = results.get("init_scale", {}).get(row["name"])
+        lines.append(
+            f"| {row['name']} | {'—' if scale is None else f'{scale:.4f}'} | {erf[0]} | {erf[1]} | "
+            f"{'—' if gain is None else f'{gain:.3f}'} | {speed} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -59,7 +59,7 @@ def test_the_report_of_a_partial_record_says_what_has_not_run() -> None:
     text = mixers.report(results, (2.5e-4, 5e-4, 1e-3), 3)
     assert "| heat | 32 | 0.000 | 30.0 / 41.0 / 35.0 | 0.0005 | 41.0 ± 0.0 (n=1) |" in text
     assert "| heat vs attention | — | — | not run yet |" in text
-    assert "| heat | — | — | — | — | — |" in text  # no ERF, gain or speed measured yet
+    assert "| heat | — | — | — | — | — | — |" in text  # no init scale, ERF, gain or speed measured yet
 
 
 def test_the_report_pairs_the_patch_stem_runs_with_the_conv_stem_runs() -> None:
@@ -85,4 +85,12 @@ def test_throughput_measures_each_row_as_the_bench_builds_it() -> None:
         assert all(v > 0 for v in out[f"{kind}_images_per_s"].values())
     text = mixers.report({"rows": table, "runs": {}, "bench": out}, (1e-3,), 1)
     speed = out["inference_images_per_s"]["wave"]
-    assert f"| wave | — | — | — | {speed:.0f} |" in text
+    assert f"| wave | — | — | — | — | {speed:.0f} |" in text
+
+
+def test_init_scale_is_one_for_identity_and_small_for_the_spectral_mixers() -> None:
+    tiny = {"dims": 8, "depths": [1, 1, 1, 1]}
+    row = {"name": "x", "model": mixers.MODEL, "model_args": {"mixer": "identity", **tiny}}
+    assert mixers.init_scale(row) == pytest.approx(1.0, abs=1e-6)
+    row["model_args"]["mixer"] = "heat"
+    assert 0 < mixers.init_scale(row) < 0.05
