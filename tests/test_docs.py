@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pdevision.cli import build_parser
-from pdevision.tasks import tasks
+from pdevision.tasks import registry, tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -58,6 +58,8 @@ RUNNABLE = [p for p in PAGES if python_blocks(p)]
 )
 def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    # a page that registers a task (adding-a-task.md) must not leave it to the tests that run after it
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
     namespace: dict[str, object] = {"__name__": "__main__"}  # as a script: timm's register_model needs a module
     for code in python_blocks(page):
         exec(compile(code, str(page), "exec"), namespace)

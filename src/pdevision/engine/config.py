@@ -66,6 +66,7 @@ class RunConfig:
     rank_seed: bool | None = None  # reseed each rank differently after the model is built (random crops, masks)
     deterministic: bool = False
     workers: int = 0
+    threads: int | None = None  # torch's CPU threads during the run (None: torch's own, one per core)
     device: str = "auto"
     resume: str | None = None
     overwrite: bool = False  # start a new run in a folder that holds one (else that is refused)
@@ -126,6 +127,10 @@ def check_run(run: RunConfig) -> None:
         raise ValueError(f"momentum must be in [0, 1], got {run.momentum!r}")
     if not 0 <= run.workers <= 128:
         raise ValueError(f"workers must be in [0, 128], got {run.workers!r}")
+    if run.threads is not None and (
+        not isinstance(run.threads, int) or isinstance(run.threads, bool) or not 1 <= run.threads <= 1024
+    ):
+        raise ValueError(f"threads must be an integer from 1 to 1024, got {run.threads!r}")
     if run.opt is not None:
         try:  # timm's parse: an optional "lookahead_" prefix, the optimizer's name after the last "_"
             get_optimizer_info(str(run.opt).lower().split("_")[-1])

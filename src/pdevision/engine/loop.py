@@ -81,10 +81,14 @@ def fit(task: Task, run: RunConfig) -> dict[str, Any]:
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
+    threads = torch.get_num_threads()
+    if run.threads:  # fewer than the cores where other jobs share the CPU: oversubscribed threads wait on each other
+        torch.set_num_threads(run.threads)
     try:
         with RunLock(run.output, enabled=info.is_main):
             return _fit(task, run, device, info)
     finally:
+        torch.set_num_threads(threads)
         cleanup_distributed(info)
 
 

@@ -244,6 +244,7 @@ RUN_FLAGS = (
     "--seed",
     "--deterministic",
     "--workers",
+    "--threads",
     "--device",
     "--resume",
     "--overwrite",
@@ -296,6 +297,14 @@ def add_run_arguments(
     add(g, "--seed", type=_seed, default=0)
     add(g, "--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")
     add(g, "--workers", type=_workers, default=0, help="data loader processes")
+    add(
+        g,
+        "--threads",
+        type=_count,
+        default=None,
+        help="torch CPU threads (default: one per core; fewer where other jobs share the CPU, whose threads would "
+        "otherwise wait on each other)",
+    )
     add(g, "--device", type=_device, default="auto", help="auto, cpu, cuda, cuda:1, ...")
     add(g, "--resume", type=_path, default=None, help="checkpoint (RUN/last) or run folder to resume")
     add(g, "--overwrite", action="store_true", help="start a new run in an --output that holds one")
@@ -325,6 +334,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         "seed",
         "deterministic",
         "workers",
+        "threads",
         "device",
         "resume",
         "overwrite",
