@@ -401,6 +401,9 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
             lines.append(f"| {claim} | {a} vs {b} | — | — | not run yet |")
             continue
         mean, p, n = ablations.paired_difference(per_seed[a], per_seed[b])
+        if n < 2:
+            lines.append(f"| {claim} | {a} vs {b} | {mean:+.1f} (n={n}) | — | not tested: one seed |")
+            continue
         verdict = (
             "not resolved"
             if not p < ablations.ALPHA
