@@ -252,45 +252,6 @@ def test_metrics_csv_keeps_a_column_that_appears_later(tmp_path: Path) -> None:
     assert not (tmp_path / "metrics.csv.tmp").exists()
 
 
-def test_threads_hold_for_the_run_and_are_given_back(tmp_path: Path) -> None:
-    from pdevision.engine.loop import fit
-    from pdevision.engine.task import Task
-
-    seen: list[int] = []
-
-    class Regress(Task):
-        name = "regress"
-        best_metric, higher_is_better = "mse", False
-
-        def datasets(self):
-            x = torch.randn(64, 4)
-            data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
-            return data, data
-
-        def build_model(self):
-            return torch.nn.Linear(4, 1)
-
-        def train_step(self, model, batch):
-            seen.append(torch.get_num_threads())
-            x, y = batch
-            return torch.nn.functional.mse_loss(model(x), y), {}
-
-        @torch.no_grad()
-        def evaluate(self, model, ctx):
-            return {"mse": 0.0}
-
-        def checkpoint_meta(self):
-            return {"model": "linear"}
-
-    before = torch.get_num_threads()
-    run = RunConfig(output=str(tmp_path / "r"), epochs=1, batch_size=32, lr=0.1, opt="sgd", threads=1, progress=False)
-    fit(Regress(), run)
-    assert seen and set(seen) == {1} and torch.get_num_threads() == before
-    assert json.loads((tmp_path / "r" / "config.json").read_text())["threads"] == 1
-    with pytest.raises(ValueError, match="threads must be an integer from 1 to 1024"):
-        fit(Regress(), RunConfig(output=str(tmp_path / "bad"), threads=0))
-
-
 def test_cli_threads_flag_reaches_the_run_and_bad_values_are_one_line(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     assert (

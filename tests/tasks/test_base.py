@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from pdevision.engine import RunConfig, Task, fit
@@ -53,3 +54,20 @@ def test_minimal_task_trains_and_writes_the_run_folder(tmp_path: Path) -> None:
     assert summary["best_metric"] == "mse" and summary["best"] == min(float(r["val_mse"]) for r in rows)
     assert read_meta(out / "best")["val_mse"] == summary["best"] and read_meta(out / "last")["epoch"] == 5
     assert json.loads((out / "config.json").read_text())["opt"] == "sgd"
+
+
+def test_threads_hold_for_the_run_and_are_given_back(tmp_path: Path) -> None:
+    seen: list[int] = []
+
+    class CountThreads(Regress):
+        def train_step(self, model, batch):
+            seen.append(torch.get_num_threads())
+            return super().train_step(model, batch)
+
+    before = torch.get_num_threads()
+    run = RunConfig(output=str(tmp_path / "r"), epochs=1, batch_size=32, lr=0.1, opt="sgd", threads=1, progress=False)
+    fit(CountThreads(), run)
+    assert seen and set(seen) == {1} and torch.get_num_threads() == before
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["threads"] == 1
+    with pytest.raises(ValueError, match="threads must be an integer from 1 to 1024"):
+        fit(CountThreads(), RunConfig(output=str(tmp_path / "bad"), threads=0))

@@ -20,8 +20,9 @@ import safetensors.torch
 import torch
 from PIL import Image
 
-from pdevision.cli import main
+from pdevision.cli import build_parser, main
 from pdevision.engine import RunConfig, Task, fit, read_meta
+from pdevision.tasks.args import run_config
 from pdevision.tasks.registry import TaskCommands, register, tasks, unregister
 
 # -- a task defined here, outside the package ------------------------------------------------------------------
@@ -284,3 +285,16 @@ def test_img_size_in_model_args_is_refused(task: str, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1
     assert "img_size is set with --img-size" in err
+
+
+@pytest.mark.parametrize("task", ["classify", "segment", "detect", "denoise", "dejpeg", "pretrain"])
+def test_threads_reaches_the_run_of_every_task_and_a_bad_value_is_one_line(
+    task: str, capsys: pytest.CaptureFixture
+) -> None:
+    args = build_parser(train_task=task).parse_args(["train", "--task", task, "--threads", "3"])
+    assert run_config(args).threads == 3
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--task", task, "--threads", "0"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--threads" in err, err
