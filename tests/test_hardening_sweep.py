@@ -163,8 +163,10 @@ def test_a_crafted_pdeformer_checkpoint_predicts(tmp_path: Path, capsys: pytest.
         ({"mixer": "attention", "dims": 40}, "multiples of head_dim"),
         ({"mixer": "heat", "fve_size": 4096}, "fve_size must be an integer from 1 to 256"),
         ({"mixer": "pooling", "equation": "eq4"}, "equation"),  # an option of another mixer: refused, not dropped
+        ({"stem": "vit"}, "stem must be one of"),
+        ({"stem": 3}, "stem must be one of"),
     ],
-    ids=["unknown-mixer", "attention-widths", "fve-size", "foreign-option"],
+    ids=["unknown-mixer", "attention-widths", "fve-size", "foreign-option", "unknown-stem", "stem-not-a-name"],
 )
 def test_bad_mixer_arguments_in_a_checkpoint_are_one_line(
     args: dict, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture
@@ -180,6 +182,21 @@ def test_vheat_weights_under_waveformer_metadata_are_one_line(tmp_path: Path, ca
     ckpt = _checkpoint(tmp_path / "ckpt", {**META, "model": "waveformer_micro"})
     err = _one_line_exit_2(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))], capsys)
     assert "waveformer_micro" in err and ".mixer.c" in err, err
+
+
+def test_a_patch_stem_checkpoint_without_its_stem_argument_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A pdeformer_micro trained before the conv stem became the default: the loader names the missing stem weights;
+    the stem argument rebuilds it."""
+    torch.manual_seed(0)
+    state = build_model("pdeformer_micro", num_classes=10, stem="patch", **PDEFORMER["model_args"]).state_dict()
+    ckpt = _checkpoint(tmp_path / "old", PDEFORMER, state)
+    err = _one_line_exit_2(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))], capsys)
+    assert "stem.conv1.weight" in err, err
+    meta = {**PDEFORMER, "model_args": {**PDEFORMER["model_args"], "stem": "patch"}}
+    ckpt = _checkpoint(tmp_path / "patch", meta, state)
+    assert main(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))]) == 0
 
 
 @pytest.mark.parametrize("task", ["segment", "detect"])
