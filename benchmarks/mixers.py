@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"{os.getloadavg()[2]:.1f} over the 15 minutes before the training ended"
     )
     ablations.save_results(args.json, results)
+    retrain_lost(results, table, tuple(args.lrs), runs_dir, args.json, args.jobs)
     analyse(results, table, tuple(args.lrs), args.json)
     if not args.skip_bench:
         results["bench"] = throughput(table)
@@ -250,15 +251,68 @@ def init_scale(row: dict[str, Any], seed: int = 0, batch: int = 16) -> float:
     return statistics.fmean(ratios)
 
 
+def _has_checkpoint(folder: str | None) -> bool:
+    from pdevision.engine.checkpoint import CheckpointError, resolve_checkpoint
+
+    try:
+        resolve_checkpoint(folder or "")
+    except CheckpointError:
+        return False
+    return True
+
+
+def lost_seed0(
+    results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[float, ...], runs_dir: Path
+) -> dict[str, str]:
+    """The chosen-rate seed-0 runs whose checkpoint is no longer on disk (the runs folder is not kept with the
+    record) and that have no retrained copy on disk either: key -> the folder to train it again into."""
+    todo = {}
+    for row in table:
+        lr = chosen_lr(results, row, lrs)
+        key = ablations.train_key(row, 0, budget_at(lr)) if lr else None
+        if key is None or results["runs"].get(key, {}).get("status") != "ok" or _analysis_folder(results, key):
+            continue
+        todo[key] = str(ablations._folder(runs_dir, key)) + "-rerun"
+    return todo
+
+
+def retrain_lost(
+    results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[float, ...], runs_dir: Path, path: Path, jobs: int
+) -> None:
+    """Train each of :func:`lost_seed0` again, same configuration and seed, so that the analysis has its model. The
+    record's run is left as it is; the retrained run goes to ``results["reruns"]`` under the same key, and the
+    report sets the two top-1 values side by side (does one configuration and seed give the same result twice?)."""
+    todo = lost_seed0(results, table, lrs, runs_dir)
+    if not todo:
+        return
+    reruns = results.setdefault("reruns", {})
+    log.info("%d seed-0 runs to train again for the analysis (their checkpoints are not on disk)", len(todo))
+    ctx = multiprocessing.get_context("spawn")
+    with futures.ProcessPoolExecutor(max(1, jobs), mp_context=ctx) as ex:
+        pending = {ex.submit(ablations.run_training, k, f, "cpu", 0, 1): k for k, f in todo.items()}
+        for fut in futures.as_completed(pending):
+            reruns[pending[fut]] = fut.result()
+            log.info("rerun %s: %s", pending[fut], reruns[pending[fut]]["best_val_top1"])
+            ablations.save_results(path, results)
+
+
+def _analysis_folder(results: dict[str, Any], key: str) -> str | None:
+    """The folder of the run ``key`` whose checkpoint is on disk: the record's, else its retrained copy's."""
+    for rec in (results["runs"].get(key, {}), results.get("reruns", {}).get(key, {})):
+        if rec.get("status") == "ok" and _has_checkpoint(rec.get("folder")):
+            return rec["folder"]
+    return None
+
+
 def analyse(results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[float, ...], path: Path) -> None:
     results["init_scale"] = {row["name"]: init_scale(row) for row in table}
     out = results.setdefault("analysis", {})
     for row in table:
         lr = chosen_lr(results, row, lrs)
-        rec = results["runs"].get(ablations.train_key(row, 0, budget_at(lr)), {}) if lr else {}
-        if rec.get("status") != "ok" or row["name"] in out:
+        folder = _analysis_folder(results, ablations.train_key(row, 0, budget_at(lr))) if lr else None
+        if folder is None or row["name"] in out:
             continue
-        model, meta = _trained(rec["folder"])
+        model, meta = _trained(folder)
         out[row["name"]] = {"frequency_gain": frequency_gain(model), **erf_shares(model, meta)}
         log.info("%s: %s", row["name"], out[row["name"]])
         ablations.save_results(path, results)
@@ -337,6 +391,32 @@ def _stem_section(results: dict[str, Any], table: list[dict[str, Any]], lr: floa
     return lines
 
 
+def _rerun_section(results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[float, ...]) -> list[str]:
+    """Each seed-0 run trained twice (the analysis needed a model whose checkpoint was gone): both top-1 values."""
+    pairs = []
+    for row in table:
+        lr = chosen_lr(results, row, lrs)
+        key = ablations.train_key(row, 0, budget_at(lr)) if lr else None
+        first, again = results["runs"].get(key, {}), results.get("reruns", {}).get(key, {})
+        if first.get("status") == "ok" and again.get("status") == "ok":
+            pairs.append((row["name"], lr, first["best_val_top1"], again["best_val_top1"]))
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "## The same run twice",
+        "",
+        "The runs folder is not kept with the record, so the seed-0 run of each chosen rate was trained again, same "
+        "configuration and seed, to give the analysis below its model. The record's top-1 above is the first run's.",
+        "",
+        "| mixer | lr | first run | trained again | difference (points) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, lr, a, b in pairs:
+        lines.append(f"| {name} | {lr:g} | {a:.1f} | {b:.1f} | {b - a:+.1f} |")
+    return lines
+
+
 def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
     table = results.get("rows", [])
     lines = [
@@ -411,6 +491,7 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         )
         lines.append(f"| {claim} | {a} vs {b} | {mean:+.1f} (n={n}) | {p:.3f} | {verdict} |")
     lines += _stem_section(results, table)
+    lines += _rerun_section(results, table, lrs)
     analysis = results.get("analysis", {})
     bench = results.get("bench", {})
     lines += [
@@ -419,11 +500,11 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         "",
         "Mixer output at init: the mean over blocks of the std of each token mixer's output over that of its "
         "normalised input, in the seed-0 initialisation on Gaussian images (1 for identity; small: the block starts "
-        "close to its MLP alone). ERF: the last stage's effective receptive field of the seed-0 model on 16 "
-        "validation scenes (`pdevision.viz.erf`): the share of the input area holding 50% and 95% of the gradient "
-        "mass (larger: a wider field). Frequency gain (spectral mixers only): mean |T| of the trained transfer "
-        "factors at |w| >= pi/2 over the mean at |w| < pi/2, all blocks and channels (1: flat; below 1: high "
-        "frequencies damped). Throughput: images/s at 64 px, batch "
+        "close to its MLP alone). ERF: the last stage's effective receptive field of the seed-0 model (trained "
+        "again where its checkpoint was gone) on 16 validation scenes (`pdevision.viz.erf`): the share of the input "
+        "area holding 50% and 95% of the gradient mass (larger: a wider field). Frequency gain (spectral mixers "
+        "only): mean |T| of the trained transfer factors at |w| >= pi/2 over the mean at |w| < pi/2, all blocks "
+        "and channels (1: flat; below 1: high frequencies damped). Throughput: images/s at 64 px, batch "
         f"{bench.get('batch', '?')}, {bench.get('threads', '?')} threads, random weights, each model prepared as "
         "`pdevision bench` prepares it (folded for inference; a training step is forward, backward and AdamW), all "
         "mixers interleaved in one process (`pdevision.bench`'s medians; load average "

@@ -94,3 +94,23 @@ def test_init_scale_is_one_for_identity_and_small_for_the_spectral_mixers() -> N
     assert mixers.init_scale(row) == pytest.approx(1.0, abs=1e-6)
     row["model_args"]["mixer"] = "heat"
     assert 0 < mixers.init_scale(row) < 0.05
+
+
+def test_a_lost_seed0_checkpoint_is_trained_again_and_the_report_sets_both_runs_side_by_side(tmp_path) -> None:
+    row, results = _results({2.5e-4: 30.0, 5e-4: 41.0, 1e-3: 35.0})
+    lrs = (2.5e-4, 5e-4, 1e-3)
+    key = mixers.ablations.train_key(row, 0, mixers.budget_at(5e-4))
+    results["runs"][key]["folder"] = str(tmp_path / "gone")  # the record's folder is not on disk
+    todo = mixers.lost_seed0(results, [row], lrs, tmp_path / "runs")
+    assert list(todo) == [key] and todo[key].endswith("-rerun")  # only the chosen rate's run, into a new folder
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "model.safetensors").write_bytes(b"")
+    results["reruns"] = {key: {"status": "ok", "best_val_top1": 39.5, "folder": str(again)}}
+    assert mixers.lost_seed0(results, [row], lrs, tmp_path / "runs") == {}
+    assert mixers._analysis_folder(results, key) == str(again)
+    results["rows"] = [row]
+    text = mixers.report(results, lrs, 3)
+    assert "## The same run twice" in text and "| heat | 0.0005 | 41.0 | 39.5 | -1.5 |" in text
+    (again / "model.safetensors").unlink()  # the copy is gone too: train it again
+    assert list(mixers.lost_seed0(results, [row], lrs, tmp_path / "runs")) == [key]
