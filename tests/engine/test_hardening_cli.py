@@ -330,6 +330,10 @@ def test_crafted_checkpoint_metadata_is_one_clear_error(
         (craft("kind", weights, kind="segment"), "is a segment checkpoint without its head"),
         (craft("missing", fewer), r"does not fit vheat_micro: 1 weights missing ['head.fc.weight']"),
         (craft("huge", weights, img_size=100000, model_args={}), "is not an integer from 1 to 16384"),
+        (  # each width within its bound, 480 billion parameters together: counted before anything is allocated
+            craft("wide", weights, model_args={**meta.get("model_args", {}), "dims": 16384}),
+            "vheat_micro with dims=16384 would have 479.6 billion parameters, above the limit of 1 billion",
+        ),
     ]
     for folder, expected in cases:
         assert main(["predict", "--checkpoint", str(folder), str(digit_png)]) == 2

@@ -192,6 +192,7 @@ def _bad_args(server: str, weights_file: Path) -> dict[str, dict[str, Any]]:
         "url": {"pretrained": True, "pretrained_cfg_overlay": {"url": f"{server}/w.pth"}},
         "file": {"pretrained": True, "pretrained_cfg_overlay": {"file": str(weights_file)}},
         "depth": {"depths": [100000, 2, 2, 2]},
+        "width": {"dims": 16384},  # every width within its bound, 480 billion parameters together
     }
 
 
@@ -254,7 +255,7 @@ def _commands(kind: str, ckpt: Path, image: Path, tmp: Path) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("bad", ["url", "file", "depth", "hub_name"])
+@pytest.mark.parametrize("bad", ["url", "file", "depth", "width", "hub_name"])
 def test_crafted_checkpoints_are_refused_by_every_command(
     kind: str, bad: str, server: str, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -265,6 +266,8 @@ def test_crafted_checkpoints_are_refused_by_every_command(
         meta["model"] = "hf-hub:someone/vheat_micro"
     else:
         meta["model_args"] = _bad_args(server, weights)[bad]
+        if bad == "width" and kind == "denoise":
+            meta["model_args"] = {"embed_dim": 16384}
     ckpt = _craft(tmp_path / "run", meta)
     image = tmp_path / "photo.png"
     Image.fromarray((np.arange(48 * 40 * 3) % 251).astype(np.uint8).reshape(48, 40, 3)).save(image)
@@ -274,6 +277,8 @@ def test_crafted_checkpoints_are_refused_by_every_command(
         assert code == 2, (argv, err)
         assert err.count("\n") == 1 and "Traceback" not in err, (argv, err)
         assert "refused" in err or "not a registered model name" in err or "checkpoint" in err, (argv, err)
+        if bad == "width" and argv[0] != "train":  # --init-from refuses it sooner (another network, head)
+            assert "billion parameters, above the limit of 1 billion" in err, (argv, err)
     assert _Counter.requests == [], _Counter.requests
 
 
@@ -298,3 +303,27 @@ def test_threads_reaches_the_run_of_every_task_and_a_bad_value_is_one_line(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--threads" in err, err
+
+
+@pytest.mark.parametrize(
+    ("task", "args"),
+    [
+        ("classify", {"dims": 16384}),
+        ("segment", {"dims": 16384}),
+        ("detect", {"dims": 16384}),
+        ("denoise", {"embed_dim": 16384}),
+        ("dejpeg", {"embed_dim": 16384}),
+        ("pretrain", {"dims": 16384}),
+    ],
+)
+def test_model_args_asking_for_an_absurd_model_are_one_line_before_any_memory_is_taken(
+    task: str, args: dict, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Each argument was bounded (16384) but widths multiply: ``dims`` 16384 asked for a 480-billion-parameter model,
+    and segmentation ran until it was killed. The parameters are counted on the meta device first."""
+    out = tmp_path / "run"
+    argv = ["train", "--task", task, "--model-args", json.dumps(args), "--output", str(out), "--epochs", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "billion parameters, above the limit of 1 billion" in err, err
+    assert not out.exists()

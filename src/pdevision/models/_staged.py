@@ -232,7 +232,7 @@ class StagedBackbone(nn.Module):
         drop_path_rates)``, final LayerNorm and an NHWC pooled linear head; linear layers initialised."""
         depths = self.depths
         self.stem = ConvStem(self.in_chans, self.dims[0])
-        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        dpr = torch.linspace(0, drop_path_rate, sum(depths), device="cpu").tolist()  # also under a meta device
         self.stages = nn.ModuleList()
         self.feature_info: list[dict[str, Any]] = []
         for i, depth in enumerate(depths):

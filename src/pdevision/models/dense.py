@@ -40,8 +40,8 @@ from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredic
 from torchvision.ops.feature_pyramid_network import FeaturePyramidNetwork, LastLevelMaxPool
 
 from pdevision._optional import require
+from pdevision.models._arguments import ModelNameError, check_model_size
 from pdevision.models._weights import not_a_regular_file
-from pdevision.models.factory import ModelNameError
 
 __all__ = [
     "DETECTION_HEADS",
@@ -79,7 +79,11 @@ def _probe(name: str, kwargs: dict[str, Any]) -> nn.Module:
 def backbone_kwargs_for(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` without ``img_size`` for models that do not take it (ResNets, PDE-ResNet): the dense
     builders pass the training crop to every backbone and the ones with a size-dependent part (vHeat's
-    FVEs, Swin's attention masks) use it."""
+    FVEs, Swin's attention masks) use it. Arguments beyond the crop are bounded in the parameters they ask for
+    (:func:`~pdevision.models.factory.check_model_size`) before anything is allocated."""
+    if set(kwargs) - {"img_size"}:
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k != "img_size")
+        check_model_size(lambda: timm.create_model(name, features_only=True, **kwargs), f"{name} with {shown:.120}")
     if "img_size" not in kwargs:
         return dict(kwargs)
     try:

@@ -3,87 +3,24 @@
 from __future__ import annotations
 
 import difflib
-import re
 from typing import Any
 
 import timm
 from timm.utils.model import reparameterize_model
 from torch import nn
 
+from pdevision.models._arguments import (
+    MAX_COUNT_ARGUMENT,
+    MAX_INT_ARGUMENT,
+    MAX_PARAMETERS,
+    ModelArgumentError,
+    ModelNameError,
+    UnsafeModelArgumentError,
+    check_model_args,
+    check_model_name,
+    check_model_size,
+)
 from pdevision.models.restoration import is_restoration_model
-
-
-class ModelNameError(ValueError):
-    """An unknown model name."""
-
-
-class ModelArgumentError(TypeError, ValueError):
-    """An argument the model's constructor does not take: a ``TypeError`` as Python raises it, and a ``ValueError``
-    so that the command line reports it as bad input (one line, exit 2)."""
-
-
-class UnsafeModelArgumentError(ModelArgumentError):
-    """A model argument that would make the library fetch or read weights, or build an absurd size."""
-
-
-_REFUSED_KEYS = re.compile(r"pretrain|checkpoint|path|url|uri|file|hub|cache|download|feature_cfg|_cls$", re.I)
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_SIMPLE = (bool, int, float, type(None))
-MAX_INT_ARGUMENT = 16384  # widths, sizes: beyond this the allocation runs out of memory before anything useful
-MAX_COUNT_ARGUMENT = 1024  # depths, heads, layers, blocks per entry
-_COUNT_KEYS = re.compile(r"depth|layers|blocks|heads|repeat", re.I)
-
-
-def _check_value(key: str, value: Any, source: str, depth: int = 0) -> None:
-    if isinstance(value, bool) or value is None:
-        return
-    if isinstance(value, int):
-        limit = MAX_COUNT_ARGUMENT if _COUNT_KEYS.search(key) else MAX_INT_ARGUMENT
-        if abs(value) > limit:
-            raise UnsafeModelArgumentError(f"model argument {key}={value} {source} is above {limit}; refused")
-        return
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise UnsafeModelArgumentError(f"model argument {key}={value} {source} is not finite; refused")
-        return
-    if isinstance(value, str):
-        if len(value) > 64 or re.search(r"://|[/\\:~]|^hf[-_]hub|\.\.", value):
-            raise UnsafeModelArgumentError(
-                f"model argument {key}={value!r} {source} looks like a URL or file reference; refused"
-            )
-        return
-    if isinstance(value, (list, tuple)) and depth < 2 and len(value) <= 64:
-        for item in value:
-            _check_value(key, item, source, depth + 1)
-        return
-    raise UnsafeModelArgumentError(f"model argument {key} {source} has a value of type {type(value).__name__}; refused")
-
-
-def check_model_args(args: Any, source: str = "given") -> dict[str, Any]:
-    """``args`` after refusing anything but plain constructor arguments: no name that makes timm fetch or read
-    weights (``pretrained``, ``pretrained_cfg*``, ``checkpoint_path``, ...), no string that looks like a URL or a
-    path, integers bounded (depths, heads, layers at most :data:`MAX_COUNT_ARGUMENT` each, other integers at most
-    :data:`MAX_INT_ARGUMENT`). ``source`` says where they came from in the message (``"in the checkpoint"``)."""
-    if not isinstance(args, dict):
-        raise UnsafeModelArgumentError(f"model arguments {source} must be a JSON object, not {type(args).__name__}")
-    for key, value in args.items():
-        if not isinstance(key, str) or not key.isidentifier():
-            raise UnsafeModelArgumentError(f"model argument name {key!r} {source} is not an identifier; refused")
-        if _REFUSED_KEYS.search(key.replace("drop_path", "")) and not (key == "pretrained" and value is False):
-            raise UnsafeModelArgumentError(
-                f"model argument {key!r} {source} could make the library download or read other weights; refused "
-                "(model arguments may only be constructor arguments such as depths or widths; load local weights "
-                "with timm.create_model(..., pretrained=True, pretrained_cfg_overlay=dict(file=...)))"
-            )
-        _check_value(key, value, source)
-    return args
-
-
-def check_model_name(name: Any, source: str = "given") -> str:
-    """``name`` if it is a plain registered-model name (no ``hf-hub:`` / ``local-dir:`` reference, no path)."""
-    if not isinstance(name, str) or not _MODEL_NAME.match(name):
-        raise ModelNameError(f"model name {name!r} {source} is not a registered model name (no hub or file references)")
-    return name
 
 
 def build_model(name: str, num_classes: int | None = None, img_size: int | None = None, **kwargs: Any) -> nn.Module:
@@ -106,6 +43,13 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
         raise ModelNameError(f"unknown model {name!r}{hint}")
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
+    if set(kwargs) - {"num_classes"}:  # a registered configuration with its defaults needs no check
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k != "num_classes")
+        check_model_size(lambda: _create(name, kwargs, img_size), f"{name} with {shown:.120}")
+    return _create(name, kwargs, img_size)
+
+
+def _create(name: str, kwargs: dict[str, Any], img_size: int | None) -> nn.Module:
     if img_size is not None:
         try:
             return timm.create_model(name, img_size=img_size, **kwargs)
@@ -151,3 +95,20 @@ def fold_for_inference(
         except TypeError:  # a model whose reparameterize() takes no size
             pass
     return model
+
+
+__all__ = [
+    "MAX_COUNT_ARGUMENT",
+    "MAX_INT_ARGUMENT",
+    "MAX_PARAMETERS",
+    "ModelArgumentError",
+    "ModelNameError",
+    "UnsafeModelArgumentError",
+    "build_model",
+    "check_image_size",
+    "check_model_args",
+    "check_model_name",
+    "check_model_size",
+    "fold_for_inference",
+    "min_input_size",
+]

@@ -199,7 +199,7 @@ class PDEResNet(StagedBackbone):
 
         stem_width = stem_width or self.dims[0]
         self.stem = ResNetStem(in_chans, stem_width)
-        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        dpr = torch.linspace(0, drop_path_rate, sum(depths), device="cpu").tolist()  # also under a meta device
         self.stages = nn.ModuleList()
         self.feature_info: list[dict[str, Any]] = []
         prev = stem_width

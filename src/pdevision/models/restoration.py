@@ -48,6 +48,7 @@ from timm.models.swin_transformer import SwinTransformerBlock
 from torch import nn
 
 from pdevision.layers import run_block
+from pdevision.models._arguments import check_model_size
 from pdevision.models._staged import to_2tuple_size
 from pdevision.models.vheat import VHeatStage
 from pdevision.ops.dct import DctMethod
@@ -383,6 +384,9 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
     args = {k: v for k, v in model_args.items() if not (k == "pretrained" and v is False)}
     if name.startswith("vheatir_"):
         args.setdefault("img_size", patch_size)
+    if model_args:  # arguments beyond the defaults: bounded in size before anything is allocated
+        shown = ", ".join(f"{k}={v!r}" for k, v in model_args.items())
+        check_model_size(lambda: _RESTORATION_MODELS[name](in_chans=in_chans, **args), f"{name} with {shown:.120}")
     try:
         return _RESTORATION_MODELS[name](in_chans=in_chans, **args)
     except TypeError as exc:  # an unknown or ill-typed model argument
