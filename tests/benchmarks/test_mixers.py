@@ -59,7 +59,7 @@ def test_the_report_of_a_partial_record_says_what_has_not_run() -> None:
     text = mixers.report(results, (2.5e-4, 5e-4, 1e-3), 3)
     assert "| heat | 32 | 0.000 | 30.0 / 41.0 / 35.0 | 0.0005 | 41.0 ± 0.0 (n=1) |" in text
     assert "| heat vs attention | — | — | not run yet |" in text
-    assert "| heat | — | — | — | — | — | — |" in text  # no init scale, ERF, gain or speed measured yet
+    assert "| heat | — | — | — | — | — | — | — |" in text  # no init scale, top-1, ERF, gain or speed measured yet
 
 
 def test_the_report_pairs_the_patch_stem_runs_with_the_conv_stem_runs() -> None:
@@ -85,7 +85,7 @@ def test_throughput_measures_each_row_as_the_bench_builds_it() -> None:
         assert all(v > 0 for v in out[f"{kind}_images_per_s"].values())
     text = mixers.report({"rows": table, "runs": {}, "bench": out}, (1e-3,), 1)
     speed = out["inference_images_per_s"]["wave"]
-    assert f"| wave | — | — | — | — | {speed:.0f} |" in text
+    assert f"| wave | — | — | — | — | — | {speed:.0f} |" in text
 
 
 def test_init_scale_is_one_for_identity_and_small_for_the_spectral_mixers() -> None:
@@ -96,21 +96,23 @@ def test_init_scale_is_one_for_identity_and_small_for_the_spectral_mixers() -> N
     assert 0 < mixers.init_scale(row) < 0.05
 
 
-def test_a_lost_seed0_checkpoint_is_trained_again_and_the_report_sets_both_runs_side_by_side(tmp_path) -> None:
+def test_a_lost_checkpoint_is_trained_again_and_the_report_sets_both_runs_side_by_side(tmp_path) -> None:
     row, results = _results({2.5e-4: 30.0, 5e-4: 41.0, 1e-3: 35.0})
     lrs = (2.5e-4, 5e-4, 1e-3)
-    key = mixers.ablations.train_key(row, 0, mixers.budget_at(5e-4))
-    results["runs"][key]["folder"] = str(tmp_path / "gone")  # the record's folder is not on disk
-    todo = mixers.lost_seed0(results, [row], lrs, tmp_path / "runs")
+    key = mixers.ablations.train_key(row, mixers.ANALYSIS_SEED, mixers.budget_at(5e-4))  # the rate of seed 0's best
+    gone = str(tmp_path / "gone")  # the record's folder is not on disk
+    results["runs"][key] = {"status": "ok", "best_val_top1": 41.0, "folder": gone, "cpu_seconds": 100.0}
+    todo = mixers.lost_runs(results, [row], lrs, tmp_path / "runs")
     assert list(todo) == [key] and todo[key].endswith("-rerun")  # only the chosen rate's run, into a new folder
     again = tmp_path / "again"
     again.mkdir()
     (again / "model.safetensors").write_bytes(b"")
     results["reruns"] = {key: {"status": "ok", "best_val_top1": 39.5, "folder": str(again)}}
-    assert mixers.lost_seed0(results, [row], lrs, tmp_path / "runs") == {}
-    assert mixers._analysis_folder(results, key) == str(again)
+    assert mixers.lost_runs(results, [row], lrs, tmp_path / "runs") == {}
+    assert mixers._analysis_run(results, key)["folder"] == str(again)
     results["rows"] = [row]
     text = mixers.report(results, lrs, 3)
     assert "## The same run twice" in text and "| heat | 0.0005 | 41.0 | 39.5 | -1.5 |" in text
+    assert mixers.ANALYSIS_SEED == 1  # the analysis does not read the seed the rate was chosen on
     (again / "model.safetensors").unlink()  # the copy is gone too: train it again
-    assert list(mixers.lost_seed0(results, [row], lrs, tmp_path / "runs")) == [key]
+    assert list(mixers.lost_runs(results, [row], lrs, tmp_path / "runs")) == [key]
