@@ -12,6 +12,13 @@ from torch import nn
 
 from pdevision.layers import DerivativeConv
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # recorded from the authors' code (fixtures/README.md)
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``||a - b|| / ||b||``: how far ``a`` is from the reference ``b``."""
+    return ((a - b).norm() / b.norm()).item()
+
 
 def randomise_bn_and_kernels(module: nn.Module, seed: int = 0, kernel_scale: float = 0.3) -> nn.Module:
     """Random BatchNorm statistics and affine parameters and random derivative kernels, so per-channel

@@ -13,8 +13,7 @@ import timm
 import torch
 
 import pdevision  # noqa: F401
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+from tests.helpers import FIXTURES, relative_error
 
 
 @pytest.mark.parametrize("name", ["vheat_tiny", "vheat_small", "vheat_base"])
@@ -45,10 +44,6 @@ def _create_from(path: Path, **kwargs: object) -> torch.nn.Module:
     ).eval()
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).norm() / b.norm()).item()
-
-
 @pytest.mark.parametrize("layout", ["", "_infer"])
 @pytest.mark.parametrize("name", ["prenorm", "postnorm_ls"])
 def test_logits_equal_authors_code(name: str, layout: str) -> None:
@@ -56,8 +51,8 @@ def test_logits_equal_authors_code(name: str, layout: str) -> None:
     ref = torch.load(path, weights_only=True)
     model = _create_from(path)
     with torch.no_grad():
-        assert _rel(model(ref["input"]), ref["logits"]) < 1e-4
-        assert _rel(model.double()(ref["input"].double()), ref["logits_f64"]) < 1e-10
+        assert relative_error(model(ref["input"]), ref["logits"]) < 1e-4
+        assert relative_error(model.double()(ref["input"].double()), ref["logits_f64"]) < 1e-10
 
 
 @pytest.mark.parametrize("wrapper", ["model", "model_ema", "state_dict", None])
@@ -67,7 +62,7 @@ def test_wrapped_and_raw_state_dicts_load(tmp_path: Path, wrapper: str | None) -
     path = tmp_path / "ckpt.pth"
     torch.save({wrapper: state, "epoch": 3} if wrapper else state, path)
     out = _create_from(path)(ref["input"])
-    assert _rel(out.detach(), ref["logits"]) < 1e-4
+    assert relative_error(out.detach(), ref["logits"]) < 1e-4
 
 
 def test_folded_checkpoint_runs_only_at_its_size() -> None:

@@ -22,12 +22,7 @@ import pdevision  # noqa: F401
 from pdevision.cli import main
 from pdevision.layers import WavePropagationOperator
 from pdevision.models import WaveFormer, list_models
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).norm() / b.norm()).item()
+from tests.helpers import FIXTURES, relative_error
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +102,8 @@ def test_logits_equal_authors_code(name: str) -> None:
     ref = torch.load(path, weights_only=True)
     model = _create_from(path)
     with torch.no_grad():
-        assert _rel(model(ref["input"]), ref["logits"]) < 1e-4
-        assert _rel(model.double()(ref["input"].double()), ref["logits_f64"]) < 1e-10
+        assert relative_error(model(ref["input"]), ref["logits"]) < 1e-4
+        assert relative_error(model.double()(ref["input"].double()), ref["logits_f64"]) < 1e-10
 
 
 @pytest.mark.parametrize("wrapper", ["model", "model_ema", "state_dict", None])
@@ -119,7 +114,7 @@ def test_wrapped_and_raw_state_dicts_load(tmp_path: Path, wrapper: str | None) -
     torch.save({wrapper: state, "epoch": 3} if wrapper else state, path)
     with torch.no_grad():
         out = _create_from(path)(ref["input"])
-    assert _rel(out, ref["logits"]) < 1e-4
+    assert relative_error(out, ref["logits"]) < 1e-4
 
 
 def test_authors_inference_checkpoint_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -148,7 +143,7 @@ def test_own_folded_checkpoint_loads(tmp_path: Path) -> None:
     loaded = _create_from(tmp_path / "folded.pth")
     assert [s.folded_size() for s in loaded.stages] == [(16, 16), (8, 8), (4, 4), (2, 2)]
     with torch.no_grad():
-        assert _rel(loaded(ref["input"]), ref["logits"]) < 1e-4
+        assert relative_error(loaded(ref["input"]), ref["logits"]) < 1e-4
 
 
 def test_folding_gives_the_same_logits() -> None:
@@ -160,7 +155,7 @@ def test_folding_gives_the_same_logits() -> None:
     with torch.inference_mode():
         a, b = own(ref["input"]), via_timm(ref["input"])
     assert torch.equal(a, b)
-    assert _rel(a, ref["logits"]) < 1e-4
+    assert relative_error(a, ref["logits"]) < 1e-4
 
 
 @pytest.mark.parametrize("size", [(45, 67), (97, 33)])
