@@ -57,7 +57,11 @@ def test_the_report_of_a_partial_record_says_what_has_not_run() -> None:
     row, results = _results({2.5e-4: 30.0, 5e-4: 41.0, 1e-3: 35.0})
     results["rows"] = [row]
     text = mixers.report(results, (2.5e-4, 5e-4, 1e-3), 3)
-    assert "| heat | 32 | 0.000 | 30.0 / 41.0 / 35.0 | 0.0005 | 41.0 ± 0.0 (n=1) |" in text
+    assert "| heat | 32 | 0.000 | 30.0 / 41.0 / 35.0 | 0.0005 | 41.0 ± 0.0 (n=1) | 41.0 | 1/1 |" in text
+    key = mixers.ablations.train_key(row, 1, mixers.budget_at(5e-4))
+    results["runs"][key] = {"status": "ok", "best_val_top1": 12.0, "cpu_seconds": 100.0}  # a seed that stayed at chance
+    text = mixers.report(results, (2.5e-4, 5e-4, 1e-3), 3)
+    assert "| 0.0005 | 26.5 ± 20.5 (n=2) | 41.0 / 12.0 | 1/2 |" in text
     assert "| heat vs attention | — | — | not run yet |" in text
     assert "| heat | — | — | — | — | — | — | — |" in text  # no init scale, top-1, ERF, gain or speed measured yet
 
