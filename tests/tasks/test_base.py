@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,33 @@ def test_threads_hold_for_the_run_and_are_given_back(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "r" / "config.json").read_text())["threads"] == 1
     with pytest.raises(ValueError, match="threads must be an integer from 1 to 1024"):
         fit(CountThreads(), RunConfig(output=str(tmp_path / "bad"), threads=0))
+
+
+class _Jittered(Regress):
+    """Regress whose training inputs get noise from Python's ``random`` (as timm's augmentations draw), and whose
+    data sets may draw from ``random`` while they are built (as scikit-learn does when it is first imported)."""
+
+    def __init__(self, draws_while_building: int) -> None:
+        super().__init__()
+        self.draws = draws_while_building
+
+    def datasets(self):
+        for _ in range(self.draws):
+            random.random()
+        return super().datasets()
+
+    def train_step(self, model, batch):
+        x, y = batch
+        return torch.nn.functional.mse_loss(model(x + random.gauss(0.0, 0.5)), y), {}
+
+
+def test_the_training_draws_do_not_depend_on_what_building_the_data_drew(tmp_path: Path) -> None:
+    """The demo's result changed with the import order: scikit-learn, imported on first use while the data sets were
+    built, drew from ``random`` after the seed was set, so a process that had imported it already trained otherwise."""
+    losses = []
+    for draws in (0, 3):
+        out = tmp_path / f"draws{draws}"
+        config = RunConfig(output=str(out), epochs=2, lr=0.05, opt="sgd", batch_size=32, progress=False, seed=4)
+        fit(_Jittered(draws), config)
+        losses.append([r["train_loss"] for r in csv.DictReader(open(out / "metrics.csv"))])
+    assert losses[0] == losses[1]

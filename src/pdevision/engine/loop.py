@@ -61,6 +61,7 @@ from pdevision.engine.runtime import (
     autocast,
     resolve_device,
     seed_everything,
+    seed_host_generators,
     write_metrics,
 )
 from pdevision.engine.state import RunState
@@ -195,6 +196,10 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
     model = task.build_model().to(device)
     if run.fused_kernels and device.type == "cpu" and is_library_model(model):
         fuse_linears(model)  # float32 training: forward and gradient products on oneDNN (ops.fused.linear)
+    # The training's draws from Python's and NumPy's generators (augmentation, mixup) start from the seed, whatever
+    # building the data and the model drew before: scikit-learn, imported on first use by the data sets, draws from
+    # ``random`` at import, so a run's augmentations depended on whether the process had imported it already.
+    seed_host_generators(run.seed)
     if run.rank_seed:
         torch.manual_seed(run.seed + 1000 * info.rank)
     loader, sampler = _train_loader(train_set, run, info, task.collate_fn)

@@ -75,9 +75,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def seed_everything(seed: int, deterministic: bool) -> None:
+def seed_host_generators(seed: int) -> None:
+    """Seed Python's and NumPy's global generators: timm's augmentations draw from ``random``, its mixup from
+    NumPy's global generator."""
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002  (the global generator is what timm's mixup draws from)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    seed_host_generators(seed)
     torch.manual_seed(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -115,6 +121,7 @@ __all__ = [
     "resolve_device",
     "rng_state",
     "seed_everything",
+    "seed_host_generators",
     "set_rng_state",
     "write_metrics",
 ]
