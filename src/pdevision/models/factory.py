@@ -27,7 +27,8 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
     """``timm.create_model`` for this library's models and timm's, never with pretrained weights: passes
     ``img_size`` where the model takes it (it sets vHeat's FVE size, Swin's and DeiT's grids), suggests close names
     for an unknown one, and refuses arguments that fetch or read weights or ask for absurd sizes
-    (:func:`check_model_args`). Local weights load through ``timm.create_model`` (see docs/using.md)."""
+    (:func:`check_model_args`; together, more than :data:`MAX_PARAMETERS` parameters: :func:`check_model_size`).
+    Local weights load through ``timm.create_model`` (see docs/using.md)."""
     check_model_name(name)
     check_model_args(kwargs)
     kwargs = {k: v for k, v in kwargs.items() if k != "pretrained"}
