@@ -36,8 +36,20 @@ def test_the_bound_counts_what_the_arguments_ask_for_together() -> None:
     # each width is within its own bound (16384); the model they make is 480 billion parameters
     with pytest.raises(UnsafeModelArgumentError, match=r"vheat_micro with dims=16384 would have 479\.6 billion"):
         build_model("vheat_micro", num_classes=10, img_size=64, dims=16384)
-    with pytest.raises(UnsafeModelArgumentError, match=r"vheatir_micro with embed_dim=16384 would have 15\.9 billion"):
+    with pytest.raises(
+        UnsafeModelArgumentError, match=r"vheatir_micro with embed_dim=16384, img_size=32 would have 15\.9"
+    ):
         build_restoration_model("vheatir_micro", 3, 32, {"embed_dim": 16384})
+
+
+def test_the_bound_counts_what_a_large_input_asks_for() -> None:
+    """vHeat's frequency embeddings grow with the square of the input: at 16384 px vheat_micro has 1.0 billion
+    parameters and vHeatIR 17 billion, with no model argument at all (a size a checkpoint's metadata may hold)."""
+    with pytest.raises(UnsafeModelArgumentError, match=r"vheat_micro with img_size=16384 would have 1\.0 billion"):
+        build_model("vheat_micro", num_classes=10, img_size=16384)
+    with pytest.raises(UnsafeModelArgumentError, match=r"vheatir_micro with img_size=16384 would have 17\.2 billion"):
+        build_restoration_model("vheatir_micro", 3, 16384, {})
+    assert _count(build_model("vheat_micro", num_classes=10, img_size=64)) < MAX_PARAMETERS
     assert _count(build_model("vheat_micro", num_classes=10, img_size=64, dims=8)) < MAX_PARAMETERS
 
 
@@ -45,5 +57,5 @@ def test_a_build_that_fails_on_the_meta_device_is_left_to_the_real_build() -> No
     def fails() -> nn.Module:
         raise TypeError("an argument the model does not take")
 
-    assert check_model_size(fails, "m") is None  # the real build reports the TypeError, as before
-    check_model_size(lambda: nn.Linear(10, 10), "small")  # no error below the bound
+    assert check_model_size(fails, "m", {}) is None  # the real build reports the TypeError, as before
+    check_model_size(lambda: nn.Linear(10, 10), "small", {})  # no error below the bound

@@ -255,7 +255,7 @@ def _commands(kind: str, ckpt: Path, image: Path, tmp: Path) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("bad", ["url", "file", "depth", "width", "hub_name"])
+@pytest.mark.parametrize("bad", ["url", "file", "depth", "width", "size", "hub_name"])
 def test_crafted_checkpoints_are_refused_by_every_command(
     kind: str, bad: str, server: str, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -264,6 +264,10 @@ def test_crafted_checkpoints_are_refused_by_every_command(
     meta = dict(KINDS[kind])
     if bad == "hub_name":
         meta["model"] = "hf-hub:someone/vheat_micro"
+    elif (
+        bad == "size"
+    ):  # within the metadata's bound (16384 px); vHeat's FVEs (and vHeatIR's) then hold 1 to 17 billion
+        meta["patch_size" if kind == "denoise" else "img_size"] = 16384
     else:
         meta["model_args"] = _bad_args(server, weights)[bad]
         if bad == "width" and kind == "denoise":
@@ -276,7 +280,8 @@ def test_crafted_checkpoints_are_refused_by_every_command(
         err = capsys.readouterr().err
         assert code == 2, (argv, err)
         assert err.count("\n") == 1 and "Traceback" not in err, (argv, err)
-        assert "refused" in err or "not a registered model name" in err or "checkpoint" in err, (argv, err)
+        named = ("refused", "not a registered model name", "checkpoint", "image size 16384")
+        assert any(n in err for n in named), (argv, err)
         if bad == "width" and argv[0] != "train":  # --init-from refuses it sooner (another network, head)
             assert "billion parameters, above the limit of 1 billion" in err, (argv, err)
     assert _Counter.requests == [], _Counter.requests

@@ -5,7 +5,7 @@ classifier and backbone factory, the dense builders and the restoration registry
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -27,12 +27,10 @@ class UnsafeModelArgumentError(ModelArgumentError):
 
 _REFUSED_KEYS = re.compile(r"pretrain|checkpoint|path|url|uri|file|hub|cache|download|feature_cfg|_cls$", re.I)
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_SIMPLE = (bool, int, float, type(None))
 MAX_INT_ARGUMENT = 16384  # widths, sizes: beyond this the allocation runs out of memory before anything useful
 MAX_COUNT_ARGUMENT = 1024  # depths, heads, layers, blocks per entry
-MAX_PARAMETERS = (
-    1_000_000_000  # 4 GB of float32 weights, 16 GB to train with AdamW; registered defaults are not checked
-)
+# 4 GB of float32 weights, 16 GB to train with AdamW: above every registered model at its default size
+MAX_PARAMETERS = 1_000_000_000
 _COUNT_KEYS = re.compile(r"depth|layers|blocks|heads|repeat", re.I)
 
 
@@ -81,11 +79,12 @@ def check_model_args(args: Any, source: str = "given") -> dict[str, Any]:
     return args
 
 
-def check_model_size(build: Callable[[], nn.Module], what: str) -> None:
-    """Refuse a model whose arguments ask for more than :data:`MAX_PARAMETERS` parameters, before any memory is
-    taken: ``build()`` runs on the meta device (shapes only) and its parameters are counted. Bounding each argument
-    is not enough: widths multiply (``dims`` 16384 gives a model of 480 billion parameters). A model that does not
-    build on the meta device is left to its real build, which reports whatever is wrong with its arguments."""
+def check_model_size(build: Callable[[], nn.Module], name: str, args: Mapping[str, Any]) -> None:
+    """Refuse the model ``build()`` makes from ``name`` and ``args`` when it has more than :data:`MAX_PARAMETERS`
+    parameters, before any memory is taken: ``build()`` runs on the meta device (shapes only) and its parameters are
+    counted. Bounding each argument is not enough: widths multiply (``dims`` 16384 gives a model of 480 billion
+    parameters) and vHeat's frequency embeddings grow with the square of the input size. A model that does not build
+    on the meta device is left to its real build, which reports whatever is wrong with its arguments."""
     try:
         with torch.device("meta"):
             model = build()
@@ -93,9 +92,10 @@ def check_model_size(build: Callable[[], nn.Module], what: str) -> None:
         return
     count = sum(p.numel() for p in model.parameters())
     if count > MAX_PARAMETERS:
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
         raise UnsafeModelArgumentError(
-            f"{what} would have {count / 1e9:,.1f} billion parameters, above the limit of "
-            f"{MAX_PARAMETERS / 1e9:.0f} billion; refused (check its widths and depths)"
+            f"{name} with {shown:.120} would have {count / 1e9:,.1f} billion parameters, above the limit of "
+            f"{MAX_PARAMETERS / 1e9:.0f} billion; refused (check its widths, depths and image size)"
         )
 
 

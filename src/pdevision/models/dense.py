@@ -79,11 +79,10 @@ def _probe(name: str, kwargs: dict[str, Any]) -> nn.Module:
 def backbone_kwargs_for(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` without ``img_size`` for models that do not take it (ResNets, PDE-ResNet): the dense
     builders pass the training crop to every backbone and the ones with a size-dependent part (vHeat's
-    FVEs, Swin's attention masks) use it. Arguments beyond the crop are bounded in the parameters they ask for
+    FVEs, Swin's attention masks) use it. The model the arguments ask for is bounded in parameters
     (:func:`~pdevision.models.factory.check_model_size`) before anything is allocated."""
-    if set(kwargs) - {"img_size"}:
-        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k != "img_size")
-        check_model_size(lambda: timm.create_model(name, features_only=True, **kwargs), f"{name} with {shown:.120}")
+    if kwargs:  # the crop's size too: vHeat's FVEs grow with it
+        check_model_size(lambda: timm.create_model(name, features_only=True, **kwargs), name, kwargs)
     if "img_size" not in kwargs:
         return dict(kwargs)
     try:

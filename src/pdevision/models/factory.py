@@ -22,12 +22,15 @@ from pdevision.models._arguments import (
 )
 from pdevision.models.restoration import is_restoration_model
 
+LARGE_INPUT = 1024  # above this side, build_model counts the parameters first (vHeat's FVEs grow with the input)
+
 
 def build_model(name: str, num_classes: int | None = None, img_size: int | None = None, **kwargs: Any) -> nn.Module:
     """``timm.create_model`` for this library's models and timm's, never with pretrained weights: passes
     ``img_size`` where the model takes it (it sets vHeat's FVE size, Swin's and DeiT's grids), suggests close names
     for an unknown one, and refuses arguments that fetch or read weights or ask for absurd sizes
-    (:func:`check_model_args`; together, more than :data:`MAX_PARAMETERS` parameters: :func:`check_model_size`).
+    (:func:`check_model_args`; with an input above :data:`LARGE_INPUT` or together, more than
+    :data:`MAX_PARAMETERS` parameters: :func:`check_model_size`).
     Local weights load through ``timm.create_model`` (see docs/using.md)."""
     check_model_name(name)
     check_model_args(kwargs)
@@ -44,9 +47,11 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
         raise ModelNameError(f"unknown model {name!r}{hint}")
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
-    if set(kwargs) - {"num_classes"}:  # a registered configuration with its defaults needs no check
-        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k != "num_classes")
-        check_model_size(lambda: _create(name, kwargs, img_size), f"{name} with {shown:.120}")
+    shown = {k: v for k, v in kwargs.items() if k != "num_classes"}
+    if img_size is not None and img_size > LARGE_INPUT:
+        shown["img_size"] = img_size
+    if shown:  # a registered configuration at a usual size needs no check
+        check_model_size(lambda: _create(name, kwargs, img_size), name, shown)
     return _create(name, kwargs, img_size)
 
 
@@ -99,6 +104,7 @@ def fold_for_inference(
 
 
 __all__ = [
+    "LARGE_INPUT",
     "MAX_COUNT_ARGUMENT",
     "MAX_INT_ARGUMENT",
     "MAX_PARAMETERS",

@@ -384,9 +384,8 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
     args = {k: v for k, v in model_args.items() if not (k == "pretrained" and v is False)}
     if name.startswith("vheatir_"):
         args.setdefault("img_size", patch_size)
-    if model_args:  # arguments beyond the defaults: bounded in size before anything is allocated
-        shown = ", ".join(f"{k}={v!r}" for k, v in model_args.items())
-        check_model_size(lambda: _RESTORATION_MODELS[name](in_chans=in_chans, **args), f"{name} with {shown:.120}")
+    # bounded before anything is allocated: widths multiply, and vHeatIR's FVEs grow with the square of the patch
+    check_model_size(lambda: _RESTORATION_MODELS[name](in_chans=in_chans, **args), name, args or {"patch": patch_size})
     try:
         return _RESTORATION_MODELS[name](in_chans=in_chans, **args)
     except TypeError as exc:  # an unknown or ill-typed model argument
