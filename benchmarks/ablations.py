@@ -493,13 +493,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def _record(results: dict[str, Any], key: str, fut: Any, path: Path, call: Any = None) -> None:
+def _record(results: dict[str, Any], key: str, fut: Any, path: Path, call: Any = None, section: str = "runs") -> None:
     try:
         rec = fut.result() if fut is not None else call()
     except Exception as exc:  # a row that fails to train is recorded, the others go on
         log.warning("run %s failed: %s: %s", key, type(exc).__name__, exc)
         rec = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
-    results["runs"][key] = rec
+    results.setdefault(section, {})[key] = rec
     spec = json.loads(key)
     log.info(
         "%s seed %d %s: %s",

@@ -11,11 +11,11 @@ one rule for all: the rate of ``--lrs`` with the best validation top-1 at seed 0
 seed-0 run of the chosen rate is one of the ``--seeds`` reported runs (so seed 0 is the one the rate was chosen
 on, a selection the other seeds do not have; the report gives seeds 1 and 2 alone too).
 
-After training: the effective receptive field of each trained seed-1 model (``ANALYSIS_SEED``: not the seed the
-rate was chosen on; :mod:`pdevision.viz.erf`: the 50% and
-95% area shares of the last stage), the high- to low-frequency gain of the trained spectral mixers (the mean
-``|T|`` of the transfer factors at frequencies ``|w| >= pi / 2`` over the mean at ``|w| < pi / 2``, all blocks and
-channels), and inference throughput measured with :mod:`pdevision.bench`'s interleaved medians, in one process.
+After training: the effective receptive field of each trained seed-1 model (``ANALYSIS_SEED``, not the seed the rate
+was chosen on; :mod:`pdevision.viz.erf`: the 50% and 95% area shares of the last stage), the high- to low-frequency
+gain of the trained spectral mixers (the mean ``|T|`` of the transfer factors at frequencies ``|w| >= pi / 2`` over
+the mean at ``|w| < pi / 2``, all blocks and channels), and inference throughput measured with
+:mod:`pdevision.bench`'s interleaved medians, in one process.
 
 Run: ``python benchmarks/mixers.py --jobs 2`` (resumes from ``benchmarks/mixers.json``), ``--report-only`` to write
 ``benchmarks/mixers.md`` from the JSON, ``--skip-bench`` to leave the throughput rows out.
@@ -119,20 +119,22 @@ def budget_at(lr: float) -> dict[str, Any]:
     return {**BUDGET, "lr": lr}
 
 
-def _train_all(todo: dict[str, str], results: dict[str, Any], path: Path, jobs: int) -> None:
+def _train_all(todo: dict[str, str], results: dict[str, Any], path: Path, jobs: int, section: str = "runs") -> None:
+    """Train each key of ``todo`` into its folder (``jobs`` at a time, one thread each) and record it in
+    ``results[section]``; a run that fails is recorded as failed and the others go on."""
     if not todo:
         return
-    log.info("%d training runs to do", len(todo))
+    log.info("%d training runs to do (%s)", len(todo), section)
     if jobs > 1:
         ctx = multiprocessing.get_context("spawn")
         with futures.ProcessPoolExecutor(jobs, mp_context=ctx) as ex:
             pending = {ex.submit(ablations.run_training, k, f, "cpu", 0, 1): k for k, f in todo.items()}
             for fut in futures.as_completed(pending):
-                ablations._record(results, pending[fut], fut, path)
+                ablations._record(results, pending[fut], fut, path, section=section)
     else:
         for key, folder in todo.items():
             call = lambda k=key, f=folder: ablations.run_training(k, f, "cpu", 0, 1)  # noqa: E731
-            ablations._record(results, key, None, path, call)
+            ablations._record(results, key, None, path, call, section=section)
 
 
 def _todo(results: dict[str, Any], plan: list[tuple[dict[str, Any], int, float]], runs_dir: Path) -> dict[str, str]:
@@ -286,18 +288,7 @@ def retrain_lost(
     """Train each of :func:`lost_runs` again, same configuration and seed, so that the analysis has its model. The
     record's run is left as it is; the retrained run goes to ``results["reruns"]`` under the same key, and the
     report sets the two top-1 values side by side (does one configuration and seed give the same result twice?)."""
-    todo = lost_runs(results, table, lrs, runs_dir)
-    if not todo:
-        return
-    reruns = results.setdefault("reruns", {})
-    log.info("%d runs to train again for the analysis (their checkpoints are not on disk)", len(todo))
-    ctx = multiprocessing.get_context("spawn")
-    with futures.ProcessPoolExecutor(max(1, jobs), mp_context=ctx) as ex:
-        pending = {ex.submit(ablations.run_training, k, f, "cpu", 0, 1): k for k, f in todo.items()}
-        for fut in futures.as_completed(pending):
-            reruns[pending[fut]] = fut.result()
-            log.info("rerun %s: %s", pending[fut], reruns[pending[fut]]["best_val_top1"])
-            ablations.save_results(path, results)
+    _train_all(lost_runs(results, table, lrs, runs_dir), results, path, jobs, section="reruns")
 
 
 def _analysis_run(results: dict[str, Any], key: str) -> dict[str, Any] | None:
@@ -516,7 +507,7 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         "Mixer output at init: the mean over blocks of the std of each token mixer's output over that of its "
         "normalised input, in the seed-0 initialisation on Gaussian images (1 for identity; small: the block starts "
         f"close to its MLP alone). ERF: the last stage's effective receptive field of the seed-{ANALYSIS_SEED} model "
-        "at its chosen rate (its top-1 in the first column; trained "
+        "at its chosen rate (its top-1 in the table; trained "
         "again where its checkpoint was gone) on 16 validation scenes (`pdevision.viz.erf`): the share of the input "
         "area holding 50% and 95% of the gradient mass (larger: a wider field). Frequency gain (spectral mixers "
         "only): mean |T| of the trained transfer factors at |w| >= pi/2 over the mean at |w| < pi/2, all blocks "

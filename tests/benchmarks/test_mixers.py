@@ -120,3 +120,12 @@ def test_a_lost_checkpoint_is_trained_again_and_the_report_sets_both_runs_side_b
     assert mixers.ANALYSIS_SEED == 1  # the analysis does not read the seed the rate was chosen on
     (again / "model.safetensors").unlink()  # the copy is gone too: train it again
     assert list(mixers.lost_runs(results, [row], lrs, tmp_path / "runs")) == [key]
+
+
+def test_a_retraining_that_fails_is_recorded_in_its_section_and_the_others_go_on(tmp_path) -> None:
+    row = {"name": "x", "model": "no_such_model", "model_args": {}}
+    key = mixers.ablations.train_key(row, 1, {**mixers.budget_at(1e-3), "data": "digits", "epochs": 1})
+    results: dict = {"runs": {}}
+    mixers._train_all({key: str(tmp_path / "run")}, results, tmp_path / "r.json", 1, section="reruns")
+    assert results["reruns"][key]["status"] == "failed" and "no_such_model" in results["reruns"][key]["reason"]
+    assert results["runs"] == {}  # the record's own runs are left as they are
