@@ -4,8 +4,8 @@ Three forms of the same step (forward, cross-entropy, backward, AdamW), interlea
 
 * ``reference``: PyTorch's linear layers (MKL's matrix products in float32) and AdamW's per-parameter loop;
 * ``fused update``: the same with AdamW's fused update (``LoopConfig.fused_opt``);
-* ``kernels``: the fused update and the linear layers on oneDNN (``fuse_linears``, ``LoopConfig.fused_kernels``),
-  what ``pdevision train`` runs on the CPU.
+* ``kernels``: the fused update and the model on oneDNN (``pdevision.fastpath.accelerate``,
+  ``RunConfig.fused_kernels``), what ``pdevision train`` runs on the CPU.
 
 Every model gets the same treatment (ours and the timm peers). Writes ``benchmarks/training_step.md``.
 
@@ -27,8 +27,7 @@ from torch import nn
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import interleaved_medians, machine_description, steady_allocator
 from pdevision.cli import _positive_int  # the CLI's check: a clear argparse error
-from pdevision.layers import fuse_linears
-from pdevision.ops.fused import reference_kernels
+from pdevision.fastpath import accelerate, reference_kernels
 
 OUT = Path(__file__).with_name("training_step.md")
 MODELS = ("vheat_tiny", "hcnet_tiny", "convnext_tiny", "swin_tiny_patch4_window7_224")
@@ -40,7 +39,7 @@ def step_fn(model: nn.Module, form: str, x: torch.Tensor, dtype: torch.dtype | N
     """One training step of ``model`` in ``form`` (a copy of the model is made, so forms do not share state)."""
     model = copy.deepcopy(model).train()
     if form == "kernels":
-        fuse_linears(model)
+        accelerate(model)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1e-4, **({"foreach": False} if form == "reference" else {"fused": True})
     )

@@ -73,13 +73,13 @@ def exit_code(argv: list[str]) -> int:
 def _bf16_onednn() -> bool:
     import torch
 
-    from pdevision.ops.fused import _onednn_ok
+    from pdevision.fastpath.kernels import _onednn_ok
 
     return _onednn_ok(torch.bfloat16)
 
 
 #: the tests of the fused bfloat16 kernels need a CPU whose oneDNN has a bfloat16 inner product (AVX-512 or AMX);
-#: elsewhere the library takes PyTorch's path (``pdevision.ops.fused.compute_dtype`` is ``None``) and they skip
+#: elsewhere the library takes PyTorch's path (``pdevision.fastpath.kernels.compute_dtype`` is ``None``) and they skip
 needs_bf16_onednn = pytest.mark.skipif(
     not _bf16_onednn(), reason="this CPU's oneDNN has no bfloat16 inner product (AVX-512 or AMX needed)"
 )

@@ -78,14 +78,14 @@ def test_fused_peer_computes_the_peer_function_on_the_fused_kernels() -> None:
     import torch
 
     from pdevision.bench.models import build_for_bench
-    from pdevision.layers import InferenceLinear
+    from pdevision.fastpath.modules import FusedLinear
 
     torch.manual_seed(0)
     peer = build_for_bench("convnext_tiny", 64, torch.device("cpu"))
     torch.manual_seed(0)
     fused = build_for_bench("convnext_tiny+fused", 64, torch.device("cpu"))
-    assert not any(isinstance(m, InferenceLinear) for m in peer.modules())
-    assert sum(isinstance(m, InferenceLinear) for m in fused.modules()) > 10
+    assert not any(isinstance(m, FusedLinear) for m in peer.modules())
+    assert sum(isinstance(m, FusedLinear) for m in fused.modules()) > 10
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(fused(x), peer(x), atol=1e-4, rtol=1e-4)

@@ -159,3 +159,16 @@ def test_the_command_check_can_fail() -> None:
     assert shell_commands("torchrun --nnodes 2 \\\n  -m pdevision.cli train --data D  # a comment") == [
         ["train", "--data", "D"]
     ]
+
+
+def test_contributing_names_only_make_targets_that_exist_and_ci_runs_lint() -> None:
+    """CONTRIBUTING.md's commands are targets of the Makefile, the architecture page is in the site's navigation,
+    and CI runs the lint that CONTRIBUTING asks for."""
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, flags=re.M))
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    named = set(re.findall(r"^make ([a-z-]+)", "\n".join(b for kind, b in blocks(ROOT / "CONTRIBUTING.md")), re.M))
+    assert {"demo", "test", "lint", "docs"} <= named <= targets, named - targets
+    assert "docs/architecture.md" in text and "architecture.md" in (ROOT / "mkdocs.yml").read_text()
+    ci = (ROOT / ".ci" / "run").read_text().split()
+    assert {"test", "lint", "docs", "dist"} <= {ci[i + 1] for i, word in enumerate(ci[:-1]) if word == "make"}

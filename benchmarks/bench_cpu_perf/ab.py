@@ -23,9 +23,9 @@ import torch
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import matmul_gflops, onednn_matmul_gflops
 from pdevision.bench.models import build_for_bench
-from pdevision.layers import fuse_linears
+from pdevision.fastpath import accelerate, reference_kernels
+from pdevision.fastpath.kernels import heat_filter_nhwc
 from pdevision.ops.dct import dct2, idct2
-from pdevision.ops.fused import heat_filter_nhwc, reference_kernels
 
 OUT = Path(__file__).with_name("ab.md")
 
@@ -110,7 +110,7 @@ def models(rounds: int, quick: bool) -> list[str]:
 
 def same_kernels_for_peers(rounds: int, quick: bool) -> list[str]:
     """vHeat against the peers as timm ships them and against the peers with the same fused linear kernels
-    (``fuse_linears`` works on any model with ``nn.Linear`` and timm's ``Mlp``): what the architecture gains
+    (``pdevision.fastpath.accelerate`` works on any model): what the architecture gains
     when the backend is equal."""
     peers = ["convnext_tiny", "swin_tiny_patch4_window7_224"]
     cases = [(224, 8), (768, 1)] if not quick else [(224, 8)]
@@ -125,7 +125,7 @@ def same_kernels_for_peers(rounds: int, quick: bool) -> list[str]:
         for p in peers:
             built[p] = build_for_bench(p, res, torch.device("cpu"))
             fused_peer = copy.deepcopy(built[p])
-            fuse_linears(fused_peer)
+            accelerate(fused_peer)
             built[p + " fused"] = fused_peer
         x = torch.randn(batch, 3, res, res)
         for dtype in ("fp32", "bf16"):

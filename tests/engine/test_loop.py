@@ -175,69 +175,48 @@ def test_compiled_training_runs(tmp_path: Path, model: str) -> None:
     assert json.loads((tmp_path / model / "config.json").read_text())["compile"] is True
 
 
-def test_training_on_the_cpu_puts_the_linear_layers_on_the_kernels(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The loop applies fuse_linears to the model it trains on the CPU (LoopConfig.fused_kernels), and the
-    checkpoint keeps the plain state-dict keys."""
-    import pdevision.engine.loop as loop
+def _trained_model(argv: list[str]) -> torch.nn.Module:
+    """Run ``pdevision train`` and return the model object the loop trained (recorded as the task builds it)."""
+    seen: list[torch.nn.Module] = []
+    original = ClassifyTask.build_model
 
-    swapped: list[int] = []
-    real = loop.fuse_linears
-    monkeypatch.setattr(loop, "fuse_linears", lambda model: swapped.append(real(model)) or swapped[-1])
+    def spy(self):  # records the model the loop then trains
+        model = original(self)
+        seen.append(model)
+        return model
+
+    ClassifyTask.build_model = spy
+    try:
+        assert main(argv) == 0
+    finally:
+        ClassifyTask.build_model = original
+    return seen[0]
+
+
+@pytest.mark.parametrize("name", ["vheat_micro", "vit_tiny_patch16_224"])
+def test_training_on_the_cpu_puts_the_model_on_the_kernels(name: str, tmp_path: Path) -> None:
+    """The loop accelerates the model it trains on the CPU (RunConfig.fused_kernels), this library's or timm's,
+    and the checkpoint keeps the plain state-dict keys."""
+    from pdevision.fastpath import is_accelerated
+
     out = tmp_path / "run"
-    argv = ["train", "--model", "vheat_micro", "--epochs", "1", "--output", str(out), *FAST]
-    assert main(argv) == 0
-    assert len(swapped) == 1 and swapped[0] > 0
+    argv = ["train", "--model", name, "--epochs", "1", "--output", str(out), *FAST]
+    assert is_accelerated(_trained_model(argv))
     weights = load_weights(out / "last")
     import timm
 
-    plain = timm.create_model("vheat_micro", num_classes=10, img_size=32)
+    plain = timm.create_model(name, num_classes=10, img_size=32)
     assert set(weights) == set(plain.state_dict())  # the same keys as the unconverted model
     plain.load_state_dict(weights)
 
 
-def test_reference_kernels_flag_keeps_pytorchs_linear_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--reference-kernels`` turns the CPU training kernels off (and config.json says so)."""
-    import pdevision.engine.loop as loop
+def test_reference_kernels_flag_keeps_the_plain_modules(tmp_path: Path) -> None:
+    from pdevision.fastpath import is_accelerated
 
-    calls: list[object] = []
-    monkeypatch.setattr(loop, "fuse_linears", lambda model: calls.append(model) or 0)
     out = tmp_path / "run"
     argv = ["train", "--model", "vheat_micro", "--epochs", "1", "--output", str(out), "--reference-kernels", *FAST]
-    assert main(argv) == 0
-    assert calls == []
+    assert not is_accelerated(_trained_model(argv))
     assert json.loads((out / "config.json").read_text())["fused_kernels"] is False
-
-
-def test_the_cpu_kernel_swap_leaves_other_models_alone(tmp_path: Path) -> None:
-    """The loop puts the linear layers of this library's own models on the fused kernels (CPU), and trains any other
-    model (a timm model, a user's) with its modules as they are."""
-    from pdevision.engine.loop import is_library_model
-    from pdevision.engine.modeling import build_model
-    from pdevision.layers import InferenceLinear
-
-    ours, theirs = build_model("vheat_micro", num_classes=3), build_model("resnet18", num_classes=3)
-    assert is_library_model(ours) and not is_library_model(theirs)
-    assert not is_library_model(torch.nn.Sequential(torch.nn.Linear(2, 2)))
-    for name in ("vit_tiny_patch16_224", "vheat_micro"):
-        out = tmp_path / name
-        argv = ["train", "--model", name, "--epochs", "1", "--output", str(out), *FAST]
-        seen: list[type] = []
-        original = ClassifyTask.build_model
-
-        def spy(self, _original=original, _seen=seen):  # records the model the loop then trains
-            model = _original(self)
-            _seen.append(model)
-            return model
-
-        ClassifyTask.build_model = spy
-        try:
-            assert main(argv) == 0
-        finally:
-            ClassifyTask.build_model = original
-        swapped = any(isinstance(m, InferenceLinear) for m in seen[0].modules())
-        assert swapped == (name == "vheat_micro"), name
 
 
 def test_metrics_csv_keeps_a_column_that_appears_later(tmp_path: Path) -> None:

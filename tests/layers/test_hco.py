@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from pdevision.layers import HeatConductionOperator
 from pdevision.ops import frequency_energy
 from pdevision.ops.dct import dct2, idct2
-from tests.helpers import needs_bf16_onednn
 
 
 def _reference_hco(op: HeatConductionOperator, x: torch.Tensor, fve: torch.Tensor) -> np.ndarray:
@@ -83,18 +82,6 @@ def test_gradients_reach_every_parameter_and_the_fve() -> None:
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
-def test_chunked_mlp_in_inference_equals_whole_map() -> None:
-    from pdevision.layers import MixerBlock
-
-    block = MixerBlock(8, HeatConductionOperator(8), mlp_chunk=10).eval()
-    x, fve = torch.randn(2, 7, 9, 8), torch.randn(7, 9, 8)
-    with torch.no_grad():
-        chunked = block(x, fve)
-        block.mlp_chunk = None
-        whole = block(x, fve)
-    torch.testing.assert_close(chunked, whole)
-
-
 @pytest.mark.parametrize("k_mode", ["learnable", "fixed"])
 def test_scalar_k_modes_conduct_with_one_k(k_mode: str) -> None:
     """``k_mode="learnable"``/``"fixed"``: one k for the layer, so the conducted branch is the heat solution with
@@ -129,68 +116,3 @@ def test_vheat_k_mode_builds_and_trains() -> None:
         model = timm.create_model("vheat_micro", num_classes=3, img_size=32, k_mode=mode)
         model(torch.randn(2, 3, 40, 36)).sum().backward()
         assert all(s.freq_embed.grad is None for s in model.stages)
-
-
-@pytest.mark.parametrize("folded", [False, True])
-def test_fused_inference_path_matches_scipy_reference(folded: bool) -> None:
-    """No-grad CPU forward (fused linears, SiLU in the gate's product, the oneDNN heat filter on a map above
-    FUSED_FILTER_MIN_TOKENS) against the float64 scipy reference, folded and not."""
-    from pdevision.layers.hco import FUSED_FILTER_MIN_TOKENS
-    from pdevision.ops.fused import _onednn_ok
-
-    if not _onednn_ok():
-        pytest.skip("PyTorch built without oneDNN")
-    op = HeatConductionOperator(6, dct_method="matrix")
-    _randomise(op)
-    x, fve = torch.randn(2, 49, 50, 6), torch.randn(49, 50, 6)
-    assert 49 * 50 >= FUSED_FILTER_MIN_TOKENS
-    want = _reference_hco(op, x, fve)
-    if folded:
-        op.fold(fve)
-    with torch.inference_mode():
-        got = op(x, None if folded else fve)
-    np.testing.assert_allclose(got.numpy(), want, atol=2e-5)
-    if folded:  # new values loaded into k_exp are seen by the cached transposed copy
-        with torch.no_grad():
-            op.k_exp.mul_(0.5)
-        with torch.inference_mode():
-            again = op(x)
-        assert not torch.allclose(again, got)
-
-
-@needs_bf16_onednn
-def test_folded_bf16_path_keeps_the_decay_cast_once_and_sees_new_values() -> None:
-    """Under bfloat16 autocast the folded decay is cast once and multiplied in place: the same logits as the
-    reference kernels, the cast kept between calls, renewed when ``k_exp`` changes in place."""
-    from pdevision.ops.fused import _onednn_ok, reference_kernels
-
-    if not _onednn_ok():
-        pytest.skip("PyTorch built without oneDNN")
-    op = HeatConductionOperator(8, dct_method="matrix")
-    _randomise(op)
-    x, fve = torch.randn(2, 12, 10, 8), torch.randn(12, 10, 8)
-    op.fold(fve)
-
-    def run() -> torch.Tensor:
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-            return op(x).float()
-
-    got = run()
-    with reference_kernels():
-        want = run()
-    torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)  # bfloat16 rounding
-    cached = op._cast_cache[(id(op.k_exp), torch.bfloat16)][2]
-    assert torch.equal(cached, op.k_exp.to(torch.bfloat16))
-    run()
-    assert op._cast_cache[(id(op.k_exp), torch.bfloat16)][2] is cached  # not cast again
-    with torch.no_grad():
-        op.k_exp.mul_(0.25)
-    again = run()
-    assert torch.equal(op._cast_cache[(id(op.k_exp), torch.bfloat16)][2], op.k_exp.to(torch.bfloat16))
-    with reference_kernels():
-        torch.testing.assert_close(again, run(), atol=0.05, rtol=0.02)
-    assert not torch.allclose(again, got)
-    old = op.k_exp
-    op.fold(fve * 2)  # folding again: no cast of the old factors stays cached
-    run()
-    assert all(entry[0] is not old for entry in op._cast_cache.values())

@@ -1,5 +1,6 @@
-"""Inference folding (fold_for_inference: decay factors, fused linear kernels, PDE-ResNet's BatchNorms) keeps the
-logits of the unfolded reference model within 1e-4 and the state-dict keys unchanged."""
+"""Inference folding (fold_for_inference: decay factors, PDE-ResNet's BatchNorms), then the CPU kernels
+(pdevision.fastpath.accelerate), keeps the logits of the unfolded reference model within 1e-4 and the state-dict keys
+unchanged."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import torch
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench import count_macs
-from pdevision.layers import InferenceLinear
+from pdevision.fastpath import accelerate, reference_kernels
+from pdevision.fastpath.kernels import _onednn_ok
+from pdevision.fastpath.modules import FusedLinear
 from pdevision.models.factory import fold_for_inference
-from pdevision.ops.fused import _onednn_ok, reference_kernels
 
 
 @pytest.mark.parametrize(
@@ -31,6 +33,7 @@ def test_folded_logits_match_unfolded_reference(name: str, img_size: int) -> Non
     folded = fold_for_inference(model, img_size)
     if hasattr(folded, "fold_batchnorm"):  # PDE-ResNet: as the benchmark folds it
         folded.fold_batchnorm()
+    accelerate(folded)
     with torch.inference_mode():
         got = folded(x)
         with reference_kernels():
@@ -39,7 +42,7 @@ def test_folded_logits_match_unfolded_reference(name: str, img_size: int) -> Non
     torch.testing.assert_close(got_reference, want, rtol=0, atol=1e-4)
     if name != "pderesnet_micro":  # BatchNorm folding rewrites PDE-ResNet's blocks; the others keep every key
         assert set(folded.state_dict()) - {k for k in folded.state_dict() if k.endswith("k_exp")} == keys
-        assert any(isinstance(m, InferenceLinear) and m.act == "gelu" for m in folded.modules())
+        assert any(isinstance(m, FusedLinear) and m.act == "gelu" for m in folded.modules())
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         got_bf16 = folded(x).float()
     assert torch.isfinite(got_bf16).all()
@@ -48,10 +51,10 @@ def test_folded_logits_match_unfolded_reference(name: str, img_size: int) -> Non
 
 @pytest.mark.skipif(not _onednn_ok(), reason="PyTorch built without oneDNN")
 def test_fused_model_trains_as_before_and_counts_the_same_macs() -> None:
-    """Folded linears keep autograd (reference path) and the FLOP counter sees the reference operators."""
+    """Accelerated linears keep autograd and the FLOP counter sees the plain operators."""
     model = timm.create_model("vheat_micro", num_classes=4)
     macs = count_macs(model, 64)
-    folded = fold_for_inference(model, 64)
+    folded = accelerate(fold_for_inference(model, 64))
     assert count_macs(folded, 64) == macs
     folded.train()
     loss = folded(torch.randn(2, 3, 64, 64)).square().mean()
@@ -64,11 +67,11 @@ def test_fused_model_trains_as_before_and_counts_the_same_macs() -> None:
 def test_folded_forward_copies_no_convolution_weight(name: str, dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16 and not _onednn_ok(torch.bfloat16):
         pytest.skip("this CPU's oneDNN has no bfloat16 inner product (AVX-512 or AMX needed)")
-    """The stem's and the downsampling convolutions read channels-last maps; folding puts their weights in that
+    """The stem's and the downsampling convolutions read channels-last maps; accelerate puts their weights in that
     layout, so the convolution does not copy them to it on every forward (seen in the profile of vHeat-T)."""
     from torch.profiler import ProfilerActivity, profile
 
-    folded = fold_for_inference(timm.create_model(name, num_classes=10).eval(), 64)
+    folded = accelerate(fold_for_inference(timm.create_model(name, num_classes=10).eval(), 64))
     weights = {tuple(m.weight.shape) for m in folded.modules() if isinstance(m, torch.nn.Conv2d) and m.groups == 1}
     assert len(weights) >= 4  # two stem convolutions and the downsampling ones
     x = torch.randn(1, 3, 64, 64)

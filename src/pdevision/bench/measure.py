@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from pdevision.bench.models import build_for_bench
+from pdevision.fastpath.kernels import _onednn_ok, fused_update_supported
 from pdevision.ops.dct import tally_fft_flops
-from pdevision.ops.fused import _onednn_ok, fused_update_supported
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3

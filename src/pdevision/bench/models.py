@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from pdevision.layers import fuse_linears
+from pdevision.fastpath import accelerate
 from pdevision.models.factory import build_model, fold_for_inference
 
-FUSED = "+fused"  # a peer's name with this suffix: its linear layers on this library's fused kernels
+FUSED = "+fused"  # a peer's name with this suffix: its modules on this library's CPU kernels (fastpath)
 COMPILED = "+compiled"  # any model's name with this suffix (last): its folded form through torch.compile
 
 DEFAULT_PEERS: tuple[str, ...] = (
@@ -39,8 +39,8 @@ def fuse_conv_batchnorm(model: nn.Module) -> nn.Module:
 
 
 def split_variant(name: str) -> tuple[str, bool]:
-    """``"convnext_tiny+fused"`` -> ``("convnext_tiny", True)``: the model name and whether its linear layers
-    run on the same fused oneDNN inference kernels as this library's folded models (:func:`fuse_linears`). A
+    """``"convnext_tiny+fused"`` -> ``("convnext_tiny", True)``: the model name and whether its modules run on
+    the same oneDNN kernels as this library's folded models (:func:`pdevision.fastpath.accelerate`). A
     ``+compiled`` suffix (:func:`is_compiled`) is dropped."""
     name = name.removesuffix(COMPILED)
     if name.endswith(FUSED):
@@ -78,18 +78,18 @@ def build_for_bench(
 ) -> nn.Module:
     """The model at ``img_size`` (its native grid for Swin/DeiT/vHeat), folded for inference with
     timm's ``reparameterize_model`` and the model's own ``reparameterize`` (vHeat: decay factors precomputed for
-    ``img_size``; vHeat, HcNet: linear layers on the fused kernels), then PDE-ResNet's BatchNorms folded
-    (``fold_batchnorm``); a peer's BatchNorms are folded into its convolutions (:func:`fuse_conv_batchnorm`), so
-    both sides run without them. A name ending in ``+fused`` (:func:`split_variant`) is a peer whose linear layers
-    then also take the fused kernels, so that a comparison can hold the matrix library equal; one ending in
-    ``+compiled`` is the folded model through :func:`compile_for_inference` (inference only). With ``train``, every
-    model (ours and the peers) has its linear layers on the kernels on the CPU, as the training loop builds it.
+    ``img_size``), PDE-ResNet's BatchNorms folded (``fold_batchnorm``), and this library's models put on the CPU
+    kernels (:func:`pdevision.fastpath.accelerate`); a peer's BatchNorms are folded into its convolutions
+    (:func:`fuse_conv_batchnorm`), so both sides run without them. A name ending in ``+fused``
+    (:func:`split_variant`) is a peer then also put on the kernels, so that a comparison can hold the matrix library
+    equal; one ending in ``+compiled`` is the folded model through :func:`compile_for_inference` (inference only).
+    With ``train``, every model (ours and the peers) is on the kernels on the CPU, as the training loop builds it.
     ``model_args`` go to the model's constructor (``pdeformer_micro``'s ``mixer``, say)."""
     base, fused = split_variant(name)
     model = build_model(base, img_size=img_size, **(model_args or {})).to(device)
     if train:
-        if device.type == "cpu":  # as the training loop does (LoopConfig.fused_kernels): float32 products on oneDNN
-            fuse_linears(model)
+        if device.type == "cpu":  # as the training loop does (RunConfig.fused_kernels): float32 products on oneDNN
+            accelerate(model)
         return model.train()
     model.eval()
     if not fold:
@@ -102,10 +102,8 @@ def _folded(model: nn.Module, img_size: int, fused: bool) -> nn.Module:
     model = fold_for_inference(model, img_size, inplace=True)
     if hasattr(model, "fold_batchnorm"):  # PDE-ResNet's own folding
         model.fold_batchnorm()
-        return model
-    if hasattr(model, "reparameterize"):
-        return model
+        return accelerate(model)
+    if hasattr(model, "reparameterize"):  # this library's
+        return accelerate(model)
     model = fuse_conv_batchnorm(model)
-    if fused:  # after the fx trace, which would bake in the reference path
-        fuse_linears(model)
-    return model
+    return accelerate(model) if fused else model  # after the fx trace, which would bake in the plain path

@@ -59,7 +59,7 @@ class RunConfig:
     sched: str = "cosine"  # any timm scheduler name
     warmup_lr_ratio: float = 0.01  # warm-up starts at this fraction of the peak lr
     fused_opt: bool = True  # Adam, AdamW, SGD: PyTorch's fused update (one kernel for all parameters), same result
-    fused_kernels: bool = True  # CPU: the library's own models' linear layers on oneDNN (layers.fuse_linears)
+    fused_kernels: bool = True  # CPU: the model's modules on the oneDNN kernels (pdevision.fastpath.accelerate)
     amp: str = "none"  # none | bf16 | fp16 (CUDA)
     compile: bool = False  # torch.compile the training model
     seed: int = 0

@@ -66,8 +66,7 @@ from pdevision.engine.runtime import (
 )
 from pdevision.engine.state import RunState
 from pdevision.engine.task import RunContext, Task
-from pdevision.layers import fuse_linears
-from pdevision.ops.fused import fused_update_supported
+from pdevision.fastpath import accelerate, fused_update_supported
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +193,8 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
     assert run.batch_size is not None
     ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn)
     model = task.build_model().to(device)
-    if run.fused_kernels and device.type == "cpu" and is_library_model(model):
-        fuse_linears(model)  # float32 training: forward and gradient products on oneDNN (ops.fused.linear)
+    if run.fused_kernels and device.type == "cpu":
+        accelerate(model)  # float32 training: forward and gradient products on oneDNN (pdevision.fastpath)
     # The training's draws from Python's and NumPy's generators (augmentation, mixup) start from the seed, whatever
     # building the data and the model drew before: scikit-learn, imported on first use by the data sets, draws from
     # ``random`` at import, so a run's augmentations depended on whether the process had imported it already.
@@ -303,12 +302,6 @@ def _wrap(model: nn.Module, run: RunConfig, device: torch.device, info: DistInfo
     if run.compile:
         train_model = torch.compile(train_model)
     return train_model
-
-
-def is_library_model(model: nn.Module) -> bool:
-    """Whether ``model`` is one of this library's (the CPU kernel swap applies to those only; a timm or user
-    model is trained as it is)."""
-    return type(model).__module__.startswith("pdevision.")
 
 
 def _start_run_folder(run_dir: Path, task: Task, run: RunConfig, info: DistInfo) -> Any:
@@ -566,4 +559,4 @@ def _plot_curves(history: list[dict[str, Any]], metric: str | None, path: Path) 
     plt.close(fig)
 
 
-__all__ = ["RUN_FILES", "RunConfig", "RunContext", "fit", "held_run", "is_library_model"]
+__all__ = ["RUN_FILES", "RunConfig", "RunContext", "fit", "held_run"]

@@ -1,8 +1,7 @@
 """nn.Modules built from ops: the spectral operators (heat, wave), shared blocks, stems and downsampling, QB-Heat's
-extrapolator and pixel decoders, the fused inference linears."""
+extrapolator and pixel decoders."""
 
-from pdevision.layers.blocks import ConvDownsample, ConvStem, FoldableClassifierHead, MixerBlock, run_block
-from pdevision.layers.fused_linear import InferenceLinear, fuse_linears
+from pdevision.layers.blocks import ConvDownsample, ConvStem, MixerBlock, run_block
 from pdevision.layers.hcl import HeatConductionLayer, HeatConductionMixer, RefinementActivation, refinement_act_layer
 from pdevision.layers.hco import HeatConductionOperator
 from pdevision.layers.heat_extrapolator import HeatExtrapolator
@@ -34,13 +33,11 @@ __all__ = [
     "ConvDownsample",
     "ConvStem",
     "DerivativeConv",
-    "FoldableClassifierHead",
     "HeatConductionLayer",
     "HeatConductionMixer",
     "HeatConductionOperator",
     "HeatExtrapolator",
     "HyperbolicBlock",
-    "InferenceLinear",
     "MixerBlock",
     "RefinementActivation",
     "ResNetStem",
@@ -48,7 +45,6 @@ __all__ = [
     "WavePropagationOperator",
     "create_activation",
     "derivative_stencils",
-    "fuse_linears",
     "refinement_act_layer",
     "run_block",
     "spectral_filter",

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pdevision.layers.spectral import FUSED_FILTER_MIN_TOKENS, SpectralOperator
+from pdevision.layers.spectral import SpectralOperator
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import frequency_energy
 
-__all__ = ["FUSED_FILTER_MIN_TOKENS", "K_MODES", "HeatConductionOperator", "heat_decay"]
+__all__ = ["K_MODES", "HeatConductionOperator", "heat_decay"]
 
 
 def heat_decay(k: torch.Tensor) -> torch.Tensor:
@@ -44,7 +44,7 @@ class HeatConductionOperator(SpectralOperator):
     ``k_init``) or ``"fixed"`` (the constant ``k_init``). The last two have no ``to_k`` projection.
 
     After :meth:`fold` the decay factors ``exp(-k w^2)`` for one resolution are precomputed, so no FVE projection
-    runs per forward; the fused inference kernels are those of the spectral operator.
+    runs per forward.
     """
 
     def __init__(self, dim: int, dct_method: DctMethod = "auto", k_mode: str = "fve", k_init: float = 1.0) -> None:

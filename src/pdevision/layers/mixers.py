@@ -24,7 +24,6 @@ import torch
 from timm.layers import trunc_normal_
 from torch import nn
 
-from pdevision.layers.fused_linear import fuse_linears
 from pdevision.layers.hcl import HeatConductionMixer
 from pdevision.layers.hco import HeatConductionOperator
 from pdevision.layers.hyperbolic import HyperbolicBlock
@@ -66,12 +65,6 @@ class _SpectralMixer(nn.Module):
         self.freq_embed = nn.Parameter(torch.zeros(fve_size, fve_size, dim))
         trunc_normal_(self.freq_embed, std=fve_std)
         self.proj_drop = nn.Dropout(proj_drop)
-
-    @torch.no_grad()
-    def reparameterize(self) -> None:
-        """Inference folding hook (timm's ``reparameterize_model``): the operator's linear layers on the fused
-        kernels. The transfer is not folded: a mixer does not know the size it will run at."""
-        fuse_linears(self.op)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fve = mixer_fve(self.freq_embed, x)

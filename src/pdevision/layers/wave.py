@@ -22,8 +22,8 @@ class WavePropagationOperator(SpectralOperator):
     initial field and initial velocity; this is the factor that results. How it differs from the exact damped wave
     solution (:func:`~pdevision.ops.wave.wave_propagate`) is stated in :mod:`pdevision.ops.wave`.
 
-    Input and output: NHWC ``(B, H, W, C)``. The Frequency Value Embedding ``fve`` is ``(H, W, C)``. Folding, any input
-    size and the fused inference kernels are the spectral operator's.
+    Input and output: NHWC ``(B, H, W, C)``. The Frequency Value Embedding ``fve`` is ``(H, W, C)``. Folding and any
+    input size are the spectral operator's.
     """
 
     def __init__(self, dim: int, dct_method: DctMethod = "auto", c_init: float = 1.0, alpha_init: float = 0.1) -> None:

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from timm.layers import trunc_normal_
+from timm.layers import ClassifierHead, trunc_normal_
 from timm.models._features import FeatureHookNet, feature_take_indices
 from timm.models._features_fx import FeatureGraphNet
 from torch import nn
 
-from pdevision.layers import ConvStem, FoldableClassifierHead
+from pdevision.layers import ConvStem
 
 
 def _is_int(v: object) -> bool:
@@ -241,7 +241,7 @@ class StagedBackbone(nn.Module):
             self.stages.append(make_stage(i, in_dim, self.dims[i], depth, rates))
             self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
         self.norm = nn.LayerNorm(self.num_features)
-        self.head = FoldableClassifierHead(
+        self.head = ClassifierHead(
             self.num_features, self.num_classes, pool_type=self.global_pool, drop_rate=drop_rate, input_fmt="NHWC"
         )
         self.apply(self.init_linear)
@@ -262,9 +262,9 @@ class StagedBackbone(nn.Module):
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
         """Inference folding, in place: every submodule's own ``reparameterize`` hook, called by the walk of timm's
         ``reparameterize_model`` (:func:`fold_submodules`), so that ``timm.utils.model.reparameterize_model(model)``
-        gives the same modules. The hooks put the linear layers on the fused kernels (blocks, head), stem and
-        downsampling weights channels-last, and fold what a family folds (vHeat: each stage's FVE projection into
-        decay factors). ``img_size`` (default: the training size) is the size the stages fold for."""
+        gives the same modules. The hooks fold what a family folds (vHeat: each stage's FVE projection into decay
+        factors); the result is plain PyTorch (the CPU kernels are :func:`pdevision.fastpath.accelerate`'s).
+        ``img_size`` (default: the training size) is the size the stages fold for."""
         size = to_2tuple_size(img_size) if img_size is not None else None
         sizes = {} if size is None else {id(s): self.stage_feature_size(i, size) for i, s in enumerate(self.stages)}
         fold_submodules(self, sizes)

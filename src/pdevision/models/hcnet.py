@@ -60,7 +60,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.swin_transformer import PatchMerging
 from torch import nn
 
-from pdevision.layers import ConvDownsample, MixerBlock, fuse_linears, run_block
+from pdevision.layers import ConvDownsample, MixerBlock, run_block
 from pdevision.layers.hcl import (
     DEFAULT_PARAMETRISATION,
     HeatConductionLayer,
@@ -88,11 +88,6 @@ class PatchStem(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(in_chans, out_chans, kernel_size=4, stride=4)
         self.norm = LayerNorm2d(out_chans)
-
-    @torch.no_grad()
-    def reparameterize(self) -> None:
-        """Inference folding hook: weights channels-last (its LayerNorm then reads NHWC memory without a copy)."""
-        self.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.pad(x, (0, (-x.shape[3]) % 4, 0, (-x.shape[2]) % 4))
@@ -140,14 +135,6 @@ class HcNetStage(nn.Module):
             )
             for i in range(depth)
         )
-
-    @torch.no_grad()
-    def reparameterize(self, size: tuple[int, int] | None = None) -> None:
-        """Inference folding hook: the stage's linear layers on the fused kernels (:func:`~pdevision.layers.
-        fuse_linears`; both layouts, the paper's patch merging included). ``size`` is accepted for the common stage
-        call and unused (nothing here depends on the input size)."""
-        del size
-        fuse_linears(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.downsample(x)

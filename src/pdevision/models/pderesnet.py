@@ -46,10 +46,11 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
+from timm.layers import ClassifierHead
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 
-from pdevision.layers.blocks import FoldableClassifierHead, run_block
+from pdevision.layers.blocks import run_block
 from pdevision.layers.hyperbolic import (
     ACTIVATIONS,
     EQUATIONS,
@@ -221,7 +222,7 @@ class PDEResNet(StagedBackbone):
             prev = self.dims[i]
             self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
         self.norm = nn.Identity()  # no final norm: the last stage's BatchNorm ends the trunk
-        self.head = FoldableClassifierHead(self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate)
+        self.head = ClassifierHead(self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate)
         init_hyperbolic_weights(self)
         if zero_init_last:
             for m in self.modules():

@@ -99,7 +99,6 @@ class VHeatStage(nn.Module):
                 post_norm=post_norm,
                 layer_scale=layer_scale,
                 drop_path=dpr[i],
-                mlp_chunk=16384,  # token-wise MLP: chunked in inference on large maps
             )
             for i in range(depth)
         )
@@ -119,14 +118,36 @@ class VHeatStage(nn.Module):
         for block in self.blocks:
             block.mixer.fold(fve)
 
+    def _folded_factors_apply(self, size: tuple[int, int]) -> bool:
+        """Whether the blocks use their folded factors for a feature map of ``size``: in eval mode, at the size they
+        were folded for. A stage loaded without FVEs has no other path. A recorded graph (FX, torch.export,
+        torch.compile, tracing) may hold symbolic sizes: FX traces the folded path of a folded stage, the others the
+        general path, which builds everything from the size."""
+        folded = self.folded_size()
+        if self.training or folded is None:
+            use_folded = False
+        elif is_fx_symbolic_tracing():
+            return True
+        elif not all(type(d) is int for d in size):
+            if self.folded_only and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
+                _refuse_dynamic_size(size)  # no FVE to build another size's decay from
+            use_folded = self.folded_only
+        else:
+            use_folded = folded == size
+        if self.folded_only and not use_folded:
+            raise ValueError(
+                f"this stage was loaded from a folded (inference) checkpoint without frequency embeddings; "
+                f"it runs only in eval mode at feature size {folded}, got {size} (training={self.training})"
+            )
+        return use_folded
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.downsample(x)
-        if is_fx_symbolic_tracing():  # symbolic sizes: trace the general path (or the folded one of a folded stage)
-            use_folded = not self.training and self.folded_size() is not None
-            fve = None if use_folded else stage_fve(self.freq_embed, x, self.fve_resize)
-            for block in self.blocks:
-                x = block(x, fve)
-            return x
+        folded = self._folded_factors_apply((x.shape[1], x.shape[2]))
+        fve = None if folded else stage_fve(self.freq_embed, x, self.fve_resize)
+        for block in self.blocks:
+            x = run_block(block, x, fve, checkpointing=self.grad_checkpointing)
+        return x
         size = (x.shape[1], x.shape[2])
         if self.folded_only and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
             _refuse_dynamic_size(size)  # no FVE to build another size's decay from
@@ -234,8 +255,7 @@ class VHeat(StagedBackbone):
 
     @torch.no_grad()
     def reparameterize(self, img_size: int | tuple[int, int] | None = None) -> None:
-        """Fold every stage's FVE projection into decay factors for ``img_size`` (default: training), and put the
-        linear layers on the fused inference kernels (same parameters and state dict, same function). The same
+        """Fold every stage's FVE projection into decay factors for ``img_size`` (default: training). The same
         modules as ``timm.utils.model.reparameterize_model(model)``, which folds for the training size
         (:meth:`StagedBackbone.reparameterize <pdevision.models._staged.StagedBackbone.reparameterize>`)."""
         super().reparameterize(img_size)

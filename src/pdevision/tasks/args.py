@@ -292,7 +292,7 @@ def add_run_arguments(
         "--reference-kernels",
         dest="fused_kernels",
         action="store_false",
-        help="CPU: PyTorch's linear layers instead of the library's oneDNN training kernels (e.g. second derivatives)",
+        help="CPU: the plain PyTorch modules instead of the oneDNN training kernels (e.g. second derivatives)",
     )
     add(g, "--seed", type=_seed, default=0)
     add(g, "--deterministic", action="store_true", help="deterministic algorithms (bitwise resume)")

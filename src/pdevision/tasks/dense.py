@@ -29,6 +29,7 @@ from pdevision.engine.config import RunConfig
 from pdevision.engine.modeling import load_checkpoint_model
 from pdevision.engine.runtime import resolve_device
 from pdevision.engine.task import Task
+from pdevision.fastpath import on_device
 from pdevision.tasks import args as A
 from pdevision.tasks.registry import TaskCommands
 
@@ -197,7 +198,7 @@ def predict_files(
     the overlay and the image's records. Returns the metadata and the records of every image."""
     dev = resolve_device(device)
     model, meta, _ = load_checkpoint_model(checkpoint, (kind,), build)
-    model.to(dev)
+    on_device(model, dev)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     colours = palette(len(meta["classes"]))

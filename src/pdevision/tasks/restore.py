@@ -50,6 +50,7 @@ from pdevision.engine.loop import fit
 from pdevision.engine.modeling import check_finite_weights, load_checkpoint_model
 from pdevision.engine.runtime import one_line, resolve_device
 from pdevision.engine.task import Task
+from pdevision.fastpath import on_device
 from pdevision.models.restoration import build_restoration_model
 from pdevision.tasks import args as A
 from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
@@ -439,7 +440,7 @@ def restoration_model_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> n
 def load_restoration_model(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict]:
     """The model of a restoration checkpoint (``RUN/best``, ``RUN/last`` or a run folder) and its metadata."""
     model, meta, _ = load_checkpoint_model(checkpoint, RESTORE_TASKS, restoration_model_from_meta)
-    return model.to(device), meta
+    return on_device(model, device), meta
 
 
 def train(config: RestoreConfig) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.distributed import DistInfo, all_reduce_sum
 from pdevision.engine.modeling import classifier_from_meta, load_checkpoint_model
 from pdevision.engine.runtime import autocast, resolve_device
+from pdevision.fastpath import on_device
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 def load_classifier(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict, Path]:
     """Model (eval mode, on ``device``), metadata and folder of a classification checkpoint."""
     model, meta, folder = load_checkpoint_model(checkpoint, ("classify",), classifier_from_meta)
-    return model.to(device), meta, folder
+    return on_device(model, device), meta, folder
 
 
 @torch.no_grad()

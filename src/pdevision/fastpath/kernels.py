@@ -1,4 +1,7 @@
-"""Inference kernels on oneDNN: linear layers with fused activations and the heat operator's DCT filter.
+"""CPU kernels on oneDNN: linear layers with fused activations and the spectral operators' DCT filter.
+
+The only place in the library that calls private torch ops. The modules of :mod:`pdevision.fastpath.modules` call
+these functions; :func:`pdevision.fastpath.accelerate` puts those modules into a model.
 
 Why: on CPUs where PyTorch's BLAS (MKL) does not take its fastest code path (on the AMD EPYC development
 machine MKL's ``sgemm`` ran at about 105 GFLOP/s per thread, oneDNN's matrix product at about 230;
@@ -7,12 +10,12 @@ bulk of a forward pass. oneDNN is the library PyTorch already uses for its CPU c
 reaches its inner-product primitive through ``torch.ops.mkldnn._linear_pointwise`` (the op that
 ``torch.compile`` emits for CPU linear layers), with an activation fused into the product.
 
-The kernels run only where they compute the same function as the reference path: CPU tensors in
+The kernels run only where they compute the same function as the plain path: CPU tensors in
 float32 or bfloat16, no autograd recording, no tracing or dispatch mode (FLOP counters see the reference
 path), oneDNN available. With autograd, a float32 linear layer on the CPU (no autocast) runs its forward product
 and its input-gradient and weight-gradient products on oneDNN too (:func:`linear`; training). Everywhere else the
-callers take their reference path, and :func:`reference_kernels` forces it (to compare, or to rule the kernels out).
-Results agree with the reference path to float32 rounding (tested to 1e-4 on the logits of folded models, and on
+callers take their plain path, and :func:`reference_kernels` forces it (to compare, or to rule the kernels out).
+Results agree with the plain path to float32 rounding (tested to 1e-4 on the logits of folded models, and on
 the gradients of a training step).
 """
 
@@ -195,20 +198,6 @@ def cast_cached(cache: dict[Any, Any], t: torch.Tensor, dtype: torch.dtype) -> t
     cast = t.detach().to(dtype)
     cache[(id(t), dtype)] = (t, t._version, cast)
     return cast
-
-
-def conv2d(conv: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    """``conv(x)``; under bfloat16 autocast where :func:`compute_dtype` allows, with the weights cast once and kept
-    (:func:`cast_cached`) instead of cast by autocast on every forward (the same bfloat16 values, so the same
-    result). The cache lives on the module."""
-    dtype = compute_dtype(x)
-    if dtype is None or dtype == conv.weight.dtype:
-        return conv(x)
-    cache = conv.__dict__.setdefault("_cast_cache", {})
-    weight = cast_cached(cache, conv.weight, dtype)
-    bias = cast_cached(cache, conv.bias, dtype) if conv.bias is not None else None
-    with torch.autocast("cpu", enabled=False):
-        return conv._conv_forward(x.to(dtype), weight, bias)
 
 
 @functools.lru_cache(maxsize=64)

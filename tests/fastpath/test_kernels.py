@@ -11,10 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from pdevision.ops import fused
+from pdevision.fastpath import kernels
+from pdevision.fastpath.modules import FusedConv2d
 from tests.helpers import needs_bf16_onednn
 
-pytestmark = pytest.mark.skipif(not fused._onednn_ok(), reason="PyTorch built without oneDNN")
+pytestmark = pytest.mark.skipif(not kernels._onednn_ok(), reason="PyTorch built without oneDNN")
 
 
 @pytest.mark.parametrize("shape", [(2, 29, 31, 6), (1, 40, 33, 16)])
@@ -23,7 +24,7 @@ def test_heat_filter_matches_scipy_dctn(shape: tuple[int, int, int, int]) -> Non
     u = torch.randn(shape)
     decay = torch.rand(h, w, c)
     with torch.inference_mode():
-        got = fused.heat_filter_nhwc(u, decay.transpose(0, 1).contiguous())
+        got = kernels.heat_filter_nhwc(u, decay.transpose(0, 1).contiguous())
     spec = scipy.fft.dctn(u.double().numpy(), type=2, norm="ortho", axes=(1, 2))
     want = scipy.fft.idctn(spec * decay.double().numpy(), type=2, norm="ortho", axes=(1, 2))
     np.testing.assert_allclose(got.numpy(), want, atol=2e-5)
@@ -34,8 +35,8 @@ def test_linear_matches_f_linear_with_activation(act: str) -> None:
     x, w, b = torch.randn(3, 5, 24), torch.randn(40, 24), torch.randn(40)
     want = {"none": lambda y: y, "gelu": F.gelu, "silu": F.silu}[act](F.linear(x, w, b))
     with torch.inference_mode():
-        assert fused.compute_dtype(x) == torch.float32
-        got = fused.linear(x, w, b, act)
+        assert kernels.compute_dtype(x) == torch.float32
+        got = kernels.linear(x, w, b, act)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -43,57 +44,61 @@ def test_linear_matches_f_linear_with_activation(act: str) -> None:
 def test_bf16_autocast_computes_in_bf16_close_to_fp32() -> None:
     x, w, b = torch.randn(64, 32), torch.randn(48, 32) / 6, torch.randn(48)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        assert fused.compute_dtype(x) == torch.bfloat16
-        got = fused.linear(x, w, b, "gelu")
+        assert kernels.compute_dtype(x) == torch.bfloat16
+        got = kernels.linear(x, w, b, "gelu")
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), F.gelu(F.linear(x, w, b)), rtol=3e-2, atol=3e-2)
 
 
 def test_reference_path_where_the_kernels_do_not_apply() -> None:
     x = torch.randn(4, 8)
-    assert fused.compute_dtype(x) is None  # autograd is recording
+    assert kernels.compute_dtype(x) is None  # autograd is recording
     with torch.inference_mode():
-        with fused.reference_kernels():
-            assert fused.compute_dtype(x) is None
-        assert fused.compute_dtype(x) is not None
+        with kernels.reference_kernels():
+            assert kernels.compute_dtype(x) is None
+        assert kernels.compute_dtype(x) is not None
         with FlopCounterMode(display=False):
-            assert fused.compute_dtype(x) is None
-        assert fused.compute_dtype(x.double()) is None
+            assert kernels.compute_dtype(x) is None
+        assert kernels.compute_dtype(x.double()) is None
     w = torch.randn(6, 8, requires_grad=True)
-    fused.linear(x, w, None, "gelu").sum().backward()  # the reference path keeps gradients
+    kernels.linear(x, w, None, "gelu").sum().backward()  # the reference path keeps gradients
     assert w.grad is not None and w.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="activation"):
-        fused.linear(x, w, None, "tanh")
+        kernels.linear(x, w, None, "tanh")
 
 
 @needs_bf16_onednn
-def test_conv2d_equals_autocast_conv_and_casts_the_weight_once() -> None:
+def test_fused_conv2d_equals_autocast_conv_and_casts_the_weight_once() -> None:
     conv = torch.nn.Conv2d(6, 10, kernel_size=3, padding=1, groups=2)
+    fast = torch.nn.Conv2d(6, 10, kernel_size=3, padding=1, groups=2)
+    fast.load_state_dict(conv.state_dict())
+    fast.__class__ = FusedConv2d
     x = torch.randn(2, 6, 9, 7)
     with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
         want = conv(x)  # autocast casts the weights on every forward
-        got = fused.conv2d(conv, x)
-        cached = conv._cast_cache[(id(conv.weight), torch.bfloat16)][2]
-        again = fused.conv2d(conv, x)
-        assert conv._cast_cache[(id(conv.weight), torch.bfloat16)][2] is cached  # kept, not cast again
+        got = fast(x)
+        cached = fast._cast_cache[(id(fast.weight), torch.bfloat16)][2]
+        again = fast(x)
+        assert fast._cast_cache[(id(fast.weight), torch.bfloat16)][2] is cached  # kept, not cast again
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     torch.testing.assert_close(again, want, rtol=0, atol=0)
     with torch.no_grad():  # an in-place update (an optimizer step, load_state_dict) renews the copy
         conv.weight.mul_(2.0)
+        fast.weight.mul_(2.0)
     with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
-        torch.testing.assert_close(fused.conv2d(conv, x), conv(x), rtol=0, atol=0)
+        torch.testing.assert_close(fast(x), conv(x), rtol=0, atol=0)
     with torch.inference_mode():  # float32: the module's own forward
-        torch.testing.assert_close(fused.conv2d(conv, x), conv(x), rtol=0, atol=0)
-    y = fused.conv2d(conv, x.requires_grad_())  # autograd: the reference path
+        torch.testing.assert_close(fast(x), conv(x), rtol=0, atol=0)
+    y = fast(x.requires_grad_())  # autograd: the plain path
     assert y.dtype == torch.float32 and y.requires_grad
 
 
 def _grads(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: str, reference: bool) -> list[torch.Tensor]:
     leaves = [t.detach().clone().requires_grad_(t.requires_grad) for t in (x, w, b) if t is not None]
     xl, wl, bl = leaves[0], leaves[1], (leaves[2] if b is not None else None)
-    with fused.reference_kernels() if reference else torch.enable_grad():
-        y = fused.linear(xl, wl, bl, act)
+    with kernels.reference_kernels() if reference else torch.enable_grad():
+        y = kernels.linear(xl, wl, bl, act)
     weight = torch.linspace(-1, 1, y.numel()).reshape(y.shape)  # a loss whose gradient is not constant
     (y * weight).sum().backward()
     return [y.detach()] + [t.grad for t in leaves if t.requires_grad]
@@ -115,7 +120,7 @@ def test_float32_training_runs_on_onednn_with_the_reference_gradients(
     w = (torch.randn(out, x_shape[-1]) / x_shape[-1] ** 0.5).requires_grad_()
     b = torch.randn(out).requires_grad_() if bias else None
     with torch.enable_grad():
-        y = fused.linear(x, w, b)
+        y = kernels.linear(x, w, b)
     assert "TrainingLinear" in type(y.grad_fn).__name__  # the oneDNN products, not addmm
     got, want = _grads(x, w, b, act, reference=False), _grads(x, w, b, act, reference=True)
     assert len(got) == len(want) == 1 + x_grad + 1 + bias
@@ -125,21 +130,21 @@ def test_float32_training_runs_on_onednn_with_the_reference_gradients(
 
 def test_training_kernel_steps_aside_where_it_must() -> None:
     x, w = torch.randn(4, 8), torch.randn(6, 8, requires_grad=True)
-    with fused.reference_kernels():
-        assert "TrainingLinear" not in type(fused.linear(x, w, None).grad_fn).__name__
+    with kernels.reference_kernels():
+        assert "TrainingLinear" not in type(kernels.linear(x, w, None).grad_fn).__name__
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast's bf16 products are oneDNN's already
-        assert fused.linear(x, w, None).dtype == torch.bfloat16
-    assert "TrainingLinear" not in type(fused.linear(x.double(), w.double(), None).grad_fn).__name__
+        assert kernels.linear(x, w, None).dtype == torch.bfloat16
+    assert "TrainingLinear" not in type(kernels.linear(x.double(), w.double(), None).grad_fn).__name__
     with FlopCounterMode(display=False) as counter:
-        fused.linear(x, w, None).sum().backward()
+        kernels.linear(x, w, None).sum().backward()
     assert counter.get_total_flops() == 2 * 2 * 4 * 8 * 6  # the reference forward and weight gradient, counted
     for empty in (torch.randn(0, 8), torch.randn(2, 0, 8)):  # an empty batch: the reference product, no error
-        y = fused.linear(empty.requires_grad_(), w, torch.zeros(6, requires_grad=True))
+        y = kernels.linear(empty.requires_grad_(), w, torch.zeros(6, requires_grad=True))
         y.sum().backward()
         assert y.shape == (*empty.shape[:-1], 6) and empty.grad is not None and empty.grad.shape == empty.shape
-    _, jv = torch.func.jvp(lambda t: fused.linear(t, w, None), (x,), (torch.ones_like(x),))  # torch.func works
+    _, jv = torch.func.jvp(lambda t: kernels.linear(t, w, None), (x,), (torch.ones_like(x),))  # torch.func works
     torch.testing.assert_close(jv, torch.ones_like(x) @ w.detach().T)
-    y = fused.linear(x.requires_grad_(), w, None)
+    y = kernels.linear(x.requires_grad_(), w, None)
     (g,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):  # second derivatives: a clear refusal
         g.sum().backward()
@@ -160,23 +165,23 @@ def _graph_nodes(t: torch.Tensor, kind: str) -> int:
 
 @pytest.mark.parametrize("name", ["vheat_micro", "hcnet_micro", "convnext_atto"])
 def test_a_training_step_on_the_kernels_gives_the_reference_gradients(name: str) -> None:
-    """fuse_linears (what the training loop applies on the CPU) keeps a model's loss and every gradient."""
+    """accelerate (what the training loop applies on the CPU) keeps a model's loss and every gradient."""
     import copy
 
     import timm
 
     import pdevision  # noqa: F401  (registers the models)
-    from pdevision.layers import fuse_linears
+    from pdevision.fastpath import accelerate, is_accelerated
 
     torch.manual_seed(0)
     model = timm.create_model(name, num_classes=5, **({} if "convnext" in name else {"img_size": 32}))
     fast = copy.deepcopy(model)
-    assert fuse_linears(fast) > 0
+    assert is_accelerated(accelerate(fast))
     x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 3])
     losses, grads = [], []
     for m, reference in ((model, True), (fast, False)):
         torch.manual_seed(1)  # the same stochastic depth, if any
-        with fused.reference_kernels() if reference else torch.enable_grad():
+        with kernels.reference_kernels() if reference else torch.enable_grad():
             loss = F.cross_entropy(m.train()(x), y)
         assert (_graph_nodes(loss, "TrainingLinear") > 0) is not reference
         loss.backward()
@@ -189,6 +194,6 @@ def test_a_training_step_on_the_kernels_gives_the_reference_gradients(name: str)
 
 
 def test_fused_update_supported_only_for_floating_cpu_or_cuda_parameters() -> None:
-    assert fused.fused_update_supported([torch.zeros(3), torch.zeros(2, dtype=torch.bfloat16)])
-    assert not fused.fused_update_supported([torch.zeros(3), torch.zeros(2, dtype=torch.long)])
-    assert not fused.fused_update_supported([torch.zeros(3, device="meta")])
+    assert kernels.fused_update_supported([torch.zeros(3), torch.zeros(2, dtype=torch.bfloat16)])
+    assert not kernels.fused_update_supported([torch.zeros(3), torch.zeros(2, dtype=torch.long)])
+    assert not kernels.fused_update_supported([torch.zeros(3, device="meta")])
