@@ -124,13 +124,13 @@ class VHeatStage(nn.Module):
         torch.compile, tracing) may hold symbolic sizes: FX traces the folded path of a folded stage, the others the
         general path, which builds everything from the size."""
         folded = self.folded_size()
+        if self.folded_only and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
+            _refuse_dynamic_size(size)  # no FVE to build another size's decay from (runs eagerly, with real sizes)
         if self.training or folded is None:
             use_folded = False
         elif is_fx_symbolic_tracing():
             return True
         elif not all(type(d) is int for d in size):
-            if self.folded_only and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
-                _refuse_dynamic_size(size)  # no FVE to build another size's decay from
             use_folded = self.folded_only
         else:
             use_folded = folded == size
