@@ -59,6 +59,7 @@ from pdevision.tasks.args import seed as _seed
 from pdevision.tasks.args import side as _side
 from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
+from pdevision.tasks.config_file import config_defaults, load_config_file
 
 
 def _models_rows(img_size: int, pattern: str = "") -> Iterator[str]:
@@ -402,6 +403,18 @@ def _checkpoint_hint(chosen: str, which: str) -> Any:
     return hint
 
 
+def _add_config_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-c",
+        "--config",
+        type=_path,
+        default=None,
+        metavar="FILE",
+        help="YAML or JSON file of flag values (keys as a run's config.json names them: batch_size, lr, ...); a run's "
+        "config.json repeats the run; flags given here win over the file",
+    )
+
+
 def _add_task_parsers(sub: argparse._SubParsersAction, train_task: str, checkpoint_task: str) -> None:
     registry = tasks()
     task = get_task(train_task)
@@ -412,11 +425,13 @@ def _add_task_parsers(sub: argparse._SubParsersAction, train_task: str, checkpoi
         choices=list(registry),
         help="what to train (default classify): " + "; ".join(f"{n}: {t.help}" for n, t in registry.items()),
     )
+    _add_config_argument(p)
     _add_training(p, task)
     p.set_defaults(func=cmd_train, task_commands=task)
     p.unknown_hint = _train_hint(task.name)
     pretrain = get_task("pretrain")
     p = sub.add_parser("pretrain", help=pretrain.help + " (train --task pretrain)")
+    _add_config_argument(p)
     _add_training(p, pretrain)
     p.set_defaults(func=cmd_train, task_commands=pretrain, task="pretrain")
     p.unknown_hint = _train_hint("pretrain")
@@ -495,6 +510,31 @@ def _option_value(argv: list[str], flag: str) -> str | None:
     return None
 
 
+def _config_path(argv: list[str]) -> str | None:
+    return _option_value(argv, "--config") or _option_value(argv, "-c")
+
+
+def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """``train --config FILE`` / ``pretrain --config FILE``: the file's values become the defaults of the command's
+    flags, so those on the command line win."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    path = _config_path(argv)
+    if command not in ("train", "pretrain") or not path or {"-h", "--help"} & set(argv):
+        return
+    sub = _innermost(parser, argparse.Namespace(command=command))
+    values = load_config_file(path)
+    task = values.get("task")
+    given = "pretrain" if command == "pretrain" else _option_value(argv, "--task")
+    if task is not None and given is not None and task != given:
+        if command == "pretrain":
+            raise UsageError(f"--config {path} is for --task {task}, not pretrain (run: pdevision train --config)")
+        values = {k: v for k, v in values.items() if k != "task"}  # the command line's --task wins
+    defaults = config_defaults(sub, values, path)
+    if command == "train" and task is not None and given is None:
+        defaults["task"] = task
+    sub.set_defaults(**defaults)
+
+
 def _chosen_tasks(argv: list[str]) -> tuple[str, str]:
     """The task whose flags ``train`` takes (``--task``) and the one ``eval`` / ``predict`` take (the checkpoint's
     kind); classification where they are not given (or not valid: the parser then says so)."""
@@ -502,6 +542,10 @@ def _chosen_tasks(argv: list[str]) -> tuple[str, str]:
     train_task, checkpoint_task = "classify", "classify"
     if command == "train":
         name = _option_value(argv, "--task")
+        if name is None and _config_path(argv) and not {"-h", "--help"} & set(argv):
+            name = load_config_file(_config_path(argv)).get("task")  # type: ignore[arg-type]
+            if name is not None and name not in tasks():
+                raise UsageError(f"--config {_config_path(argv)}: task {name!r} is not one of {', '.join(tasks())}")
         if name in tasks():
             train_task = name
     elif command in ("eval", "predict"):
@@ -555,11 +599,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         chosen = _chosen_tasks(argv)
-    except (CheckpointError, UsageError) as exc:
+        parser = build_parser(*chosen)
+        _apply_config_file(parser, argv)
+    except (CheckpointError, UsageError, MissingDependencyError) as exc:
         command = next((a for a in argv if not a.startswith("-")), "pdevision")
         print(f"pdevision {command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    parser = build_parser(*chosen)
     args, extra = parser.parse_known_args(argv)
     if extra:  # the subcommand names a flag it does not take (and which task's it is)
         _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
