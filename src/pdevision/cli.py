@@ -62,13 +62,23 @@ from pdevision.tasks.classify.commands import PartialFailure
 from pdevision.tasks.config_file import config_defaults, load_config_file
 
 
-def _models_rows(img_size: int, pattern: str = "") -> Iterator[str]:
-    """The rows of the `models` table, each as soon as it is counted."""
-    yield f"| model | params (M) | GMACs at {img_size} (folded) |"
-    yield "|---|---:|---:|"
+def _models_rows(img_size: int | None, pattern: str = "") -> Iterator[str]:
+    """The rows of the `models` table, each as soon as it is counted: parameters of models built on the meta device
+    (no memory, no initialisation), and GMACs at ``img_size`` (a forward of the folded model) when it is given."""
+    if img_size is None:
+        yield "| model | params (M) |"
+        yield "|---|---:|"
+    else:
+        yield f"| model | params (M) | GMACs at {img_size} (folded) |"
+        yield "|---|---:|---:|"
     for name in list_models(pattern):
-        model = timm.create_model(name)
-        yield f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |"
+        if img_size is None:
+            with torch.device("meta"):  # parameters counted, none allocated
+                model = timm.create_model(name)
+            yield f"| {name} | {count_params(model) / 1e6:.2f} |"
+        else:
+            model = timm.create_model(name)
+            yield f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |"
     restoration = _restoration_names(pattern)
     if restoration:
         yield ""
@@ -87,7 +97,10 @@ def _restoration_names(pattern: str = "") -> list[str]:
 def cmd_models(args: argparse.Namespace) -> int:
     if not list_models(args.pattern) and not _restoration_names(args.pattern):
         raise ModelNameError(f"no registered model matches {args.pattern!r} (expected a wildcard such as 'vheat*')")
-    for row in _models_rows(args.img_size, args.pattern):  # a row as soon as it is counted
+    if args.img_size is not None and not args.macs:
+        raise UsageError("--img-size is the resolution of the MAC count: it goes with --macs")
+    img_size = (args.img_size or 224) if args.macs else None
+    for row in _models_rows(img_size, args.pattern):  # a row as soon as it is counted
         print(row, flush=True)
     return 0
 
@@ -571,7 +584,16 @@ def build_parser(train_task: str = "classify", checkpoint_task: str = "classify"
     p = sub.add_parser("models", help="list the registered models (backbones, restoration nets): parameters, GMACs")
     p.add_argument("pattern", nargs="?", default="", help="wildcard on the names, e.g. 'vheat*' (default: all)")
     p.add_argument(
-        "--img-size", type=_figure_side, default=224, help="resolution for the MAC count (default 224, at most 2048)"
+        "--macs",
+        action="store_true",
+        help="also count GMACs: a forward of each model, folded for inference (minutes for all models; seconds for "
+        "one)",
+    )
+    p.add_argument(
+        "--img-size",
+        type=_figure_side,
+        default=None,
+        help="resolution for the MAC count, with --macs (default 224, at most 2048)",
     )
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
