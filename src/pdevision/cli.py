@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import logging
 import os
@@ -527,6 +528,15 @@ def _config_path(argv: list[str]) -> str | None:
     return _option_value(argv, "--config") or _option_value(argv, "-c")
 
 
+def _task_defaults(sub: argparse.ArgumentParser) -> dict[str, Any]:
+    """The task configuration of a run given no flags (``train --config``: its fields that no flag sets)."""
+    args = sub.parse_args([])
+    config = args.task_commands.config(args, run_config(args))
+    return (
+        {k: v for k, v in dataclasses.asdict(config).items() if k != "run"} if dataclasses.is_dataclass(config) else {}
+    )
+
+
 def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     """``train --config FILE`` / ``pretrain --config FILE``: the file's values become the defaults of the command's
     flags, so those on the command line win."""
@@ -542,7 +552,7 @@ def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None
         if command == "pretrain":
             raise UsageError(f"--config {path} is for --task {task}, not pretrain (run: pdevision train --config)")
         values = {k: v for k, v in values.items() if k != "task"}  # the command line's --task wins
-    defaults = config_defaults(sub, values, path)
+    defaults = config_defaults(sub, values, path, _task_defaults(sub))
     if command == "train" and task is not None and given is None:
         defaults["task"] = task
     sub.set_defaults(**defaults)

@@ -87,3 +87,27 @@ def test_the_files_task_chooses_the_flags(tmp_path: Path, capsys: pytest.Capture
     path.write_text(json.dumps({"task": "classify"}))
     assert exit_code(["pretrain", "--config", str(path)]) == 2
     assert "is for --task classify, not pretrain" in capsys.readouterr().err
+
+
+def test_a_tasks_settings_without_a_flag_are_taken_at_their_defaults_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A segmentation run records ``multi_scale`` and ``scene_seed`` (no flags) and ``recipe_values``: passed back
+    at the values a run gives them, they are accepted; another value is refused, not ignored."""
+    import argparse
+    import dataclasses
+
+    from pdevision.cli import _apply_config_file, _innermost, build_parser
+    from pdevision.tasks.dense import DenseConfig
+
+    recorded = {k: v for k, v in dataclasses.asdict(DenseConfig()).items() if k != "run"}
+    path = tmp_path / "segment.json"
+    path.write_text(json.dumps({"task": "segment", **recorded, "recipe_values": {"epochs": 3}, "epochs": 2}))
+    parser = build_parser(train_task="segment")
+    _apply_config_file(parser, ["train", "--config", str(path)])
+    train = _innermost(parser, argparse.Namespace(command="train"))
+    assert train.get_default("task") == "segment" and train.get_default("epochs") == 2
+    path.write_text(json.dumps({"task": "segment", "scene_seed": recorded["scene_seed"] + 1}))
+    assert exit_code(["train", "--config", str(path), "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scene_seed has no flag; only its default" in err[0], err

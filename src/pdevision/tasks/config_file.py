@@ -3,10 +3,10 @@
 The keys are the flags' names as the run records them (``batch_size`` for ``--batch-size``, ``verify_images: false``
 for ``--no-verify-images``), so a run's own ``config.json`` passed back repeats the run. Each value goes through the
 flag's own checks; a flag given on the command line wins over the file. Keys a run records but no flag sets
-(:data:`RECORDED_ONLY`, and the run settings without a flag) are accepted and left to the run, which derives them
-from the flags again (a setting with a fixed default, such as ``sched``, only at that default); any other key, a
-value of the wrong type, a file that is missing or not a mapping is a :class:`~pdevision.tasks.args.UsageError`
-(one line).
+(:data:`RECORDED_ONLY`, and the run's or the task's settings without a flag) are accepted and left to the run,
+which derives them from the flags again (a setting with a fixed default, such as ``sched``, only at that default);
+any other key, a value of the wrong type, a file that is missing or not a mapping is a
+:class:`~pdevision.tasks.args.UsageError` (one line).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pdevision.tasks.args import UsageError
 log = logging.getLogger(__name__)
 
 # keys of a run's config.json that no flag sets: the task's name (its flag is --task) and values derived from flags
-RECORDED_ONLY = frozenset({"task", "recipe_name"})
+RECORDED_ONLY = frozenset({"task", "recipe_name", "recipe_values"})
 MAX_BYTES = 1 << 20  # a flag file is a few kilobytes; a larger one is not one
 
 
@@ -105,14 +105,29 @@ def _one(action: argparse.Action, value: Any, wrong: Any) -> Any:
     return converted
 
 
-def config_defaults(parser: argparse.ArgumentParser, values: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """The parser's defaults that ``values`` (a config file's mapping) sets, each checked like its flag."""
+def _plain(value: Any) -> Any:
+    """``value`` as JSON gives it back (tuples as lists), for comparing a file's value with a default."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def config_defaults(
+    parser: argparse.ArgumentParser,
+    values: Mapping[str, Any],
+    source: str,
+    task_defaults: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The parser's defaults that ``values`` (a config file's mapping) sets, each checked like its flag.
+    ``task_defaults``: the task configuration's settings as a run with no flags has them (its fields without a flag
+    are accepted at these values only)."""
     actions = _actions(parser)
     run_fields = {f.name for f in dataclasses.fields(RunConfig)} - set(actions)
     # run settings without a flag: those with a fixed default must hold it (the run would not take another value);
     # those a recipe fills (default None: lr_base, lr_base_batch, ...) are the run's own derivation, taken as recorded
     fields = [f for f in dataclasses.fields(RunConfig) if f.name in run_fields]
     fixed_defaults = {f.name: f.default for f in fields if f.default not in (None, dataclasses.MISSING)}
+    task_fixed = {k: v for k, v in (task_defaults or {}).items() if k not in actions and k not in run_fields}
+    fixed_defaults.update(task_fixed)
+    run_fields |= set(task_fixed)
     out: dict[str, Any] = {}
     recorded: list[str] = []
     for key, value in values.items():
@@ -120,7 +135,7 @@ def config_defaults(parser: argparse.ArgumentParser, values: Mapping[str, Any], 
             out[key] = _convert(actions[key], key, value, source)
         elif key in RECORDED_ONLY or key in run_fields:
             fixed = fixed_defaults.get(key, value)
-            if value != fixed and not (isinstance(fixed, tuple) and value == list(fixed)):
+            if _plain(value) != _plain(fixed):
                 raise UsageError(
                     f"--config {source}: {key} has no flag; only its default {fixed!r} is accepted, got {value!r}"
                 )
