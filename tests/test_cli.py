@@ -20,23 +20,36 @@ def test_help_lists_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["models", "vheat*", "--img-size", "64"]) == 0
+    assert main(["models", "vheat*", "--macs", "--img-size", "64"]) == 0
     out = capsys.readouterr().out
     assert "| vheat_micro | 2.12 |" in out
     assert "vheat_base" in out and "hcnet" not in out
 
 
 def test_models_table_filters_by_wildcard(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["models", "vheat_mi*", "--img-size", "64"]) == 0
+    assert main(["models", "vheat_mi*", "--macs", "--img-size", "64"]) == 0
     rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| vheat")]
     assert len(rows) == 1 and rows[0].startswith("| vheat_micro | 2.12 |"), rows
+
+
+def test_models_without_macs_counts_parameters_on_the_meta_device(capsys: pytest.CaptureFixture[str]) -> None:
+    import timm
+
+    from pdevision.bench import count_params
+
+    assert main(["models", "*_micro"]) == 0
+    rows = {r.split(" | ")[0][2:]: r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")}
+    assert rows["model"] == "| model | params (M) |"  # no GMACs column unless asked
+    for name in ("vheat_micro", "hcnet_micro", "pderesnet_micro", "waveformer_micro"):
+        assert rows[name] == f"| {name} | {count_params(timm.create_model(name)) / 1e6:.2f} |"  # as a real build
 
 
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
         (["models", "nothing_like_this*"], "no registered model matches 'nothing_like_this*'"),
-        (["models", "--img-size", "16384"], "--img-size"),  # a random-weight forward at 16384 px runs for minutes
+        (["models", "--macs", "--img-size", "16384"], "--img-size"),  # a forward at 16384 px runs for minutes
+        (["models", "--img-size", "64"], "--img-size is the resolution of the MAC count: it goes with --macs"),
     ],
 )
 def test_models_refuses_in_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -218,7 +218,8 @@ def _classifier_checkpoint(root: Path) -> Path:
 
 CLI_CASES = [  # (extra, the missing package, the command; {tmp}: a fresh folder, {ckpt}: a classifier checkpoint)
     ("data", "skimage", ["demo"]),
-    ("train", "sklearn", ["train", "--output", "{tmp}/run"]),
+    ("data", "sklearn", ["train", "--output", "{tmp}/run"]),  # the embedded digits (a folder needs none)
+    ("train", "matplotlib", ["train", "--output", "{tmp}/run"]),
     ("train", "matplotlib", ["train", "--task", "pretrain", "--output", "{tmp}/run"]),
     ("dense", "segmentation_models_pytorch", ["train", "--task", "segment", "--output", "{tmp}/run"]),
     ("dense", "torchmetrics", ["train", "--task", "detect", "--output", "{tmp}/run"]),
@@ -349,7 +350,7 @@ def test_each_named_extra_installs_the_package() -> None:
 def test_the_core_is_light_and_all_is_every_extra() -> None:
     pyproject = _pyproject()
     core = _names(pyproject["project"]["dependencies"])
-    assert core == {"torch", "torchvision", "timm", "numpy", "safetensors", "pillow", "tqdm"}
+    assert core == {"torch", "torchvision", "timm", "numpy", "safetensors", "pillow", "tqdm", "pyyaml"}
     assert not core & {d.lower() for d in DISTRIBUTIONS.values()}
     deps = pyproject["project"]["dependencies"]
     assert not [d for d in deps if re.match(r"torch(vision)?\s*==", d)]  # ranges here, exact pins in constraints.txt
@@ -473,3 +474,9 @@ def test_the_wheel_installs_with_the_core_alone(tmp_path: Path) -> None:
     assert cli.returncode == 2
     assert cli.stderr == 'pdevision demo: error: scikit-image is not installed; run: pip install "pdevision[data]"\n'
     print(f"wheel built, installed (core only) and run in {time.perf_counter() - started:.0f} s")
+
+
+def test_the_train_extra_holds_tensorboard() -> None:
+    """A ``[train]`` install writes the loop's TensorBoard events; the core reads ``train --config args.yaml``."""
+    assert "tensorboard" in _extra("train") and "pyyaml" in _names(_pyproject()["project"]["dependencies"])
+    assert "tensorboard" in (SRC / "engine" / "loop.py").read_text()  # the loop's writer, which the extra feeds

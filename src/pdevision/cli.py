@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import logging
 import os
@@ -59,15 +60,26 @@ from pdevision.tasks.args import seed as _seed
 from pdevision.tasks.args import side as _side
 from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
+from pdevision.tasks.config_file import config_defaults, load_config_file
 
 
-def _models_rows(img_size: int, pattern: str = "") -> Iterator[str]:
-    """The rows of the `models` table, each as soon as it is counted."""
-    yield f"| model | params (M) | GMACs at {img_size} (folded) |"
-    yield "|---|---:|---:|"
+def _models_rows(img_size: int | None, pattern: str = "") -> Iterator[str]:
+    """The rows of the `models` table, each as soon as it is counted: parameters of models built on the meta device
+    (no memory, no initialisation), and GMACs at ``img_size`` (a forward of the folded model) when it is given."""
+    if img_size is None:
+        yield "| model | params (M) |"
+        yield "|---|---:|"
+    else:
+        yield f"| model | params (M) | GMACs at {img_size} (folded) |"
+        yield "|---|---:|---:|"
     for name in list_models(pattern):
-        model = timm.create_model(name)
-        yield f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |"
+        if img_size is None:
+            with torch.device("meta"):  # parameters counted, none allocated
+                model = timm.create_model(name)
+            yield f"| {name} | {count_params(model) / 1e6:.2f} |"
+        else:
+            model = timm.create_model(name)
+            yield f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |"
     restoration = _restoration_names(pattern)
     if restoration:
         yield ""
@@ -86,7 +98,10 @@ def _restoration_names(pattern: str = "") -> list[str]:
 def cmd_models(args: argparse.Namespace) -> int:
     if not list_models(args.pattern) and not _restoration_names(args.pattern):
         raise ModelNameError(f"no registered model matches {args.pattern!r} (expected a wildcard such as 'vheat*')")
-    for row in _models_rows(args.img_size, args.pattern):  # a row as soon as it is counted
+    if args.img_size is not None and not args.macs:
+        raise UsageError("--img-size is the resolution of the MAC count: it goes with --macs")
+    img_size = (args.img_size or 224) if args.macs else None
+    for row in _models_rows(img_size, args.pattern):  # a row as soon as it is counted
         print(row, flush=True)
     return 0
 
@@ -402,6 +417,18 @@ def _checkpoint_hint(chosen: str, which: str) -> Any:
     return hint
 
 
+def _add_config_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-c",
+        "--config",
+        type=_path,
+        default=None,
+        metavar="FILE",
+        help="YAML or JSON file of flag values (keys as a run's config.json names them: batch_size, lr, ...); a run's "
+        "config.json repeats the run; flags given here win over the file",
+    )
+
+
 def _add_task_parsers(sub: argparse._SubParsersAction, train_task: str, checkpoint_task: str) -> None:
     registry = tasks()
     task = get_task(train_task)
@@ -412,11 +439,13 @@ def _add_task_parsers(sub: argparse._SubParsersAction, train_task: str, checkpoi
         choices=list(registry),
         help="what to train (default classify): " + "; ".join(f"{n}: {t.help}" for n, t in registry.items()),
     )
+    _add_config_argument(p)
     _add_training(p, task)
     p.set_defaults(func=cmd_train, task_commands=task)
     p.unknown_hint = _train_hint(task.name)
     pretrain = get_task("pretrain")
     p = sub.add_parser("pretrain", help=pretrain.help + " (train --task pretrain)")
+    _add_config_argument(p)
     _add_training(p, pretrain)
     p.set_defaults(func=cmd_train, task_commands=pretrain, task="pretrain")
     p.unknown_hint = _train_hint("pretrain")
@@ -495,6 +524,40 @@ def _option_value(argv: list[str], flag: str) -> str | None:
     return None
 
 
+def _config_path(argv: list[str]) -> str | None:
+    return _option_value(argv, "--config") or _option_value(argv, "-c")
+
+
+def _task_defaults(sub: argparse.ArgumentParser) -> dict[str, Any]:
+    """The task configuration of a run given no flags (``train --config``: its fields that no flag sets)."""
+    args = sub.parse_args([])
+    config = args.task_commands.config(args, run_config(args))
+    return (
+        {k: v for k, v in dataclasses.asdict(config).items() if k != "run"} if dataclasses.is_dataclass(config) else {}
+    )
+
+
+def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """``train --config FILE`` / ``pretrain --config FILE``: the file's values become the defaults of the command's
+    flags, so those on the command line win."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    path = _config_path(argv)
+    if command not in ("train", "pretrain") or not path or {"-h", "--help"} & set(argv):
+        return
+    sub = _innermost(parser, argparse.Namespace(command=command))
+    values = load_config_file(path)
+    task = values.get("task")
+    given = "pretrain" if command == "pretrain" else _option_value(argv, "--task")
+    if task is not None and given is not None and task != given:
+        if command == "pretrain":
+            raise UsageError(f"--config {path} is for --task {task}, not pretrain (run: pdevision train --config)")
+        values = {k: v for k, v in values.items() if k != "task"}  # the command line's --task wins
+    defaults = config_defaults(sub, values, path, _task_defaults(sub))
+    if command == "train" and task is not None and given is None:
+        defaults["task"] = task
+    sub.set_defaults(**defaults)
+
+
 def _chosen_tasks(argv: list[str]) -> tuple[str, str]:
     """The task whose flags ``train`` takes (``--task``) and the one ``eval`` / ``predict`` take (the checkpoint's
     kind); classification where they are not given (or not valid: the parser then says so)."""
@@ -502,6 +565,10 @@ def _chosen_tasks(argv: list[str]) -> tuple[str, str]:
     train_task, checkpoint_task = "classify", "classify"
     if command == "train":
         name = _option_value(argv, "--task")
+        if name is None and _config_path(argv) and not {"-h", "--help"} & set(argv):
+            name = load_config_file(_config_path(argv)).get("task")  # type: ignore[arg-type]
+            if name is not None and name not in tasks():
+                raise UsageError(f"--config {_config_path(argv)}: task {name!r} is not one of {', '.join(tasks())}")
         if name in tasks():
             train_task = name
     elif command in ("eval", "predict"):
@@ -527,7 +594,16 @@ def build_parser(train_task: str = "classify", checkpoint_task: str = "classify"
     p = sub.add_parser("models", help="list the registered models (backbones, restoration nets): parameters, GMACs")
     p.add_argument("pattern", nargs="?", default="", help="wildcard on the names, e.g. 'vheat*' (default: all)")
     p.add_argument(
-        "--img-size", type=_figure_side, default=224, help="resolution for the MAC count (default 224, at most 2048)"
+        "--macs",
+        action="store_true",
+        help="also count GMACs: a forward of each model, folded for inference (minutes for all models; seconds for "
+        "one)",
+    )
+    p.add_argument(
+        "--img-size",
+        type=_figure_side,
+        default=None,
+        help="resolution for the MAC count, with --macs (default 224, at most 2048)",
     )
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
@@ -555,11 +631,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         chosen = _chosen_tasks(argv)
-    except (CheckpointError, UsageError) as exc:
+        parser = build_parser(*chosen)
+        _apply_config_file(parser, argv)
+    except (CheckpointError, UsageError, MissingDependencyError) as exc:
         command = next((a for a in argv if not a.startswith("-")), "pdevision")
         print(f"pdevision {command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    parser = build_parser(*chosen)
     args, extra = parser.parse_known_args(argv)
     if extra:  # the subcommand names a flag it does not take (and which task's it is)
         _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")

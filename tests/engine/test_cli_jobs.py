@@ -34,18 +34,59 @@ def test_eval_reports_metrics_and_confusion_png(run_dir: Path, capsys: pytest.Ca
 
 
 def test_predict_prints_class_names(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _digit_png(tmp_path)
+    assert main(["predict", "--checkpoint", str(run_dir / "best"), "--topk", "10", str(path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: ")  # one line per image
+
+
+def _digit_png(folder: Path) -> Path:
     from pdevision.data import DigitsDataset
 
     img, _ = DigitsDataset("val")[0]
-    path = tmp_path / "digit.png"
+    path = folder / "digit.png"
     img.save(path)
+    return path
+
+
+def test_predict_json_is_the_whole_of_stdout(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _digit_png(tmp_path)
     assert main(["predict", "--checkpoint", str(run_dir / "best"), "--topk", "10", "--json", str(path)]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith(str(path))  # one line per image, then the JSON
-    result = json.loads(lines[-1])[0]
-    names, probs = zip(*result["top"], strict=True)
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)  # nothing but the JSON document on stdout
+    assert [r["image"] for r in result] == [str(path)]
+    names, probs = zip(*result[0]["top"], strict=True)
     assert sorted(names) == [str(i) for i in range(10)]
     assert sum(probs) == pytest.approx(1.0, abs=1e-5) and list(probs) == sorted(probs, reverse=True)
+
+
+def test_predict_json_pipes_into_json_tool(run_dir: Path, tmp_path: Path) -> None:
+    """`pdevision predict --json ... | python -m json.tool`, as a user runs it."""
+    path = _digit_png(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    cmd = [sys.executable, "-m", "pdevision.cli", "predict", "--checkpoint", str(run_dir), "--json", str(path)]
+    predicted = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    tool = subprocess.run(
+        [sys.executable, "-m", "json.tool"], input=predicted.stdout, capture_output=True, text=True, check=True
+    )
+    assert json.loads(tool.stdout)[0]["image"] == str(path)
+    assert str(path) in predicted.stderr  # the human line, on stderr
+
+
+def test_predict_json_out_writes_a_new_file_and_never_overwrites(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, out = _digit_png(tmp_path), tmp_path / "pred.json"
+    assert main(["predict", "--checkpoint", str(run_dir), "--topk", "3", "--json-out", str(out), str(path)]) == 0
+    assert f"JSON written to {out}" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result[0]["image"] == str(path) and len(result[0]["top"]) == 3
+    before = out.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        main(["predict", "--checkpoint", str(run_dir), "--json-out", str(out), str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "exists (it is not overwritten" in err[0], err
+    assert out.read_bytes() == before
 
 
 def test_eval_with_wrong_model_is_a_clear_error(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

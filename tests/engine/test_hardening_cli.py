@@ -168,14 +168,18 @@ def test_predict_good_and_bad_images_reports_each_and_fails_at_the_end(
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8 not a jpeg")
     missing = tmp_path / "missing.png"
-    assert main(["predict", "--checkpoint", str(run), str(digit_png), str(bad), str(missing), "--json"]) == 2
+    assert main(["predict", "--checkpoint", str(run), str(digit_png), str(bad), str(missing)]) == 2
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
     assert lines[0].startswith(f"{digit_png}: ") and "FAILED" not in lines[0]
     assert lines[1].startswith(f"{bad}: FAILED: cannot read image")
     assert lines[2].startswith(f"{missing}: FAILED: image {missing} does not exist")
-    assert [("error" in r) for r in json.loads(lines[3])] == [False, True, True]
     assert "2 of 3 images could not be read" in _one_error_line(captured.err)
+    # with --json, stdout is still one JSON document, the failures in it; the error line stays on stderr
+    assert main(["predict", "--checkpoint", str(run), str(digit_png), str(bad), str(missing), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert [("error" in r) for r in json.loads(captured.out)] == [False, True, True]
+    assert "2 of 3 images could not be read" in captured.err.strip().splitlines()[-1]
 
 
 def test_decompression_bomb_to_predict_is_one_line(

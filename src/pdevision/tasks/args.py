@@ -166,6 +166,28 @@ def _output_file(text: str) -> str:
     return text
 
 
+def _new_file(text: str) -> str:
+    """A file to create (``predict --json-out``): not empty, not there yet (a user's file is never overwritten), in
+    a folder that exists, and not inside a checkpoint folder."""
+    _path(text)
+    path = Path(text)
+    if path.exists() or path.is_symlink():
+        raise argparse.ArgumentTypeError(f"{text} exists (it is not overwritten; name a new file)")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the folder {path.parent} does not exist")
+    _outside_checkpoints(str(path.parent))
+    return text
+
+
+def write_new_file(path: str | Path, text: str) -> None:
+    """Write ``text`` into a file that must not exist yet (created exclusively: one made meanwhile is not replaced)."""
+    try:
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(text)
+    except FileExistsError:
+        raise UsageError(f"{path} exists (it is not overwritten; name a new file)") from None
+
+
 def _json_dict(text: str) -> dict:
     """``--model-args``: a JSON object of plain constructor arguments (the rules of checkpoint metadata: no weights
     to fetch or read, no URL or path, bounded integers; they are stored in every checkpoint of the run)."""
@@ -221,6 +243,7 @@ path = _path
 auto_augment = _auto_augment
 output_folder = _output_folder
 output_file = _output_file
+new_file = _new_file
 json_dict = _json_dict
 rate = _rate
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from typing import Any
 
 from pdevision.data import RECIPES
@@ -17,6 +18,8 @@ from pdevision.tasks.classify.config import ClassifyConfig
 from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
 from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
 from pdevision.tasks.registry import TaskCommands, register
+
+log = logging.getLogger(__name__)
 
 
 def add_model_arguments(p: argparse.ArgumentParser, model: str | None, model_help: str) -> None:
@@ -134,7 +137,18 @@ class ClassifyCommands(TaskCommands):
     @staticmethod
     def add_predict_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("--topk", type=A.count, default=5)
-        p.add_argument("--json", action="store_true", help="also print the result as JSON")
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help="print the result as one JSON document on stdout (the per-image lines go to stderr)",
+        )
+        p.add_argument(
+            "--json-out",
+            type=A.new_file,
+            default=None,
+            metavar="FILE",
+            help="also write the result as JSON to FILE (a new file: an existing one is never overwritten)",
+        )
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
         results = predict_images(args.checkpoint, args.images, args.topk, args.device, errors="report")
@@ -144,12 +158,20 @@ class ClassifyCommands(TaskCommands):
                 lines.append(f"{r['image']}: FAILED: {r['error']}")
             else:
                 lines.append(r["image"] + ": " + ", ".join(f"{display_label(c)} {p:.3f}" for c, p in r["top"]))
-        if args.json:
-            lines.append(json.dumps(results))
+        document = json.dumps(results, indent=2, ensure_ascii=False)
+        if args.json_out is not None:
+            A.write_new_file(args.json_out, document + "\n")
+            lines.append(f"JSON written to {args.json_out}")
+        if args.json:  # stdout is the JSON alone; the human lines go to the log (stderr)
+            for line in lines:
+                log.info("%s", line)
+            output = document
+        else:
+            output = "\n".join(lines)
         failed = [r["image"] for r in results if "error" in r]
         if failed:
-            raise PartialFailure("\n".join(lines), f"{len(failed)} of {len(results)} images could not be read")
-        return "\n".join(lines), 0
+            raise PartialFailure(output, f"{len(failed)} of {len(results)} images could not be read")
+        return output, 0
 
 
 class PartialFailure(A.UsageError):

@@ -101,6 +101,17 @@ def display_label(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def confusion_matrix(targets: np.ndarray, preds: np.ndarray, num_classes: int) -> np.ndarray:
+    """Counts of (true class, predicted class): row ``i`` holds the images of class ``i`` by their prediction
+    (scikit-learn's ``confusion_matrix`` layout, computed with NumPy so evaluation needs no scikit-learn)."""
+    targets, preds = np.asarray(targets, dtype=np.int64), np.asarray(preds, dtype=np.int64)
+    if targets.shape != preds.shape:
+        raise ValueError(f"targets {targets.shape} and predictions {preds.shape} differ in shape")
+    inside = (targets >= 0) & (targets < num_classes) & (preds >= 0) & (preds < num_classes)
+    flat = np.bincount(targets[inside] * num_classes + preds[inside], minlength=num_classes * num_classes)
+    return flat.reshape(num_classes, num_classes)
+
+
 def _plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
     matplotlib = require("matplotlib", "train")
     matplotlib.use("Agg")
@@ -165,7 +176,7 @@ def evaluate_checkpoint(
         model(torch.stack([val_set[0][0]]).to(dev))
     result = evaluate_model(model, val_set, batch_size, dev)
     preds, targets = result.pop("preds").numpy(), result.pop("targets").numpy()
-    matrix = require("sklearn.metrics", "train").confusion_matrix(targets, preds, labels=list(range(len(classes))))
+    matrix = confusion_matrix(targets, preds, len(classes))
     per_class = {
         c: (100.0 * matrix[i, i] / matrix[i].sum() if matrix[i].sum() else None) for i, c in enumerate(classes)
     }

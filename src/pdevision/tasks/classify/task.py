@@ -34,8 +34,9 @@ from pdevision.tasks.classify.evaluate import evaluate_model
 
 log = logging.getLogger(__name__)
 
-# optional packages (module, extra) that training and evaluation need: checked before a run starts
-REQUIRES = (("sklearn", "train"), ("matplotlib", "train"))  # splits, confusion matrix; curves
+# optional packages (module, extra) that training and evaluation need: checked before a run starts. scikit-learn is
+# not among them: only a split of one folder (or the embedded sets) needs it, and asks for it where it splits
+REQUIRES = (("matplotlib", "train"),)  # curves, confusion matrix
 
 
 class ClassifyTask(Task):
