@@ -1,15 +1,23 @@
 """HcNet: vision backbones from the heat conduction equation (Zhang & Gong, "Efficient Visual Representation
-Learning with Heat Conduction Equation"). Each block mixes tokens with an explicit finite-difference step of
-the anisotropic heat equation (the Heat Conduction Layer, HcL) and refines them with the Refinement
-Approximation Layer (RaL, an MLP whose activation is GELU followed by a depthwise filter).
+Learning with Heat Conduction Equation").
 
-Layout: the stem is NCHW, stages run NHWC ``(B, H, W, C)`` (the HcL on an NCHW view); ``forward_features``
-returns NHWC, ``forward_intermediates`` returns NCHW (timm's convention). The HcL has no resolution-dependent
-parameters: any input size of at least 32x32 runs.
+``hcnet_*`` is the network of the authors' released code (github ZheminZhang1/HcNet, ``HcNet.py``, commit 14c9a8a;
+``layout="authors"``, the default), NCHW throughout: their stem, blocks :class:`~pdevision.layers.hcl.HcRaBlock`
+(``x <- x + alpha (mean_8(x) - x)``, ``alpha = sigmoid(Conv1x1(GAP(x)))``, then ``x <- x + RaL(GroupNorm(x))``),
+their downsampling, ``GroupNorm(1, C)``, pooled linear head and their initialisation. The neighbour count of
+``mean_8`` is computed from the input, so any input size of at least 32x32 runs (their buffer fixes one size).
+:func:`checkpoint_filter_fn` loads their state dicts; the fixtures and tests hold counts and logits equal to theirs
+(docs/hcnet.md). ``hcnet_authors_default`` and ``hcnet_authors_main`` are the two configurations of their file;
+``hcnet_tiny`` is a layout within their architecture found for the paper's HcNet-T figures, ``hcnet_small`` and
+``hcnet_base`` are this library's choice (the paper's text gives no size for them).
 
-Two layouts (``layout=``):
+The library's earlier reconstructions from the paper's text stay available as ``layout="library"`` and
+``layout="paper"`` (stages NHWC ``(B, H, W, C)``, the HcL on an NCHW view; ``forward_features`` returns NHWC,
+``forward_intermediates`` NCHW, timm's convention):
 
-- ``"library"`` (default): blocks are the shared :class:`~pdevision.layers.MixerBlock` (pre-norm, drop path,
+The two reconstructions:
+
+- ``"library"``: blocks are the shared :class:`~pdevision.layers.MixerBlock` (pre-norm, drop path,
   optional layer scale) with mixer ``Linear -> HcL -> Linear`` (:class:`~pdevision.layers.HeatConductionMixer`)
   and the RaL as its MLP; vHeat's stem (two 3x3 stride-2 convs) and downsampling (3x3 stride-2 conv + LayerNorm).
   It departs from the paper's text in three places, each this library's choice:
@@ -23,7 +31,7 @@ Two layouts (``layout=``):
      first stage, 2 in the others).
 
   The projections of (1) bring the Swin-T layout (dims 96, depths 2-2-6-2, MLP ratio 4) to 28.27M parameters,
-  near the 28M the paper reports for HcNet-T (see ``hcnet_tiny``).
+  near the 28M the paper reports for HcNet-T (``hcnet_tiny(layout="library", dims=96, depths=(2, 2, 6, 2))``).
 - ``"paper"``: follows the text where it is specific: a patch-merging stem (4x4 stride-4 conv + LayerNorm, the
   "ratio 4" patch merging) and Swin's patch merging (2x2 concatenation, LayerNorm, linear ``4C -> 2C``) between
   stages; blocks :class:`~pdevision.layers.hcl.PaperHcRaBlock`: ``x <- HcL(x)`` (the HcL's ``z +`` is the
@@ -31,17 +39,17 @@ Two layouts (``layout=``):
   (the paper's figures and equations were lost in extraction: norm placement, whether ``k`` is per channel,
   the head) it keeps the library's choices: LayerNorm before the RaL only, ``k`` per sample and channel, final
   LayerNorm and pooled linear head. Without the projections it has fewer parameters than the paper's 28M at the
-  Swin-T layout (``hcnet_tiny(layout="paper")``: see the README's HcNet table), so the paper's model has parts its
-  text does not describe.
+  Swin-T layout (21.97M at dims 96, depths 2-2-6-2).
 
 RaL filter ablation (``ra_filter=False``): parameter-matched by default, as in the paper's Table 6 ("the same
 number of parameters"): the filter-free RaL is widened to :func:`~pdevision.layers.hcl.matched_hidden` hidden
-channels, so the model's parameter count stays within 0.1% of the filtered one (exact matching is impossible
-with integer widths; how the paper matched it is not in its text). ``ra_filter_matched=False`` drops the filter
+channels (:func:`~pdevision.layers.hcl.authors_matched_hidden` for the authors' bias-free filter), so the model's
+parameter count stays within 0.1% of the filtered one (exact matching is impossible with integer widths; how the
+paper matched it is in neither its text nor the authors' code). ``ra_filter_matched=False`` drops the filter
 without widening.
 
-The default ``parametrisation="stable"`` (``w = softplus(raw) >= 0``, ``k' = k / max(W, 1)``, so ``k' W <= 1``)
-was chosen from a measurement (``benchmarks/hcnet_parametrisation.md``: ``hcnet_micro``, 200 steps on digits,
+The library layouts' default ``parametrisation="stable"`` (``w = softplus(raw) >= 0``, ``k' = k / max(W, 1)``, so
+``k' W <= 1``) was chosen from a measurement (``benchmarks/hcnet_parametrisation.md``: ``hcnet_micro``, 200 steps on digits,
 2 seeds, 2 learning rates): validation accuracy was the same within half a validation image (97.2% vs 97.3% at
 lr 2e-3, 94.8% vs 94.7% at lr 1e-2), neither diverged, but the ``"paper"`` layers left the explicit scheme's
 stability region (``k W`` up to 1.62, amplifying by up to 1.04 per step), which ``"stable"`` rules out by
