@@ -241,3 +241,16 @@ def test_paper_block_is_the_heat_step_on_its_input_then_the_ral() -> None:
     neigh = w[:, 0] * p[:, 2:, 1:-1] + w[:, 1] * p[:, :-2, 1:-1] + w[:, 2] * p[:, 1:-1, 2:] + w[:, 3] * p[:, 1:-1, :-2]
     ref = xs + k[:, None, None, :] * (neigh - w.sum(1) * xs)
     np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_a_one_pixel_map_has_no_heat_flow() -> None:
+    """The authors' division by the neighbour count is 0 / 0 on a 1x1 map (a 32 px input's last stage): here the
+    pixel keeps its value, and the model's output stays finite."""
+    heat = NeighbourMeanHeat(4)
+    x = torch.randn(2, 4, 1, 1)
+    assert torch.equal(heat(x), torch.zeros_like(x))
+    line = torch.randn(1, 4, 1, 3)  # one row: 1 or 2 neighbours, still the mean of those
+    mean = torch.stack([line[..., 1], (line[..., 0] + line[..., 2]) / 2, line[..., 1]], dim=-1)
+    torch.testing.assert_close(heat(line), heat.rate(line) * (mean - line))
+    model = timm.create_model("hcnet_micro", num_classes=3).eval()
+    assert torch.isfinite(model(torch.randn(1, 3, 32, 32))).all()

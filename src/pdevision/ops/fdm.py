@@ -142,6 +142,8 @@ def neighbour_count(x: torch.Tensor) -> torch.Tensor:
 
 def neighbour_mean(x: torch.Tensor) -> torch.Tensor:
     """The mean of each pixel's 8 neighbours inside the image (NCHW in and out): the 3x3 sum minus the centre,
-    divided by :func:`neighbour_count` (the HcNet authors' heat step ``x + alpha (mean - x)``)."""
+    divided by :func:`neighbour_count` (the HcNet authors' heat step ``x + alpha (mean - x)``). A 1x1 map has no
+    neighbours: its mean is the pixel itself, so the step leaves it unchanged (the authors' division gives NaN)."""
     around = F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=True) * 9.0 - x
-    return around / neighbour_count(x)
+    count = neighbour_count(x)
+    return torch.where(count > 0, around / count.clamp(min=1.0), x)
