@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from types import ModuleType
 
@@ -35,6 +36,29 @@ def randomise_bn_and_kernels(module: nn.Module, seed: int = 0, kernel_scale: flo
             if isinstance(m, DerivativeConv):
                 m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * kernel_scale)
     return module
+
+
+def seeded_input(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """A standard-normal batch from ``seed`` (the same on every machine: the CPU generator)."""
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def seeded_state(shapes: list[tuple[str, list[int]]], seed: int) -> dict[str, torch.Tensor]:
+    """A random state dict with the given names and shapes, drawn in their order from one generator: weights of
+    fan-in scale, norm weights near 1, small biases, a larger classifier. The HcNet fixtures record logits of such
+    a state for the authors' model (tests/fixtures/make_hcnet_reference.py), so a test can regenerate it."""
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, shape in shapes:
+        noise = torch.randn(shape, generator=gen)
+        if name.endswith("bias"):
+            state[name] = 0.1 * noise
+        elif len(shape) == 1:  # norm weights
+            state[name] = 1.0 + 0.2 * noise
+        else:  # linear / conv weights: fan-in = input channels (/ groups) x kernel area
+            gain = 4.0 if name.startswith("head") else 1.0
+            state[name] = noise * gain / math.sqrt(noise[0].numel())
+    return state
 
 
 def load_benchmark(path: str, name: str | None = None) -> ModuleType:

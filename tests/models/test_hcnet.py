@@ -8,8 +8,9 @@ import timm
 import torch
 
 import pdevision  # noqa: F401
-from pdevision.bench import count_macs, count_params
+from pdevision.bench import count_params
 from pdevision.layers import HeatConductionLayer, HeatConductionMixer, RefinementActivation
+from pdevision.layers.hcl import GroupNorm1, HcDownsample, HcRaBlock, HcStem, NeighbourMeanHeat
 from pdevision.models import list_models
 from pdevision.models.hcnet import HcNet
 
@@ -25,45 +26,111 @@ def _heat_layers(model: torch.nn.Module) -> list[HeatConductionLayer]:
 
 
 def test_registered_in_timm() -> None:
-    names = {"hcnet_micro", "hcnet_tiny", "hcnet_small", "hcnet_base"}
+    names = {"hcnet_micro", "hcnet_authors_default", "hcnet_authors_main", "hcnet_tiny", "hcnet_small", "hcnet_base"}
     assert names <= set(timm.list_models("hcnet_*"))
     assert names <= set(list_models("hcnet_*"))
 
 
-def test_tiny_matches_the_paper_budget() -> None:
-    model = timm.create_model("hcnet_tiny")
-    assert model.dims == [96, 192, 384, 768] and model.depths == [2, 2, 6, 2]
-    params, macs = count_params(model), count_macs(model, 224)
-    assert abs(params / 28e6 - 1) < 0.10, params  # paper: 28M
-    assert abs(macs / 4.1e9 - 1) < 0.10, macs  # paper: 4.1 GMACs
-    block = model.stages[2].blocks[-1]
-    assert isinstance(block.ls1, torch.nn.Identity) and not block.post_norm
-    assert model.stages[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(0.1)
+def test_default_is_the_authors_network(micro: HcNet) -> None:
+    assert micro.layout == "authors" and micro.output_fmt == "NCHW"
+    assert isinstance(micro.stem, HcStem) and isinstance(micro.norm, GroupNorm1)
+    assert all(isinstance(s.downsample, HcDownsample) for s in micro.stages[1:])
+    blocks = [b for s in micro.stages for b in s.blocks]
+    assert len(blocks) == 6 and all(isinstance(b, HcRaBlock) for b in blocks)
+    assert all(b.heat.k_mode == "input" and isinstance(b.mlp.dwconv, torch.nn.Conv2d) for b in blocks)
+    assert not _heat_layers(micro)  # no 4-neighbour stencil layers
 
 
-@pytest.mark.slow
+def _neighbour_mean_numpy(x: np.ndarray) -> np.ndarray:
+    """Mean over the (up to 8) neighbours inside the image, by explicit loops (NCHW)."""
+    out = np.zeros_like(x)
+    _, _, h, w = x.shape
+    for i in range(h):
+        for j in range(w):
+            near = [(a, b) for a in range(i - 1, i + 2) for b in range(j - 1, j + 2) if (a, b) != (i, j)]
+            near = [(a, b) for a, b in near if 0 <= a < h and 0 <= b < w]
+            out[:, :, i, j] = np.mean([x[:, :, a, b] for a, b in near], axis=0)
+    return out
+
+
+def test_authors_block_is_the_mean_neighbour_step_then_the_ral() -> None:
+    """x <- x + alpha (mean_8(x) - x), alpha = sigmoid(W GAP(x)) per sample and channel from the block input, then
+    x <- x + RaL(GroupNorm(x)): checked against numpy at an odd, non-square size (the neighbour count follows it)."""
+    torch.manual_seed(0)
+    block = HcRaBlock(4).double().eval()
+    with torch.no_grad():
+        torch.nn.init.normal_(block.heat.k_proj.weight)
+    x = torch.randn(2, 4, 5, 7, dtype=torch.float64)
+    xs = x.numpy()
+    wk = block.heat.k_proj.weight.detach().numpy()[:, :, 0, 0]
+    alpha = 1 / (1 + np.exp(-(xs.mean(axis=(2, 3)) @ wk.T)))[:, :, None, None]
+    heat = xs + alpha * (_neighbour_mean_numpy(xs) - xs)
+    with torch.no_grad():
+        y = torch.from_numpy(heat)
+        m = block.mlp
+        ral = m.fc2(m.dwconv(torch.nn.functional.gelu(m.fc1(torch.nn.functional.group_norm(y, 1)))))
+        out = block(x)
+    np.testing.assert_allclose(out.numpy(), heat + ral.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("k_mode", ["input", "learnable", "fixed"])
+def test_authors_heat_step_obeys_the_maximum_principle(k_mode: str) -> None:
+    """(1 - alpha) x + alpha mean_8(x) with 0 <= alpha <= 1: each output within its 3x3 neighbourhood's range."""
+    torch.manual_seed(1)
+    heat = NeighbourMeanHeat(3, k_mode=k_mode, k_init=0.9).double()
+    if heat.k_proj is not None:
+        torch.nn.init.normal_(heat.k_proj.weight, std=3.0)
+    x = torch.randn(2, 3, 6, 9, dtype=torch.float64)
+    with torch.no_grad():
+        y = x + heat(x)
+    pad = torch.nn.functional.pad(x, (1, 1, 1, 1), value=float("nan"))
+    windows = pad.unfold(2, 3, 1).unfold(3, 3, 1)  # (B, C, H, W, 3, 3), nan outside the image
+    hi = torch.nan_to_num(windows, nan=-np.inf).amax(dim=(-2, -1))
+    lo = torch.nan_to_num(windows, nan=np.inf).amin(dim=(-2, -1))
+    assert torch.all(y <= hi + 1e-12) and torch.all(y >= lo - 1e-12)
+    assert (y - x).abs().max() > 0.1  # it did move
+
+
 @pytest.mark.parametrize(
-    ("name", "dims", "layer_scale", "drop_path", "params_m"),
-    [("hcnet_small", 96, 1e-5, 0.3, 48.0), ("hcnet_base", 128, 1e-5, 0.5, 84.8)],
+    "options",
+    [dict(k_mode="fixed", k_init=0.1), dict(k_mode="learnable"), dict(ra_filter=False, ra_filter_matched=False)],
 )
-def test_small_and_base_configurations(
-    name: str, dims: int, layer_scale: float, drop_path: float, params_m: float
-) -> None:
-    model = timm.create_model(name)
-    assert model.depths == [2, 2, 18, 2] and model.dims[0] == dims
-    block = model.stages[2].blocks[-1]
-    assert torch.allclose(block.ls1.gamma, torch.full_like(block.ls1.gamma, layer_scale))
-    assert model.stages[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(drop_path)
-    assert count_params(model) / 1e6 == pytest.approx(params_m, abs=0.05)
+def test_authors_ablation_options(options: dict) -> None:
+    model = timm.create_model("hcnet_micro", num_classes=5, in_chans=1, drop_path_rate=0.2, **options)
+    heats = [b.heat for s in model.stages for b in s.blocks]
+    if "k_mode" in options:
+        assert all(h.k_mode == options["k_mode"] and h.k_proj is None for h in heats)
+        alpha = heats[0].rate(torch.zeros(1, 32, 4, 4))
+        assert alpha.item() == pytest.approx(options.get("k_init", 0.5))
+    if "ra_filter" in options:
+        assert all(isinstance(b.mlp.dwconv, torch.nn.Identity) for s in model.stages for b in s.blocks)
+        assert model.stages[0].blocks[0].mlp.fc1.out_channels == 128
+    assert model.stages[-1].blocks[-1].drop_path.drop_prob == pytest.approx(0.2)
+    assert model(torch.randn(2, 1, 64, 48)).shape == (2, 5)
 
 
-def test_defaults_are_the_documented_ones(micro: HcNet) -> None:
-    layers = _heat_layers(micro)
+def test_authors_filter_ablation_is_parameter_matched() -> None:
+    with_filter = count_params(timm.create_model("hcnet_micro"))
+    matched = timm.create_model("hcnet_micro", ra_filter=False)
+    plain = count_params(timm.create_model("hcnet_micro", ra_filter=False, ra_filter_matched=False))
+    assert abs(count_params(matched) - with_filter) / with_filter < 1e-3
+    assert (with_filter - plain) / with_filter > 5e-3
+
+
+def test_library_options_are_refused_for_the_authors_layout() -> None:
+    for option in (dict(parametrisation="paper"), dict(steps=2), dict(layer_scale=1e-5), dict(post_norm=True)):
+        with pytest.raises(ValueError, match="not of layout='authors'"):
+            timm.create_model("hcnet_micro", **option)
+
+
+def test_library_defaults_are_the_documented_ones() -> None:
+    model = timm.create_model("hcnet_micro", layout="library")
+    layers = _heat_layers(model)
     assert len(layers) == 6
     assert all(
         (m.k_mode, m.parametrisation, m.boundary, m.steps) == ("input", "stable", "insulated", 1) for m in layers
     )
-    assert all(isinstance(b.mlp.act, RefinementActivation) for s in micro.stages for b in s.blocks)
+    assert all(isinstance(b.mlp.act, RefinementActivation) for s in model.stages for b in s.blocks)
 
 
 @pytest.mark.parametrize(
@@ -76,8 +143,8 @@ def test_defaults_are_the_documented_ones(micro: HcNet) -> None:
         dict(ra_filter=False, ra_filter_matched=False, mlp_ratio=2.0),
     ],
 )
-def test_create_model_options(options: dict) -> None:
-    model = timm.create_model("hcnet_micro", num_classes=5, in_chans=1, drop_path_rate=0.2, **options)
+def test_library_create_model_options(options: dict) -> None:
+    model = timm.create_model("hcnet_micro", layout="library", num_classes=5, in_chans=1, drop_path_rate=0.2, **options)
     heat = _heat_layers(model)[0]
     for key in ("k_mode", "parametrisation", "boundary", "steps"):
         if key in options:
@@ -89,16 +156,24 @@ def test_create_model_options(options: dict) -> None:
     assert model(torch.randn(2, 1, 64, 48)).shape == (2, 5)
 
 
-def test_no_weight_decay_lists_the_stencils() -> None:
-    model = timm.create_model("hcnet_micro", k_mode="learnable")
+@pytest.mark.parametrize("layout", ["authors", "library"])
+def test_no_weight_decay_lists_the_step_sizes(layout: str) -> None:
+    model = timm.create_model("hcnet_micro", k_mode="learnable", layout=layout)
     names = model.no_weight_decay()
-    assert "stages.0.blocks.0.mixer.heat.weight" in names and "stages.3.blocks.0.mixer.heat.k_logit" in names
-    assert len(names) == 12 and names <= dict(model.named_parameters()).keys()
+    if layout == "library":
+        assert "stages.0.blocks.0.mixer.heat.weight" in names and "stages.3.blocks.0.mixer.heat.k_logit" in names
+        assert len(names) == 12
+    else:
+        assert names == {f"stages.{i}.blocks.{j}.heat.k_logit" for i, n in enumerate((1, 1, 3, 1)) for j in range(n)}
+    assert names <= dict(model.named_parameters()).keys()
 
 
-@pytest.mark.parametrize("parametrisation", ["stable", "paper"])
-def test_gradients_flow_to_all_parameters(parametrisation: str) -> None:
-    model = timm.create_model("hcnet_micro", num_classes=4, parametrisation=parametrisation)
+@pytest.mark.parametrize(
+    "options",
+    [dict(), dict(k_mode="learnable"), dict(layout="library"), dict(layout="library", parametrisation="paper")],
+)
+def test_gradients_flow_to_all_parameters(options: dict) -> None:
+    model = timm.create_model("hcnet_micro", num_classes=4, **options)
     model(torch.randn(2, 3, 64, 64)).logsumexp(-1).sum().backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -111,12 +186,14 @@ def test_bad_constructor_arguments() -> None:
         HcNet(dimz=8)
     with pytest.raises(ValueError, match="k_mode"):
         HcNet(dims=8, depths=(1, 1, 1, 1), k_mode="adaptive")
+    with pytest.raises(ValueError, match="k_mode"):
+        HcNet(dims=8, depths=(1, 1, 1, 1), k_mode="adaptive", layout="library")
 
 
 @pytest.mark.parametrize(("name", "layout"), [("hcnet_micro", "library"), ("hcnet_micro", "paper")])
 def test_filter_ablation_is_parameter_matched(name: str, layout: str) -> None:
     """The paper's Table 6 compares the RaL filter at the same parameter count."""
-    with_filter = count_params(timm.create_model(name, layout=layout))
+    with_filter = count_params(timm.create_model(name, layout=layout))  # the library's layouts
     matched = timm.create_model(name, layout=layout, ra_filter=False)
     plain = count_params(timm.create_model(name, layout=layout, ra_filter=False, ra_filter_matched=False))
     assert not any(isinstance(m, RefinementActivation) for m in matched.modules())
@@ -164,3 +241,16 @@ def test_paper_block_is_the_heat_step_on_its_input_then_the_ral() -> None:
     neigh = w[:, 0] * p[:, 2:, 1:-1] + w[:, 1] * p[:, :-2, 1:-1] + w[:, 2] * p[:, 1:-1, 2:] + w[:, 3] * p[:, 1:-1, :-2]
     ref = xs + k[:, None, None, :] * (neigh - w.sum(1) * xs)
     np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_a_one_pixel_map_has_no_heat_flow() -> None:
+    """The authors' division by the neighbour count is 0 / 0 on a 1x1 map (a 32 px input's last stage): here the
+    pixel keeps its value, and the model's output stays finite."""
+    heat = NeighbourMeanHeat(4)
+    x = torch.randn(2, 4, 1, 1)
+    assert torch.equal(heat(x), torch.zeros_like(x))
+    line = torch.randn(1, 4, 1, 3)  # one row: 1 or 2 neighbours, still the mean of those
+    mean = torch.stack([line[..., 1], (line[..., 0] + line[..., 2]) / 2, line[..., 1]], dim=-1)
+    torch.testing.assert_close(heat(line), heat.rate(line) * (mean - line))
+    model = timm.create_model("hcnet_micro", num_classes=3).eval()
+    assert torch.isfinite(model(torch.randn(1, 3, 32, 32))).all()

@@ -17,10 +17,17 @@ from pdevision.models.factory import fold_for_inference
 
 
 @pytest.mark.parametrize(
-    ("name", "img_size"), [("vheat_micro", 192), ("waveformer_micro", 64), ("hcnet_micro", 64), ("pderesnet_micro", 64)]
+    ("name", "img_size", "kwargs"),
+    [
+        ("vheat_micro", 192, {}),
+        ("waveformer_micro", 64, {}),
+        ("hcnet_micro", 64, {}),
+        ("hcnet_micro", 64, {"layout": "library"}),
+        ("pderesnet_micro", 64, {}),
+    ],
 )
-def test_folded_logits_match_unfolded_reference(name: str, img_size: int) -> None:
-    model = timm.create_model(name, num_classes=10).eval()
+def test_folded_logits_match_unfolded_reference(name: str, img_size: int, kwargs: dict) -> None:
+    model = timm.create_model(name, num_classes=10, **kwargs).eval()
     with torch.no_grad():  # non-trivial BatchNorm statistics, so folding them is exercised
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -42,6 +49,7 @@ def test_folded_logits_match_unfolded_reference(name: str, img_size: int) -> Non
     torch.testing.assert_close(got_reference, want, rtol=0, atol=1e-4)
     if name != "pderesnet_micro":  # BatchNorm folding rewrites PDE-ResNet's blocks; the others keep every key
         assert set(folded.state_dict()) - {k for k in folded.state_dict() if k.endswith("k_exp")} == keys
+    if model.output_fmt == "NHWC":  # the fused MLP linears of channels-last stages (the NCHW HcNet has none)
         assert any(isinstance(m, FusedLinear) and m.act == "gelu" for m in folded.modules())
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         got_bf16 = folded(x).float()
@@ -62,16 +70,25 @@ def test_fused_model_trains_as_before_and_counts_the_same_macs() -> None:
     assert all(p.grad is not None for n, p in folded.named_parameters() if "mlp.fc1" in n)
 
 
-@pytest.mark.parametrize("name", ["vheat_micro", "hcnet_micro"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_folded_forward_copies_no_convolution_weight(name: str, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize(
+    ("name", "kwargs", "dtype"),
+    [
+        ("vheat_micro", {}, torch.float32),
+        ("vheat_micro", {}, torch.bfloat16),
+        ("hcnet_micro", {}, torch.float32),  # the authors' NCHW network
+        ("hcnet_micro", {}, torch.bfloat16),
+        ("hcnet_micro", {"layout": "library"}, torch.float32),
+        ("hcnet_micro", {"layout": "library"}, torch.bfloat16),
+    ],
+)
+def test_folded_forward_copies_no_convolution_weight(name: str, kwargs: dict, dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16 and not _onednn_ok(torch.bfloat16):
         pytest.skip("this CPU's oneDNN has no bfloat16 inner product (AVX-512 or AMX needed)")
     """The stem's and the downsampling convolutions read channels-last maps; accelerate puts their weights in that
     layout, so the convolution does not copy them to it on every forward (seen in the profile of vHeat-T)."""
     from torch.profiler import ProfilerActivity, profile
 
-    folded = accelerate(fold_for_inference(timm.create_model(name, num_classes=10).eval(), 64))
+    folded = accelerate(fold_for_inference(timm.create_model(name, num_classes=10, **kwargs).eval(), 64))
     weights = {tuple(m.weight.shape) for m in folded.modules() if isinstance(m, torch.nn.Conv2d) and m.groups == 1}
     assert len(weights) >= 4  # two stem convolutions and the downsampling ones
     x = torch.randn(1, 3, 64, 64)

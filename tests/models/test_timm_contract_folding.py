@@ -19,6 +19,7 @@ CASES = [
     ("vheat_micro", {}),
     ("waveformer_micro", {}),
     ("hcnet_micro", {}),
+    ("hcnet_micro", {"layout": "library"}),
     ("hcnet_micro", {"layout": "paper"}),
     ("pderesnet_micro", {}),
 ]

@@ -34,8 +34,10 @@ def test_vheat_heat_figures_and_point_source_physics(tmp_path: Path) -> None:
     assert len(blocks) == len(stage.blocks) and 0 < blocks[0]["decay_mean"] <= 1
 
 
-def test_hcnet_k_and_stencils_respect_the_stable_parametrisation(tmp_path: Path) -> None:
-    model = build_named_model("hcnet_micro", 32)
+@pytest.mark.parametrize("layout", ["authors", "library"])
+def test_hcnet_k_and_stencils_respect_the_maximum_principle(tmp_path: Path, layout: str) -> None:
+    """The authors' step (alpha in [0, 1], fixed mean stencil) and the library's stable parametrisation."""
+    model = build_named_model("hcnet_micro", 32, layout=layout)
     images = photo_images(model_transform(model, 32), 3)[0]
     numbers = heat_figures(model, images, tmp_path)
     assert (tmp_path / "hcnet_k.png").exists() and (tmp_path / "hcnet_stencils.png").exists()

@@ -34,7 +34,16 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-__all__ = ["BOUNDARIES", "Boundary", "fdm_heat_step", "heat_stencil", "replicate_pad1", "stable_coefficients"]
+__all__ = [
+    "BOUNDARIES",
+    "Boundary",
+    "fdm_heat_step",
+    "heat_stencil",
+    "neighbour_count",
+    "neighbour_mean",
+    "replicate_pad1",
+    "stable_coefficients",
+]
 
 Boundary = Literal["insulated", "zeros"]
 BOUNDARIES: tuple[str, ...] = ("insulated", "zeros")
@@ -122,3 +131,19 @@ def fdm_heat_step(
             lap = F.conv2d(z, kernel, padding=1, groups=channels)
         z = z + k * lap
     return z
+
+
+def neighbour_count(x: torch.Tensor) -> torch.Tensor:
+    """How many of its 8 neighbours each pixel of ``x`` (NCHW) has inside the image: ``(1, 1, H, W)``, 8 inside,
+    5 on an edge, 3 at a corner (the HcNet authors' ``mean_num``: a 3x3 sum of ones, minus the centre)."""
+    ones = torch.ones_like(x[:1, :1])
+    return F.avg_pool2d(ones, 3, stride=1, padding=1, count_include_pad=True) * 9.0 - 1.0
+
+
+def neighbour_mean(x: torch.Tensor) -> torch.Tensor:
+    """The mean of each pixel's 8 neighbours inside the image (NCHW in and out): the 3x3 sum minus the centre,
+    divided by :func:`neighbour_count` (the HcNet authors' heat step ``x + alpha (mean - x)``). A 1x1 map has no
+    neighbours: its mean is the pixel itself, so the step leaves it unchanged (the authors' division gives NaN)."""
+    around = F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=True) * 9.0 - x
+    count = neighbour_count(x)
+    return torch.where(count > 0, around / count.clamp(min=1.0), x)

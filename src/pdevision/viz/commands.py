@@ -293,7 +293,7 @@ _HEAT_CAPTIONS = {
     "vheat_decay.png": "decay factors exp(-k|w|^2) of each stage's first block",
     "vheat_point_source.png": "a point source spread by each stage's first operator over time",
     "hcnet_k.png": "distribution of the step size k per Heat Conduction Layer over validation images",
-    "hcnet_stencils.png": "learned stencils N(z) - W z, mean over channels",
+    "hcnet_stencils.png": "stencils N(z) - W z, mean over channels (learned, or the authors' fixed 8-neighbour mean)",
     "pderesnet_point_response.png": "each block's response to a point perturbation of its input",
 }
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pdevision.layers.hcl import HeatConductionLayer
+from pdevision.layers.hcl import HeatConductionLayer, NeighbourMeanHeat
 from pdevision.ops.fdm import heat_stencil
 from pdevision.ops.heat import frequency_energy, heat_conduct
 from pdevision.viz.common import MIN_FONT, VizError, colorbar, family, index_ticks, save_figure, subplots
@@ -217,19 +217,35 @@ def _gif(frames: list[list[np.ndarray]], path: Path) -> None:
 # -- HcNet ----------------------------------------------------------------------------------------
 
 
+def _authors_stencil(channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The authors' fixed stencil ``mean_8(z) - z`` (inside the image): weights ``(C, 8)`` of 1/8 and its 3x3 kernel."""
+    kernel = torch.full((3, 3), 1 / 8, dtype=torch.float64)
+    kernel[1, 1] = -1.0
+    return torch.full((channels, 8), 1 / 8, dtype=torch.float64), kernel
+
+
 @torch.no_grad()
 def hcnet_coefficients(model: nn.Module, images: torch.Tensor) -> list[dict[str, Any]]:
-    """For every Heat Conduction Layer: its name, the step sizes ``k`` used on ``images`` (``(B, C)`` or a
-    scalar, after stabilisation) and the stencil weights ``w (C, 4)``."""
+    """For every heat step (the authors' :class:`~pdevision.layers.hcl.NeighbourMeanHeat` or the library's
+    :class:`HeatConductionLayer`): its name, the step sizes ``k`` used on ``images`` (``(B, C)``, after
+    stabilisation), the neighbour weights ``w`` (``(C, 4)`` learned, or the authors' fixed ``(C, 8)`` of 1/8) and
+    the channel-mean 3x3 stencil."""
 
-    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, HeatConductionLayer)]
-    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    kinds = (HeatConductionLayer, NeighbourMeanHeat)
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, kinds)]
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def hook(name: str):
         def fn(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
-            w, k = module.coefficients(args[0])
-            k = torch.as_tensor(k).expand(args[0].shape[0], args[0].shape[1], 1, 1) if k.ndim < 4 else k
-            seen[name] = (w.detach().cpu(), k.detach().reshape(k.shape[0], -1).cpu())
+            x = args[0]
+            if isinstance(module, NeighbourMeanHeat):
+                k = module.rate(x)
+                w, kernel = _authors_stencil(x.shape[1])
+            else:
+                w, k = module.coefficients(x)
+                kernel = heat_stencil(w.detach().double().cpu()).mean(0)[0]
+            k = torch.as_tensor(k).expand(x.shape[0], x.shape[1], 1, 1) if k.ndim < 4 else k
+            seen[name] = (w.detach().cpu(), k.detach().reshape(k.shape[0], -1).cpu(), kernel)
 
         return fn
 
@@ -239,7 +255,10 @@ def hcnet_coefficients(model: nn.Module, images: torch.Tensor) -> list[dict[str,
     finally:
         for h in handles:
             h.remove()
-    return [{"layer": n, "w": seen[n][0].double().numpy(), "k": seen[n][1].double().numpy()} for n, _ in layers]
+    return [
+        {"layer": n, "w": seen[n][0].double().numpy(), "k": seen[n][1].double().numpy(), "kernel": seen[n][2].numpy()}
+        for n, _ in layers
+    ]
 
 
 def hcnet_heat(model: nn.Module, images: torch.Tensor, out: Path) -> dict[str, Any]:
@@ -247,7 +266,10 @@ def hcnet_heat(model: nn.Module, images: torch.Tensor, out: Path) -> dict[str, A
     (channel-mean stencil of ``N(z) - W z`` per layer); returns the numbers."""
 
     coeffs = hcnet_coefficients(model, images)
-    short = [c["layer"].replace("stages.", "s").replace(".blocks.", ".b").replace(".mixer.heat", "") for c in coeffs]
+    short = [
+        c["layer"].replace("stages.", "s").replace(".blocks.", ".b").replace(".mixer.heat", "").replace(".heat", "")
+        for c in coeffs
+    ]
     fig, ax = subplots(1, 1, figsize=(max(4.0, 0.7 * len(coeffs) + 2), 3.4))
     ax = ax[0][0]
     ax.boxplot([c["k"].ravel() for c in coeffs], showfliers=False)
@@ -255,7 +277,7 @@ def hcnet_heat(model: nn.Module, images: torch.Tensor, out: Path) -> dict[str, A
     ax.set(xlabel="Heat Conduction Layer", ylabel="k per image and channel")
     ax.set_title(f"HcNet step size k over {images.shape[0]} images")
     save_figure(fig, out / "hcnet_k.png")
-    kernels = [heat_stencil(torch.from_numpy(c["w"])).mean(0)[0].numpy() for c in coeffs]
+    kernels = [c["kernel"] for c in coeffs]
     lim = max(float(np.abs(k).max()) for k in kernels) or 1.0  # one colour scale for every panel
     fig, axes = subplots(1, len(coeffs), figsize=(2.0 * len(coeffs) + 1.0, 2.6))
     numbers: dict[str, Any] = {"family": "hcnet", "images": int(images.shape[0]), "layers": []}
@@ -279,7 +301,7 @@ def hcnet_heat(model: nn.Module, images: torch.Tensor, out: Path) -> dict[str, A
             }
         )
     colorbar(fig, im, axes.ravel().tolist(), "stencil weight", shrink=0.8)
-    fig.suptitle("learned stencil N(z) - W z, mean over channels (w1..w4 around the centre)", fontsize=10)
+    fig.suptitle("stencil N(z) - W z, mean over channels (authors' layout: the fixed 8-neighbour mean)", fontsize=10)
     save_figure(fig, out / "hcnet_stencils.png")
     return numbers
 
