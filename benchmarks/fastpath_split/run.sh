@@ -15,7 +15,7 @@ trap 'git worktree remove --force "$old"; git worktree remove --force "$new"' EX
 git worktree add --detach "$old" "$before" >/dev/null
 git worktree add --detach "$new" "$after" >/dev/null
 args=(bench --models vheat_tiny hcnet_tiny pderesnet50 convnext_tiny swin_tiny_patch4_window7_224 resnet50
-      --fused-peers --resolutions 224 1024 --dtype fp32 bf16 --no-operators --threads 2)
+      --fused-peers --resolutions 224 1024 --dtype fp32 bf16 --no-operators --train-resolutions --threads 2)
 for round in 1 2; do
   for side in before after; do
     out=$here/$side$round
