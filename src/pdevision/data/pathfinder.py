@@ -57,7 +57,7 @@ class PathfinderConfig:
     n_distractors: int = 8  # distractor paths asked for (fewer are drawn where they do not fit)
     distractor_dashes: int = 4
     dash_length: float = 1.0
-    dash_gap: float = 1.0
+    dash_gap: float = 1.5
     thickness: float = 1.0
     dot_radius: float = 1.2
     max_turn: float = 60.0  # degrees, the largest change of direction from one dash to the next
