@@ -165,8 +165,14 @@ def test_cli_refuses_a_size_the_set_cannot_draw(capsys) -> None:
     assert "32 to 256" in err and "Traceback" not in err
 
 
+# vheat_micro in the fast suite; the other families (about 10 s each) with the slow marker
 @pytest.mark.parametrize(
-    "model", ["vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro", "pdeformer_micro"]
+    "model",
+    [
+        "vheat_micro",
+        *(pytest.param(m, marks=pytest.mark.slow) for m in ("waveformer_micro", "hcnet_micro", "pderesnet_micro")),
+        pytest.param("pdeformer_micro", marks=pytest.mark.slow),
+    ],
 )
 def test_every_family_trains_on_pathfinder_through_the_cli(model, tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(PATHFINDER_SETS, "pf-tiny", TINY)
@@ -177,10 +183,11 @@ def test_every_family_trains_on_pathfinder_through_the_cli(model, tmp_path, monk
     pathfinder_arrays.cache_clear()
 
 
+@pytest.mark.slow
 def test_qbheat_pretrains_on_pathfinder_through_the_cli(tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(PATHFINDER_SETS, "pf-tiny", TINY)
     out = tmp_path / "qb"
-    args = ["pretrain", "--method", "qbheat", "--data", "pf-tiny", "--img-size", "32", "--epochs", "1"]
+    args = ["pretrain", "--method", "qbheat", "--data", "pf-tiny", "--img-size", "64", "--epochs", "1"]
     assert (
         main(
             [
