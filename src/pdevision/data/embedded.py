@@ -9,6 +9,13 @@
   photo regions between the splits, generator seed 0. Measured (``benchmarks/scenes.md``): ``vheat_micro``
   66.2% val top-1 after 15 epochs of the ``light`` recipe (about 4 CPU minutes), 56.2% after 12.
 
+* ``pathfinder``, ``pathfinder-9``, ``pathfinder-6`` and ``pathx``: "are the two dots joined by one dashed
+  path?" (:mod:`pdevision.data.pathfinder`, after Linsley et al. 2018 and Long Range Arena's Pathfinder and
+  Path-X): target paths of 14, 9 or 6 dashes among 8 distractor paths of 4 dashes, one channel shown as RGB;
+  2 classes, exactly balanced, 4,000 train / 1,000 val / 1,000 test images (independent streams of generator
+  seed 0); 32 px by default (``pathx``: 128 px), any ``--img-size`` from 32 to 256 draws the same paths at that
+  resolution.
+
 Generated sets are cached in memory for the process (keyed by name, split, size and the generator's
 version), never written to disk.
 """
@@ -19,14 +26,16 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from pdevision.data import pathfinder
 from pdevision.data.digits import DigitsDataset
 from pdevision.data.errors import DataError
+from pdevision.data.pathfinder import PathfinderConfig, make_pathfinder
 from pdevision.data.scenes import VERSION, SceneConfig, make_scene
 
 # generated scene sets are kept in memory whole (6,000 scenes: 2.7 GB at 384 px, 4 TB at 16384 px)
@@ -64,9 +73,44 @@ SCENE_SETS: dict[str, SceneSetSpec] = {
 }
 
 
+@dataclass(frozen=True)
+class PathfinderSetSpec:
+    """A Pathfinder set: label 1 when the two dots lie on one path. ``config.size`` is the default image size."""
+
+    n_train: int
+    n_val: int
+    n_test: int
+    config: PathfinderConfig
+    seed: int = 0
+    description: str = ""
+
+
+PATHFINDER_MAX_SIZE = 256  # 6,000 images of 256 px: 393 MB in memory
+PATHFINDER_SETS: dict[str, PathfinderSetSpec] = {
+    "pathfinder": PathfinderSetSpec(
+        4000, 1000, 1000, PathfinderConfig(n_dashes=14), description="Pathfinder, 32 px, paths of 14 dashes"
+    ),
+    "pathfinder-9": PathfinderSetSpec(
+        4000, 1000, 1000, PathfinderConfig(n_dashes=9), description="Pathfinder, 32 px, paths of 9 dashes"
+    ),
+    "pathfinder-6": PathfinderSetSpec(
+        4000, 1000, 1000, PathfinderConfig(n_dashes=6), description="Pathfinder, 32 px, paths of 6 dashes"
+    ),
+    "pathx": PathfinderSetSpec(
+        4000, 1000, 1000, PathfinderConfig(size=128, n_dashes=14), description="Path-X: Pathfinder at 128 px"
+    ),
+}
+
+
 def embedded_names() -> list[str]:
     """Names of the embedded sets, the default first."""
-    return ["digits", *SCENE_SETS]
+    return ["digits", *SCENE_SETS, *PATHFINDER_SETS]
+
+
+def embedded_default_size(name: str | None) -> int:
+    """The image size an embedded set is trained at when no size is given: 64 px, a Pathfinder set's own."""
+    spec = PATHFINDER_SETS.get(str(name))
+    return spec.config.size if spec is not None else 64
 
 
 def is_embedded(name: object) -> bool:
@@ -82,6 +126,11 @@ def check_embedded_size(name: str, img_size: int) -> None:
         raise DataError(
             f"image size {img_size} is more than the embedded {name!r} set can hold in memory "
             f"(it generates every scene at that size): at most {SCENES_MAX_SIZE} px; give a smaller --img-size"
+        )
+    elif name in PATHFINDER_SETS and not pathfinder.REFERENCE_SIZE <= int(img_size) <= PATHFINDER_MAX_SIZE:
+        raise DataError(
+            f"image size {img_size} does not suit the embedded {name!r} set: its paths are drawn at "
+            f"{pathfinder.REFERENCE_SIZE} to {PATHFINDER_MAX_SIZE} px; give --img-size in that range"
         )
 
 
@@ -160,6 +209,45 @@ class SceneClassification(Dataset):
         return (self.transform(img) if self.transform else img), self.targets[index]
 
 
+@functools.lru_cache(maxsize=8)
+def pathfinder_arrays(
+    name: str, split: str, size: int, version: int = pathfinder.VERSION
+) -> tuple[np.ndarray, np.ndarray]:
+    """Images (n, size, size) uint8 and labels (n,) of a Pathfinder set's split, generated once per process."""
+    spec = PATHFINDER_SETS[name]
+    n = {"train": spec.n_train, "val": spec.n_val, "test": spec.n_test}[split]
+    drawn = make_pathfinder(spec.seed, split, n, replace(spec.config, size=size))
+    return drawn.images, drawn.labels
+
+
+class PathfinderClassification(Dataset):
+    """An embedded Pathfinder set (see :data:`PATHFINDER_SETS`) yielding ``(PIL RGB, label)``; its grey images
+    are repeated over three channels. ``split`` is ``"train"``, ``"val"`` or ``"test"``."""
+
+    classes: ClassVar[list[str]] = ["apart", "joined"]  # label 1: the two dots lie on one path
+
+    def __init__(
+        self, name: str, split: str = "train", img_size: int | None = None, transform: Callable | None = None
+    ) -> None:
+        if name not in PATHFINDER_SETS:
+            raise DataError(f"unknown pathfinder set {name!r}; choose one of {sorted(PATHFINDER_SETS)}")
+        if split not in ("train", "val", "test"):
+            raise DataError(f"pathfinder split must be 'train', 'val' or 'test', got {split!r}")
+        size = int(img_size or PATHFINDER_SETS[name].config.size)
+        check_embedded_size(name, size)
+        self.images, labels = pathfinder_arrays(name, split, size)
+        self.targets = labels.tolist()
+        self.transform = transform
+        self.skipped: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        img = Image.fromarray(self.images[index]).convert("RGB")
+        return (self.transform(img) if self.transform else img), self.targets[index]
+
+
 def build_embedded(
     name: str, img_size: int, train_transform: Callable | None, val_transform: Callable | None
 ) -> tuple[Dataset, Dataset]:
@@ -170,5 +258,10 @@ def build_embedded(
         return (
             SceneClassification(name, "train", img_size, train_transform),
             SceneClassification(name, "val", img_size, val_transform),
+        )
+    if name in PATHFINDER_SETS:
+        return (
+            PathfinderClassification(name, "train", img_size, train_transform),
+            PathfinderClassification(name, "val", img_size, val_transform),
         )
     raise DataError(f"unknown embedded data set {name!r}; choose one of {embedded_names()}")

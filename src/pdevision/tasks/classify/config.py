@@ -42,7 +42,7 @@ class ClassifyConfig:
     model: str = "vheat_micro"
     data: str | None = None  # None: the embedded digits; a folder tree, or a folder of WebDataset shards
     recipe: str = "light"  # light | pderesnet | hcnet | vheat (alias imagenet)
-    img_size: int | None = None  # None: 64 for the embedded sets, the model's default otherwise
+    img_size: int | None = None  # None: an embedded set's own (64, Pathfinder 32/128), else the model's default
     auto_augment: str | None = None
     mixup: float | None = None
     cutmix: float | None = None

@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from pdevision.data import RECIPES, build_datasets, build_transforms
-from pdevision.data.embedded import check_embedded_size, is_embedded
+from pdevision.data.embedded import check_embedded_size, embedded_default_size, is_embedded
 from pdevision.data.shards import is_shard_folder, shard_datasets
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
@@ -66,9 +66,10 @@ class ClassifyTask(Task):
             )
         self.from_encoder = kind == "encoder"  # backbone written by `pdevision pretrain`: no classifier
         self.model_args = dict(config.model_args)
-        # the embedded sets are small images: 64 px unless asked; folders and shards take the model's default
+        # the embedded sets are small images: 64 px (a Pathfinder set: its own size) unless asked; folders and
+        # shards take the model's default
         self.embedded = config.data is None or is_embedded(config.data)
-        self.img_size = (config.img_size or 64) if self.embedded else config.img_size
+        self.img_size = (config.img_size or embedded_default_size(config.data)) if self.embedded else config.img_size
         if self.from_encoder:
             assert self.init_meta is not None
             stored = self.init_meta.get("model_args", {})

@@ -1,0 +1,394 @@
+"""A seeded Pathfinder generator: are the two dots joined by one dashed path?
+
+The task of Linsley et al. (NeurIPS 2018, "Learning long-range spatial dependencies with horizontal gated
+recurrent units"), which Long Range Arena (Tay et al., ICLR 2021) uses as Pathfinder (32 px) and Path-X
+(128 px). This module is written from those papers' description; it is not the authors' generator, and it makes
+its own choices where the description leaves them open (``docs/pathfinder.md`` lists them).
+
+An image is black with white dashed paths. Two *target* paths of ``n_dashes`` dashes start ``seed_distance``
+apart and grow dash by dash in turn; then ``n_distractors`` paths of ``distractor_dashes`` dashes are grown one
+after the other, each left out where it finds no room. Two dots (discs of ``dot_radius``) are drawn: on the start
+and the end of one target path in a positive image (label 1), on the start of one target path and the end of the
+other in a negative (label 0). The two target paths are drawn alike, so the dots' distance alone does not give
+the label.
+
+A path is a walk of dashes: dash ``j`` runs ``dash_length`` from ``p_j`` in the direction ``theta_j``; dash
+``j + 1`` starts ``dash_gap`` after its end, with ``theta_{j+1} = theta_j + U(-max_turn, max_turn)``. Each dash is
+drawn up to ``tries`` times (new turns) until it lies inside the image, more than ``separation`` from every other
+path (and from the targets' end dots); a target pair that gets stuck is drawn again from its start. A path may
+come close to itself. Geometry is computed in the coordinates of a 32-px image (points every ``STEP`` along each
+dash, checked on a grid of ``CELL`` px) and then drawn at ``size``: the images of one seed at two sizes are the
+same drawing at two resolutions.
+
+Rendering is binary (0 or 255, one channel), without anti-aliasing: a dash is the pixels that points sampled at
+most half a pixel apart along it fall in, thickened to ``thickness`` (scaled) pixels. The dashes of one path are
+at Chebyshev distance at most :meth:`PathfinderConfig.gap_px` pixels from the next, and different paths more
+than that, so a flood fill that bridges gaps of ``gap_px`` joins exactly the dashes of each path.
+
+Images come in blocks of :data:`BLOCK`: block ``b`` of a split is generated, vectorised over its images, from
+``numpy.random.default_rng([seed, split, b, VERSION])``, so image ``i`` does not depend on how many are asked
+for, and the train, validation and test splits (streams 0, 1, 2) are independent. Image ``i`` is positive when
+``i`` is odd: a split of even length is exactly balanced.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+VERSION = 1
+BLOCK = 256
+REFERENCE_SIZE = 32  # the lengths of PathfinderConfig are pixels of an image of this side
+CELL = 1.0  # side of the grid cells, in reference pixels, on which the distances between paths are checked
+STEP = 0.5  # spacing of the points sampled along a dash for those checks, in reference pixels
+SPLITS = {"train": 0, "val": 1, "test": 2}
+MAX_ROUNDS = 100  # rounds of drawing the target pairs that got stuck before giving up
+MAX_PATHS = 64  # one bit of a uint64 per path in the occupancy grid
+
+
+@dataclass(frozen=True)
+class PathfinderConfig:
+    """Knobs of :func:`make_pathfinder`; lengths in pixels of a 32-px image, drawn scaled by ``size / 32``."""
+
+    size: int = 32
+    n_dashes: int = 14  # dashes of each target path (the contour length)
+    n_distractors: int = 8  # distractor paths asked for (fewer are drawn where they do not fit)
+    distractor_dashes: int = 4
+    dash_length: float = 1.0
+    dash_gap: float = 1.5
+    thickness: float = 1.0
+    dot_radius: float = 1.2
+    max_turn: float = 60.0  # degrees, the largest change of direction from one dash to the next
+    separation: float = 2.0  # least distance between two paths (and between a path and the targets' dots)
+    seed_distance: float = 7.0  # distance between the starts of the two target paths
+    tries: int = 16  # draws of each dash before the path is given up
+
+    @property
+    def scale(self) -> float:
+        return self.size / REFERENCE_SIZE
+
+    @property
+    def width_px(self) -> int:
+        return max(1, round(self.thickness * self.scale))
+
+    @property
+    def gap_px(self) -> int:
+        """The largest Chebyshev distance, in pixels at ``size``, from a dash's pixels to the next dash's."""
+        return math.floor(self.dash_gap * self.scale) + 1
+
+    def check(self) -> None:
+        """Refuse (``ValueError``, one line) knobs the generator cannot honour."""
+        if not REFERENCE_SIZE <= self.size:
+            raise ValueError(f"pathfinder images are at least {REFERENCE_SIZE} px, got size {self.size}")
+        if self.n_dashes < 1 or self.distractor_dashes < 1 or self.tries < 1:
+            raise ValueError("pathfinder needs n_dashes, distractor_dashes and tries of at least 1")
+        if not 0 <= self.n_distractors <= MAX_PATHS - 2:
+            raise ValueError(f"pathfinder draws 0 to {MAX_PATHS - 2} distractors, got {self.n_distractors}")
+        if min(self.dash_length, self.dash_gap, self.thickness, self.dot_radius, self.separation) <= 0:
+            raise ValueError("pathfinder lengths (dash, gap, thickness, dot radius, separation) must be positive")
+        if self.separation * self.scale < self.gap_px:
+            raise ValueError(
+                f"separation {self.separation} must be at least the dash gap ({self.gap_px} px at {self.size} px), "
+                "or most drawings would put two paths within a gap of each other; raise it or lower dash_gap"
+            )
+        if self.seed_distance <= 2 * self.dot_radius + self.separation:
+            raise ValueError("seed_distance must exceed two dot radii plus the separation")
+
+
+@dataclass
+class PathfinderImages:
+    """``images`` (n, size, size) uint8 (0 or 255), ``labels`` (n,) int64 (1: the dots are on one path),
+    ``paths`` (n, size, size) int8 (0 background, 1 the path of the first dot, 2 the other target path, 3... the
+    distractors; dot pixels off their path are 0), ``dots`` (n, 2, 2) centres ``x, y`` in pixels at ``size``,
+    ``dot_paths`` (n, 2) the path each dot sits on, ``n_distractors`` (n,) the distractors drawn."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    paths: np.ndarray
+    dots: np.ndarray
+    dot_paths: np.ndarray
+    n_distractors: np.ndarray
+
+
+def make_pathfinder(seed: int, split: str, n: int, cfg: PathfinderConfig = PathfinderConfig()) -> PathfinderImages:
+    """The first ``n`` images of ``split`` (``"train"``, ``"val"`` or ``"test"``) for ``seed``; see the module
+    docstring."""
+    if split not in SPLITS:
+        raise ValueError(f"pathfinder split must be one of {list(SPLITS)}, got {split!r}")
+    cfg.check()
+    blocks = [_block(seed, SPLITS[split], b, cfg) for b in range(-(-max(n, 1) // BLOCK))]
+    return PathfinderImages(*(np.concatenate([getattr(b, f.name) for b in blocks])[:n] for f in fields(blocks[0])))
+
+
+def _block(seed: int, split: int, block: int, cfg: PathfinderConfig) -> PathfinderImages:
+    """Images ``block * BLOCK`` to ``(block + 1) * BLOCK - 1`` of a split. An image whose pixels put two paths
+    within ``gap_px`` of each other (Chebyshev) is replaced by the next drawing of its label from the same stream."""
+    rng = np.random.default_rng([seed, split, block, VERSION])
+    labels = (np.arange(block * BLOCK, (block + 1) * BLOCK) % 2).astype(np.int64)
+    out: PathfinderImages | None = None
+    todo = np.arange(BLOCK)
+    for _ in range(MAX_ROUNDS):
+        images, bad = _render(_draw(rng, labels[todo], cfg), cfg)
+        if out is None:
+            out = images
+        else:
+            for f in fields(out):
+                getattr(out, f.name)[todo[~bad]] = getattr(images, f.name)[~bad]
+        todo = todo[bad]
+        if not len(todo):
+            return out
+    raise RuntimeError(
+        f"pathfinder: drawings keep putting paths within {cfg.gap_px} px of each other; raise separation"
+    )
+
+
+# --- geometry, in reference pixels, vectorised over the m images of a block ---
+
+
+@dataclass
+class _Drawing:
+    """Dash starts and directions of every path, (m, paths, dashes, 2) each (NaN where no dash), the labels, the
+    two dots' centres (m, 2, 2) and the number of distractors drawn, all in reference pixels."""
+
+    starts: np.ndarray
+    dirs: np.ndarray
+    labels: np.ndarray
+    dots: np.ndarray
+    placed: np.ndarray
+
+
+class _Grid:
+    """For each of m images, a grid of ``CELL``-px cells over a square of side ``extent`` (padded by the reach)
+    holding one bit per path that has a point within the separation (Chebyshev distance) of the cell."""
+
+    def __init__(self, m: int, extent: float, cfg: PathfinderConfig, dtype: type = np.uint64) -> None:
+        self.reach = math.ceil(cfg.separation / CELL)  # points in cells farther apart are beyond the separation
+        self.inner = math.ceil(extent / CELL)
+        self.side = self.inner + 2 * self.reach
+        self.stride = self.side * self.side + 1  # last cell of a row: a spare one, for points off the grid
+        self.bits = np.zeros(m * self.stride, dtype=dtype)
+        offsets = np.arange(-self.reach, self.reach + 1)
+        dy, dx = np.meshgrid(offsets, offsets, indexing="ij")
+        self.halo = (dy * self.side + dx).ravel()
+
+    def cells(self, rows: np.ndarray, points: np.ndarray) -> np.ndarray:
+        """Index into ``bits`` of points (len(rows), ..., 2); points off the grid go to their row's spare cell."""
+        ij = np.floor(np.nan_to_num(points, nan=-1e6) / CELL).astype(np.int64)
+        inside = ((ij >= 0) & (ij < self.inner)).all(-1)
+        flat = np.where(inside, (ij[..., 1] + self.reach) * self.side + ij[..., 0] + self.reach, self.stride - 1)
+        return flat + rows.reshape(-1, *([1] * (flat.ndim - 1))) * self.stride
+
+    def blocked(self, rows: np.ndarray, points: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """Whether any of the points (len(rows), ..., k, 2) comes near a path other than ``own`` (bits)."""
+        bits = self.bits[self.cells(rows, points)]
+        own = own.astype(self.bits.dtype).reshape(-1, *([1] * (bits.ndim - 1)))
+        return ((bits & ~own) != 0).any(axis=-1)
+
+    def stamp(self, rows: np.ndarray, points: np.ndarray, bit: np.ndarray, keep: np.ndarray) -> None:
+        """Mark the cells near points (len(rows), k, 2) with ``bit`` (len(rows),) where ``keep``."""
+        cells = self.cells(rows, points)
+        spare = (cells % self.stride) == self.stride - 1
+        near = (cells[:, :, None] + np.where(spare, 0, 1)[:, :, None] * self.halo).reshape(len(rows), -1)
+        value = np.where(keep, bit.astype(self.bits.dtype), 0).astype(self.bits.dtype)
+        # duplicate cells of one row get the same value (old | bit): the fancy assignment is exact
+        self.bits[near] = self.bits[near] | value[:, None]
+        self.bits[self.stride - 1 :: self.stride] = 0
+
+
+def _dash_points(starts: np.ndarray, dirs: np.ndarray, cfg: PathfinderConfig) -> np.ndarray:
+    """Points (..., k, 2) every ``STEP`` (or closer) along dashes with ``starts`` and ``dirs`` (..., 2)."""
+    t = np.linspace(0.0, cfg.dash_length, max(2, math.ceil(cfg.dash_length / STEP) + 1))
+    return starts[..., None, :] + t[:, None] * dirs[..., None, :]
+
+
+def _disc_points(centres: np.ndarray, cfg: PathfinderConfig) -> np.ndarray:
+    """Points (m, k, 2) covering discs of ``dot_radius`` around centres (m, 2) every ``STEP``."""
+    r = cfg.dot_radius
+    axis = np.linspace(-r, r, 2 * math.ceil(r / STEP) + 1)
+    dx, dy = np.meshgrid(axis, axis)
+    keep = np.hypot(dx, dy) <= r + 1e-9
+    return centres[:, None, :] + np.stack([dx[keep], dy[keep]], axis=-1)[None]
+
+
+def _shift_into_image(rng: np.random.Generator, points: np.ndarray, margin: float) -> np.ndarray:
+    """A shift (m, 2) of each set of points (m, k, 2), uniform among those that keep it ``margin`` inside the image;
+    NaN where none does (the shape is larger than the image)."""
+    lo, hi = np.nanmin(points, axis=1) - margin, np.nanmax(points, axis=1) + margin
+    room = REFERENCE_SIZE - (hi - lo)
+    shift = -lo + rng.random(lo.shape) * np.maximum(room, 0.0)
+    return np.where((room > 0).all(-1, keepdims=True), shift, np.nan)
+
+
+def _free_walk(rng: np.random.Generator, k: int, n: int, cfg: PathfinderConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Dash starts and directions (k, n, 2) of ``k`` walks from the origin, unconstrained."""
+    turns = np.deg2rad(rng.uniform(-cfg.max_turn, cfg.max_turn, (k, n - 1)))
+    theta = rng.uniform(0.0, 2 * np.pi, (k, 1)) + np.concatenate([np.zeros((k, 1)), np.cumsum(turns, 1)], 1)
+    dirs = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+    step = dirs[:, :-1] * (cfg.dash_length + cfg.dash_gap)
+    starts = np.concatenate([np.zeros((k, 1, 2)), np.cumsum(step, axis=1)], axis=1)
+    return starts, dirs
+
+
+def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> dict[str, np.ndarray]:
+    """Two target paths for each of ``m`` images. The pair grows dash by dash in turn on an open plane (each dash
+    the first of ``tries`` turns that keeps clear of the other path), then is shifted to a uniform place inside
+    the image; a pair that gets stuck or is larger than the image is drawn again."""
+    n = cfg.n_dashes
+    out = {"starts": np.full((m, 2, n, 2), np.nan), "dirs": np.full((m, 2, n, 2), np.nan)}
+    todo = np.arange(m)
+    extent = 3 * REFERENCE_SIZE  # the plane the pair grows on, its first start in the middle
+    edge = cfg.dot_radius + cfg.thickness / 2 + 0.5
+    rate = 0.5  # the share of pairs drawn that succeed, from the last round: draw enough for the images left
+    for _ in range(MAX_ROUNDS):
+        k = min(math.ceil(1.5 * len(todo) / max(rate, 0.02)), 16 * BLOCK)
+        rows = np.arange(k)
+        grid = _Grid(k, extent, cfg, np.uint8)
+        bits = [np.full(k, 1, np.uint8), np.full(k, 2, np.uint8)]
+        phi = rng.uniform(0.0, 2 * np.pi, k)
+        centre = np.full((k, 2), extent / 2)
+        pos = np.stack([centre, centre + cfg.seed_distance * np.stack([np.cos(phi), np.sin(phi)], -1)], 1)
+        theta = rng.uniform(0.0, 2 * np.pi, (k, 2))
+        ok = np.ones(k, dtype=bool)
+        for p in range(2):
+            grid.stamp(rows, _disc_points(pos[:, p], cfg), bits[p], ok)
+        starts = np.full((k, 2, n, 2), np.nan)
+        dirs = np.full((k, 2, n, 2), np.nan)
+        shape = [_disc_points(pos[:, 0], cfg), _disc_points(pos[:, 1], cfg)]
+        for j in range(n):
+            for p in range(2):
+                angles = theta[:, p, None] + np.deg2rad(rng.uniform(-cfg.max_turn, cfg.max_turn, (k, cfg.tries)))
+                cand = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
+                points = _dash_points(np.broadcast_to(pos[:, p, None], cand.shape), cand, cfg)
+                free = ~grid.blocked(rows, points, bits[p])
+                pick = free.argmax(axis=1)
+                ok &= free.any(axis=1)
+                points, direction = points[rows, pick], cand[rows, pick]
+                grid.stamp(rows, points, bits[p], ok)
+                starts[:, p, j], dirs[:, p, j], theta[:, p] = pos[:, p], direction, angles[rows, pick]
+                pos[:, p] = points[:, -1] + cfg.dash_gap * direction
+                shape.append(points)
+        ends = starts[:, :, -1] + cfg.dash_length * dirs[:, :, -1]
+        for p in range(2):  # the end dots keep clear of the other path
+            disc = _disc_points(ends[:, p], cfg)
+            ok &= ~grid.blocked(rows, disc[:, None], bits[p])[:, 0]
+            shape.append(disc)
+        shift = _shift_into_image(rng, np.concatenate(shape, axis=1), edge)
+        ok &= ~np.isnan(shift).any(-1)
+        starts = starts + shift[:, None, None, :]
+        rate = max(ok.mean(), 1e-3)
+        good = np.flatnonzero(ok)[: len(todo)]
+        for key, value in (("starts", starts), ("dirs", dirs)):
+            out[key][todo[: len(good)]] = value[good]
+        todo = todo[len(good) :]
+        if not len(todo):
+            return out
+    raise RuntimeError(
+        f"pathfinder: two target paths of {cfg.n_dashes} dashes found no room in {MAX_ROUNDS} rounds; "
+        "use fewer dashes, a smaller separation or a larger max_turn"
+    )
+
+
+def _draw(rng: np.random.Generator, labels: np.ndarray, cfg: PathfinderConfig) -> _Drawing:
+    """Drawings of images with the given labels (m,)."""
+    m, n = len(labels), cfg.n_dashes
+    rows = np.arange(m)
+    targets = _draw_targets(rng, m, cfg)
+    swap = rng.random(m) < 0.5  # which target path carries the first dot
+    order = np.stack([swap.astype(int), 1 - swap.astype(int)], axis=1)
+    t_starts, t_dirs = targets["starts"][rows[:, None], order], targets["dirs"][rows[:, None], order]
+    t_ends = t_starts[:, :, -1] + cfg.dash_length * t_dirs[:, :, -1]
+    dots = np.stack([t_starts[:, 0, 0], np.where(labels[:, None] == 1, t_ends[:, 0], t_ends[:, 1])], axis=1)
+    grid = _Grid(m, REFERENCE_SIZE, cfg)
+    for p in range(2):
+        points = _dash_points(t_starts[:, p], t_dirs[:, p], cfg).reshape(m, -1, 2)
+        discs = np.concatenate([_disc_points(t_starts[:, p, 0], cfg), _disc_points(t_ends[:, p], cfg)], axis=1)
+        grid.stamp(rows, np.concatenate([points, discs], axis=1), np.full(m, 1 << p, np.uint64), np.ones(m, bool))
+    nd, d = cfg.n_distractors, cfg.distractor_dashes
+    width = max(n, d)
+    starts = np.full((m, 2 + nd, width, 2), np.nan)
+    dirs = np.full((m, 2 + nd, width, 2), np.nan)
+    starts[:, :2, :n], dirs[:, :2, :n] = t_starts, t_dirs
+    placed = np.zeros(m, dtype=np.int64)
+    edge = cfg.thickness / 2 + 0.5
+    tries = 4 * cfg.tries
+    for q in range(nd):  # each distractor: the first of `tries` shapes and places that is clear of the paths
+        own = np.full(m * tries, np.uint64(1) << np.uint64(2 + q))
+        walk_starts, walk_dirs = _free_walk(rng, m * tries, d, cfg)
+        points = _dash_points(walk_starts, walk_dirs, cfg).reshape(m * tries, -1, 2)
+        shift = _shift_into_image(rng, points, edge)
+        points = points + shift[:, None, :]
+        ok = ~np.isnan(shift).any(-1) & ~grid.blocked(np.repeat(rows, tries), points, own)
+        ok = ok.reshape(m, tries)
+        pick = rows * tries + ok.argmax(axis=1)
+        found = ok.any(axis=1)
+        grid.stamp(rows, points[pick], own[:m], found)
+        starts[found, 2 + q, :d] = (walk_starts + shift[:, None, :])[pick][found]
+        dirs[found, 2 + q, :d] = walk_dirs[pick][found]
+        placed += found
+    return _Drawing(starts, dirs, labels, dots, placed)
+
+
+# --- rendering at the output size ---
+
+
+def _render(drawing: _Drawing, cfg: PathfinderConfig) -> tuple[PathfinderImages, np.ndarray]:
+    """Binary images, path maps and dot positions at ``cfg.size`` of the drawings, and which images put pixels of
+    two paths (a dot counted with its path) at Chebyshev distance ``gap_px`` or less."""
+    size, s = cfg.size, cfg.scale
+    m, n_paths = drawing.starts.shape[:2]
+    length = cfg.dash_length * s
+    t = np.linspace(0.0, length, max(2, math.ceil(length / 0.5) + 1))
+    points = drawing.starts[..., None, :] * s + t[:, None] * drawing.dirs[..., None, :]  # (m, P, D, k, 2)
+    pix = np.floor(np.nan_to_num(points, nan=-1e6)).astype(np.int64)
+    w = cfg.width_px
+    lo = -((w - 1) // 2)
+    block = np.stack(np.meshgrid(np.arange(lo, lo + w), np.arange(lo, lo + w)), axis=-1).reshape(-1, 2)
+    pix = pix.reshape(m, n_paths, -1, 1, 2) + block[None, None, None]
+    pix = pix.reshape(m, n_paths, -1, 2)
+    spare = size * size
+    inside = ((pix >= 0) & (pix < size)).all(-1)
+    flat = np.where(inside, pix[..., 1] * size + pix[..., 0], spare)
+    owner = np.zeros((m, spare + 1), dtype=np.int8)
+    for p in range(n_paths):
+        np.put_along_axis(owner, flat[:, p], np.int8(p + 1), axis=1)
+    owner[:, spare] = 0
+    lit = owner > 0
+    members = owner.copy()  # the paths' ids, with each dot given its path's
+    dot_paths = np.stack([np.ones(m, np.int64), np.where(drawing.labels == 1, 1, 2)], axis=1)
+    dots = drawing.dots * s
+    radius = cfg.dot_radius * s
+    reach = math.ceil(radius) + 1
+    dy, dx = np.meshgrid(np.arange(-reach, reach + 1), np.arange(-reach, reach + 1), indexing="ij")
+    for j in range(2):
+        base = np.floor(dots[:, j]).astype(np.int64)
+        px, py = base[:, 0, None, None] + dx, base[:, 1, None, None] + dy
+        near = ((px + 0.5 - dots[:, j, 0, None, None]) ** 2 + (py + 0.5 - dots[:, j, 1, None, None]) ** 2) <= radius**2
+        near |= (dx == 0) & (dy == 0)
+        ok = near & (px >= 0) & (px < size) & (py >= 0) & (py < size)
+        flat_dot = np.where(ok, py * size + px, spare).reshape(m, -1)
+        np.put_along_axis(lit, flat_dot, True, axis=1)
+        np.put_along_axis(members, flat_dot, dot_paths[:, j : j + 1].astype(np.int8), axis=1)
+    images = np.where(lit[:, :spare], 255, 0).astype(np.uint8).reshape(m, size, size)
+    paths = owner[:, :spare].reshape(m, size, size)
+    return PathfinderImages(images, drawing.labels, paths, dots, dot_paths, drawing.placed), _too_close(
+        members[:, :spare].reshape(m, size, size), cfg.gap_px
+    )
+
+
+def _too_close(members: np.ndarray, gap: int) -> np.ndarray:
+    """Whether two different non-zero ids of (m, h, w) maps lie at Chebyshev distance ``gap`` or less: some
+    window of ``gap + 1`` pixels a side holds both."""
+    big = np.iinfo(np.int8).max
+    hi = members.copy()
+    lo = np.where(members > 0, members, big).astype(np.int8)
+    for axis in (1, 2):
+        hi_src, lo_src = hi.copy(), lo.copy()
+        for d in range(1, gap + 1):
+            lead = [slice(None)] * 3
+            lag = [slice(None)] * 3
+            lead[axis], lag[axis] = slice(None, -d), slice(d, None)
+            hi[tuple(lead)] = np.maximum(hi[tuple(lead)], hi_src[tuple(lag)])
+            lo[tuple(lead)] = np.minimum(lo[tuple(lead)], lo_src[tuple(lag)])
+    return ((hi > 0) & (lo < big) & (hi != lo)).any(axis=(1, 2))

@@ -1,0 +1,208 @@
+"""The seeded Pathfinder generator and its embedded sets: dots, connectivity by flood fill, balance, splits."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from pdevision.cli import main
+from pdevision.data import DataError, build_datasets
+from pdevision.data.embedded import (
+    PATHFINDER_SETS,
+    PathfinderClassification,
+    PathfinderSetSpec,
+    embedded_default_size,
+    is_embedded,
+    pathfinder_arrays,
+)
+from pdevision.data.pathfinder import BLOCK, PathfinderConfig, make_pathfinder
+
+CFG = PathfinderConfig()
+
+
+@pytest.fixture(scope="module")
+def drawn():
+    return make_pathfinder(0, "train", BLOCK, CFG)
+
+
+def _components(image: np.ndarray, gap: int) -> np.ndarray:
+    """Connected components (scipy.ndimage.label, 8-connected) of the lit pixels, bridging gaps up to ``gap`` px:
+    every pixel grown into the ``gap`` x ``gap`` square below and right of it, two pixels' squares touch exactly
+    when the pixels are within Chebyshev distance ``gap``."""
+    lit = image > 0
+    grown = np.zeros((lit.shape[0] + gap, lit.shape[1] + gap), dtype=bool)
+    for dy in range(gap):
+        for dx in range(gap):
+            grown[dy : dy + lit.shape[0], dx : dx + lit.shape[1]] |= lit
+    labels, _ = ndimage.label(grown, structure=np.ones((3, 3), bool))
+    return labels[: lit.shape[0], : lit.shape[1]]
+
+
+def test_flood_fill_joins_the_dots_exactly_in_the_positives(drawn) -> None:
+    """Independent of the generator's bookkeeping: on the image's pixels, the two dots fall in one component
+    (gaps of the dashes bridged) when the label is 1 and in two when it is 0."""
+    for image, label, dots in zip(drawn.images, drawn.labels, drawn.dots, strict=True):
+        comp = _components(image, CFG.gap_px)
+        a, b = (comp[int(y), int(x)] for x, y in dots)
+        assert a > 0 and b > 0
+        assert (a == b) == bool(label)
+
+
+def test_flood_fill_without_gap_tolerance_breaks_paths() -> None:
+    """The dashes have gaps: without bridging them, most paths fall apart (the flood fill test has teeth)."""
+    drawn = make_pathfinder(0, "val", 64, CFG)
+    joined = 0
+    for image, label, dots in zip(drawn.images, drawn.labels, drawn.dots, strict=True):
+        comp, _ = ndimage.label(image > 0, structure=np.ones((3, 3), bool))
+        a, b = (comp[int(y), int(x)] for x, y in dots)
+        joined += bool(label) and a == b
+    assert joined < 16  # of 32 positives
+
+
+def test_path_maps_agree_with_the_image_and_the_labels(drawn) -> None:
+    lit = drawn.images > 0
+    assert (lit[drawn.paths > 0]).all()  # every path pixel is drawn
+    for paths, dot_paths, label, dots in zip(drawn.paths, drawn.dot_paths, drawn.labels, drawn.dots, strict=True):
+        assert dot_paths[0] == 1 and dot_paths[1] == (1 if label else 2)
+        # each dot touches the path it is said to sit on
+        for (x, y), p in zip(dots, dot_paths, strict=True):
+            window = paths[max(0, int(y) - 2) : int(y) + 3, max(0, int(x) - 2) : int(x) + 3]
+            assert (window == p).any()
+        # each target path is one component once the gaps are bridged, and different paths never are
+        for p in (1, 2):
+            assert _components((paths == p).astype(np.uint8), CFG.gap_px).max() == 1
+
+
+def test_the_two_dots_are_drawn(drawn) -> None:
+    """Both discs are drawn in full at the positions given, each at least 4 pixels: more than a 1-px path has
+    within the dot radius of one of its pixels, away from its ends (checked below on the path maps)."""
+    radius = CFG.dot_radius * CFG.scale
+    yy, xx = np.mgrid[: CFG.size, : CFG.size] + 0.5
+    for image, dots in zip(drawn.images, drawn.dots, strict=True):
+        for x, y in dots:
+            disc = (xx - x) ** 2 + (yy - y) ** 2 <= radius**2
+            assert disc.sum() >= 4 and (image[disc] == 255).all()
+    # the dots are extra pixels: the image holds more lit pixels than the paths alone
+    extra = (drawn.images > 0).sum(axis=(1, 2)) - (drawn.paths > 0).sum(axis=(1, 2))
+    assert (extra >= 2).all()
+
+
+def test_size_dtype_balance_and_distractors(drawn) -> None:
+    assert drawn.images.shape == (BLOCK, 32, 32) and drawn.images.dtype == np.uint8
+    assert set(np.unique(drawn.images)) == {0, 255}
+    assert drawn.labels.sum() == BLOCK // 2
+    assert drawn.n_distractors.mean() > 0.6 * CFG.n_distractors
+    big = make_pathfinder(0, "train", 8, replace(CFG, size=128))
+    assert big.images.shape == (8, 128, 128)
+    np.testing.assert_array_equal(big.labels, np.arange(8) % 2)
+
+
+def test_determinism_by_seed_and_index() -> None:
+    a = make_pathfinder(3, "val", 300, CFG)
+    b = make_pathfinder(3, "val", 300, CFG)
+    np.testing.assert_array_equal(a.images, b.images)
+    np.testing.assert_array_equal(a.paths, b.paths)
+    # image i does not depend on how many are asked for
+    np.testing.assert_array_equal(make_pathfinder(3, "val", 10, CFG).images, a.images[:10])
+    assert not np.array_equal(make_pathfinder(4, "val", 10, CFG).images, a.images[:10])
+
+
+def test_splits_are_disjoint() -> None:
+    digests = {}
+    for split in ("train", "val", "test"):
+        images = make_pathfinder(0, split, 200, CFG).images
+        digests[split] = {hashlib.sha256(im.tobytes()).hexdigest() for im in images}
+        assert len(digests[split]) == 200  # no repeats inside a split either
+    assert not digests["train"] & digests["val"]
+    assert not digests["train"] & digests["test"]
+    assert not digests["val"] & digests["test"]
+
+
+def test_dot_distance_does_not_give_the_label(drawn) -> None:
+    """No shortcut through the dots' distance: the best threshold on it is far from solving the task."""
+    dist = np.linalg.norm(drawn.dots[:, 0] - drawn.dots[:, 1], axis=1)
+    best = max(max(np.mean((dist < t) == drawn.labels), np.mean((dist >= t) == drawn.labels)) for t in dist)
+    assert best < 0.7
+
+
+def test_bad_knobs_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 32"):
+        make_pathfinder(0, "train", 1, replace(CFG, size=16))
+    with pytest.raises(ValueError, match="separation"):
+        make_pathfinder(0, "train", 1, replace(CFG, dash_gap=3.0))
+    with pytest.raises(ValueError, match="split"):
+        make_pathfinder(0, "holdout", 1, CFG)
+
+
+TINY = PathfinderSetSpec(n_train=24, n_val=8, n_test=8, config=PathfinderConfig(n_dashes=9))
+
+
+def test_embedded_set_cached_and_dispatched(monkeypatch) -> None:
+    monkeypatch.setitem(PATHFINDER_SETS, "pf-tiny", TINY)
+    assert is_embedded("pf-tiny") and is_embedded("pathfinder") and is_embedded("pathx")
+    assert embedded_default_size("pathfinder") == 32 and embedded_default_size("pathx") == 128
+    train, val = build_datasets("pf-tiny", 32)
+    assert len(train) == 24 and len(val) == 8 and train.classes == ["apart", "joined"]
+    img, label = val[1]
+    assert img.size == (32, 32) and img.mode == "RGB" and label == 1
+    assert PathfinderClassification("pf-tiny", "val", 32).images is val.images  # in memory, no files
+    test = PathfinderClassification("pf-tiny", "test", 32)
+    assert not any(np.array_equal(t, v) for t in test.images for v in val.images)
+    with pytest.raises(DataError, match="32 to 256"):
+        PathfinderClassification("pf-tiny", "val", 512)
+    with pytest.raises(DataError, match="unknown pathfinder set"):
+        PathfinderClassification("nope")
+    pathfinder_arrays.cache_clear()
+
+
+def test_cli_refuses_a_size_the_set_cannot_draw(capsys) -> None:
+    assert main(["train", "--data", "pathfinder", "--img-size", "16", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "32 to 256" in err and "Traceback" not in err
+
+
+# vheat_micro in the fast suite; the other families (about 10 s each) with the slow marker
+@pytest.mark.parametrize(
+    "model",
+    [
+        "vheat_micro",
+        *(pytest.param(m, marks=pytest.mark.slow) for m in ("waveformer_micro", "hcnet_micro", "pderesnet_micro")),
+        pytest.param("pdeformer_micro", marks=pytest.mark.slow),
+    ],
+)
+def test_every_family_trains_on_pathfinder_through_the_cli(model, tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(PATHFINDER_SETS, "pf-tiny", TINY)
+    out = tmp_path / model
+    args = ["train", "--data", "pf-tiny", "--model", model, "--epochs", "1", "--batch-size", "8"]
+    assert main([*args, "--warmup-epochs", "0", "--no-progress", "--output", str(out)]) == 0
+    assert (out / "last").is_dir()
+    pathfinder_arrays.cache_clear()
+
+
+@pytest.mark.slow
+def test_qbheat_pretrains_on_pathfinder_through_the_cli(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(PATHFINDER_SETS, "pf-tiny", TINY)
+    out = tmp_path / "qb"
+    args = ["pretrain", "--method", "qbheat", "--data", "pf-tiny", "--img-size", "64", "--epochs", "1"]
+    assert (
+        main(
+            [
+                *args,
+                "--crops-per-epoch",
+                "16",
+                "--batch-size",
+                "8",
+                "--decoder-depth",
+                "1",
+                "--no-progress",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    pathfinder_arrays.cache_clear()
