@@ -182,9 +182,19 @@ def _fits(name: str, state: dict[str, torch.Tensor], num_classes: int) -> bool:
     return set(converted) == set(own) and all(tuple(v.shape) == tuple(own[k].shape) for k, v in converted.items())
 
 
+def _candidate(name: str, state: dict[str, torch.Tensor]) -> bool:
+    """Whether ``name`` may have ``state``'s layout: its first conv is there, or its family converts other layouts
+    (a ``checkpoint_filter_fn``); the others are not built."""
+    cfg = timm.models.get_pretrained_cfg(name)
+    first = getattr(cfg, "first_conv", None)
+    if isinstance(first, str) and f"{first}.weight" in state:
+        return True
+    return callable(getattr(inspect.getmodule(timm.models.model_entrypoint(name)), "checkpoint_filter_fn", None))
+
+
 def _find_architecture(state: dict[str, torch.Tensor], num_classes: int, file: Path) -> str:
     for name in list_models():
-        if _fits(name, state, num_classes):
+        if _candidate(name, state) and _fits(name, state, num_classes):
             return name
     raise CheckpointError(
         f"checkpoint file {file} holds weights of none of the registered models ({', '.join(FAMILIES)} families, "

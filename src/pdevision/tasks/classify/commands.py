@@ -17,7 +17,8 @@ from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
 from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
 from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
-from pdevision.tasks.registry import TaskCommands, register
+from pdevision.tasks.export import add_export_arguments, run_export
+from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
 
 
 def add_model_arguments(p: argparse.ArgumentParser, model: str | None, model_help: str) -> None:
@@ -156,6 +157,11 @@ class ClassifyCommands(TaskCommands):
         if failed:
             raise PartialFailure("\n".join(lines), f"{len(failed)} of {len(results)} images could not be read")
         return "\n".join(lines), 0
+
+    def extra_commands(self) -> dict[str, ExtraCommand]:
+        # a backbone (classification or encoder) checkpoint as ONNX, torch.export or a timm / Hugging Face folder
+        help = "export a checkpoint: ONNX, torch.export (.pt2) or a timm / Hugging Face folder; --int8 quantizes"
+        return {"export": ExtraCommand(help, add_export_arguments, run_export)}
 
 
 class PartialFailure(A.UsageError):
