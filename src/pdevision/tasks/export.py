@@ -3,9 +3,10 @@
 written; ``--int8`` adds dynamic int8 quantization with the accuracy on the checkpoint's validation data before and
 after.
 
-* ``onnx``: ``torch.onnx.export`` (with ``--dynamic``: batch, height and width dynamic), checked with onnxruntime at
-  the checkpoint's size (and, with ``--dynamic``, at a second size); ``--int8``: onnxruntime's ``quantize_dynamic``
-  (int8 weights of the MatMul / Gemm nodes), the output is the quantized file.
+* ``onnx``: ``torch.onnx.export`` (a dynamic batch; with ``--dynamic`` height and width too), checked with
+  onnxruntime at the checkpoint's size (with ``--dynamic``: traced and checked at twice the total stride at least,
+  and at a second, non-square size); ``--int8``: onnxruntime's ``quantize_dynamic`` (int8 weights of the MatMul /
+  Gemm nodes), the output is the quantized file.
 * ``pt2``: ``torch.export.export`` then ``torch.export.save``, loaded back and checked. ``--int8`` is refused:
   ``torch.export`` cannot trace ``torch.ao`` dynamic-quantized linears (their packed parameters have no
   ``__obj_flatten__``).
@@ -37,7 +38,7 @@ from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError
-from pdevision.engine.modeling import load_checkpoint_model, model_from_meta
+from pdevision.engine.modeling import load_checkpoint_model, min_input_size, model_from_meta
 from pdevision.tasks import args as A
 from pdevision.tasks.args import UsageError
 
@@ -84,7 +85,8 @@ def _ort_session(path: Path) -> Any:
 
 def _export_onnx(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool) -> None:
     _need("onnx")
-    axes = {"image": {0: "batch", 2: "height", 3: "width"}, "output": {0: "batch"}} if dynamic else None
+    image = {0: "batch", 2: "height", 3: "width"} if dynamic else {0: "batch"}  # the batch is always free
+    axes = {"image": image, "output": {0: "batch"}}
     with warnings.catch_warnings():  # the TorchScript-based exporter's deprecation notice
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -94,7 +96,7 @@ def _export_onnx(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool) -
 
 def _export_pt2(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool) -> None:
     dim = torch.export.Dim.DYNAMIC
-    shapes = ({0: dim, 2: dim, 3: dim},) if dynamic else None
+    shapes = ({0: dim, 2: dim, 3: dim},) if dynamic else ({0: dim},)  # the batch is always free
     program = torch.export.export(model, (x,), dynamic_shapes=shapes)
     torch.export.save(program, str(path))
 
@@ -152,7 +154,9 @@ def export_checkpoint(
     model, meta, _ = load_checkpoint_model(checkpoint, ("classify", "encoder"), _build)
     val_set = _val_set(meta, data, val_split) if int8 else None
     size = int(meta["img_size"])
-    x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), size, size)
+    # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
+    trace = max(size, 2 * min_input_size(model)) if dynamic else size
+    x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)
     result: dict[str, Any] = {"format": fmt, "output": str(output), "model": meta.get("model"), "int8": int8}
     checks: dict[str, float] = {}
     with torch.no_grad():
@@ -171,7 +175,7 @@ def export_checkpoint(
                     finally:
                         logging.disable(logging.NOTSET)
                 session = _ort_session(written)
-                for h, w in _sizes(size, dynamic):
+                for h, w in _sizes(trace, dynamic):
                     xi = torch.randn(2, x.shape[1], h, w)
                     got = session.run(None, {"image": xi.numpy()})[0]
                     checks[f"{h}x{w}"] = float(np.abs(got - model(xi).numpy()).max())
@@ -183,14 +187,14 @@ def export_checkpoint(
         elif fmt == "pt2":
             _export_pt2(model, x, output, dynamic)
             loaded = torch.export.load(str(output)).module()
-            for h, w in _sizes(size, dynamic):
+            for h, w in _sizes(trace, dynamic):
                 xi = torch.randn(2, x.shape[1], h, w)
                 checks[f"{h}x{w}"] = float((loaded(xi) - model(xi)).abs().max())
         else:
             config = {"label_names": formats.label_names(meta)} if model.num_classes else {}
             timm.models.save_for_hf(model, output, model_config=config, safe_serialization=True)
             loaded = timm.create_model(f"local-dir:{output}", pretrained=True).eval()
-            for h, w in _sizes(size, dynamic):
+            for h, w in _sizes(trace, dynamic):
                 xi = torch.randn(2, x.shape[1], h, w)
                 checks[f"{h}x{w}"] = float((loaded(xi) - model(xi)).abs().max())
             if int8:
