@@ -109,3 +109,18 @@ def test_smp_encoder_weights_load_the_release(cached_release: Path) -> None:
         for ours, theirs in zip(features, reference[:3], strict=True):
             torch.testing.assert_close(ours, theirs)
         assert unet(torch.randn(1, 3, 64, 64)).shape == (1, 2, 64, 64)
+
+
+def test_train_pretrained_path_loads_the_release_into_a_built_model(cached_release: Path) -> None:
+    """``pdevision train --pretrained``'s loader: the release into a model the task built (here with 3 classes)."""
+    from pdevision.engine.modeling import build_model, load_released, released_tag
+
+    ref = torch.load(REF, weights_only=True)
+    model = build_model("vheat_tiny", num_classes=3, **_micro_args()).eval()
+    assert load_released(model, "vheat_tiny") == "vheat_tiny.in1k" == released_tag("vheat_tiny")
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model.forward_features(ref["input"]), _reference_model().forward_features(ref["input"])
+        )
+    with pytest.raises(ValueError, match="hcnet_micro has no released weights"):
+        released_tag("hcnet_micro")

@@ -212,7 +212,7 @@ def _defaults(name: str) -> dict[str, Any]:
     return {"img_size": size, "mean": [float(v) for v in mean], "std": [float(v) for v in std]}
 
 
-def _foreign_meta(name: str, num_classes: int, fmt: str, source: Path, **extra: Any) -> dict[str, Any]:
+def _foreign_meta(name: str, num_classes: int, fmt: str, **extra: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "model": name,
         "kind": "classify" if num_classes else "encoder",
@@ -247,7 +247,7 @@ def _hub_meta(folder: Path) -> dict[str, Any]:
     args = config.get("model_args") if isinstance(config.get("model_args"), dict) else {}
     size = cfg.get("input_size")
     img_size = args.get("img_size") or (size[-1] if isinstance(size, list) and len(size) == 3 else None)
-    meta = _foreign_meta(config["architecture"], num_classes, "hub", folder, classes=classes, img_size=img_size)
+    meta = _foreign_meta(config["architecture"], num_classes, "hub", classes=classes, img_size=img_size)
     meta["model_args"] = {k: v for k, v in args.items() if k != "num_classes"}  # timm records it there too
     if isinstance(img_size, list) and len(img_size) == 2 and img_size[0] == img_size[1]:
         img_size = img_size[0]  # timm records a square size as a pair
@@ -278,7 +278,7 @@ def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
     if fmt == "timm":
         args = obj.get("args")
         img_size = getattr(args, "img_size", None) or (getattr(args, "input_size", None) or [None])[-1]
-        meta = _foreign_meta(obj["arch"], rows, fmt, path, img_size=img_size)
+        meta = _foreign_meta(obj["arch"], rows, fmt, img_size=img_size)
         for key in ("mean", "std"):
             value = getattr(args, key, None)
             if isinstance(value, (list, tuple)):
@@ -287,7 +287,7 @@ def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
         if isinstance(in_chans, int) and in_chans != 3:
             meta["model_args"] = {"in_chans": in_chans}
         return meta
-    return _foreign_meta(model or _find_architecture(state, rows, path), rows, fmt, path)
+    return _foreign_meta(model or _find_architecture(state, rows, path), rows, fmt)
 
 
 def load_weights(path: str | Path, model: nn.Module) -> dict[str, torch.Tensor]:
