@@ -32,6 +32,7 @@ BASE: dict[str, list[str] | None] = {
     "eval": ["--checkpoint", MISSING],
     "predict": ["--checkpoint", MISSING, "x.png"],
     "restore": ["--checkpoint", MISSING, "in.png", "<tmp>/out.png"],
+    "export": [MISSING, "--format", "onnx", "--output", "<tmp>/m.onnx"],
     "viz": [],
     "viz erf": ["--models", "no_such_model", "--output", "<tmp>/viz"],
     "viz gradcam": ["--checkpoint", MISSING, "--output", "<tmp>/viz"],

@@ -5,6 +5,8 @@ Layout of ``<run>/<name>/`` (``name`` is ``last``, ``best`` or ``encoder``):
 * ``model.safetensors``: model weights; metadata holds the model name, class names and the
   model arguments needed to rebuild it (JSON strings).
 * ``ema.safetensors``: EMA weights, when EMA is on.
+* ``config.json``: timm's model config (architecture, classes, pretrained cfg) for backbone checkpoints, so that
+  ``timm.create_model("local-dir:RUN/best")`` loads the folder (:mod:`pdevision.engine.hub`).
 * ``trainer.pt``: optimizer, scheduler, scaler, epoch, sampler position and RNG states, read back
   with ``torch.load(weights_only=True)``.
 
@@ -46,6 +48,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from pdevision.engine.hub import HUB_CONFIG, hub_config_bytes
 from pdevision.engine.runtime import one_line
 from pdevision.models._weights import not_a_regular_file
 
@@ -196,6 +199,9 @@ def _save_checkpoint(
         weights = safetensors.torch.save(_state_dict_for_save(model), metadata=metadata)
         _write_bytes(tmp / "model.safetensors", weights)
         del weights
+        hub = hub_config_bytes(model, meta)  # timm's config.json: the folder is also a timm / Hugging Face folder
+        if hub is not None:
+            _write_bytes(tmp / HUB_CONFIG, hub)
         if ema is not None:
             _write_bytes(tmp / "ema.safetensors", safetensors.torch.save(_state_dict_for_save(ema), metadata=metadata))
         if trainer_state is not None:

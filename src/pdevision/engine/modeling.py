@@ -1,7 +1,9 @@
 """The one way from a checkpoint to a model, with its safety rules, for every task and command.
 
-A checkpoint's metadata is untrusted input. :func:`load_checkpoint_model` (what ``eval``, ``predict``, ``restore``,
-``viz``, ``--init-from`` and the tasks use) reads it, checks the checkpoint is of a kind the caller takes (naming the
+A checkpoint's metadata is untrusted input, whatever its format (:mod:`pdevision.engine.formats`: pdevision's run and
+checkpoint folders, timm / Hugging Face folders, timm ``.pth.tar`` files, the authors' ``.pth``).
+:func:`load_checkpoint_model` (what ``eval``, ``predict``, ``restore``, ``viz``, ``--init-from`` and the tasks use)
+reads it, checks the checkpoint is of a kind the caller takes (naming the
 task it belongs to otherwise), checks the model name and arguments (:func:`pdevision.models.factory.check_model_args`:
 nothing that makes timm fetch or read weights, no URL- or path-like strings, bounded integers; the same rules as
 ``--model-args`` and the Python factory), bounds the image size, has the task build the model (never with pretrained
@@ -15,16 +17,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import timm
 from torch import nn
 
-from pdevision.engine.checkpoint import (
-    CheckpointError,
-    check_finite_weights,
-    checkpoint_kind,
-    load_weights,
-    read_meta,
-    resolve_checkpoint,
-)
+from pdevision.engine import formats
+from pdevision.engine.checkpoint import CheckpointError, check_finite_weights, checkpoint_kind
 from pdevision.models.factory import (
     ModelArgumentError,
     ModelNameError,
@@ -45,8 +42,10 @@ __all__ = [
     "classifier_from_meta",
     "load_checkpoint_model",
     "load_into_model",
+    "load_released",
     "min_input_size",
     "model_from_meta",
+    "released_tag",
 ]
 
 MAX_IMAGE_SIZE = 16384
@@ -57,12 +56,12 @@ def load_into_model(
 ) -> dict[str, Any]:
     """Load a checkpoint's weights into ``model`` after checking it was trained for the same model
     and classes; ``reset_head`` keeps the model's own (new) classifier instead."""
-    meta = read_meta(checkpoint)
+    meta = formats.read_meta(checkpoint, model=model_name)
     if meta.get("model") and meta["model"] != model_name:
         raise CheckpointError(
             f"checkpoint {checkpoint} holds a {meta['model']!r} model, not {model_name!r} (use --model {meta['model']})"
         )
-    state = load_weights(checkpoint)
+    state = formats.load_weights(checkpoint, model)
     check_finite_weights(state, checkpoint)
     head = model.get_classifier() if hasattr(model, "get_classifier") else None
     head_keys = {f"{n}" for n, m in model.named_modules() if m is head}
@@ -78,8 +77,8 @@ def load_into_model(
     mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
     if mismatched:
         raise CheckpointError(f"checkpoint {checkpoint} does not fit {model_name}: shapes differ for {mismatched[:5]}")
-    if any(k.endswith("k_exp") for k in state) and hasattr(model, "reparameterize"):
-        model.reparameterize()
+    if meta["format"] == "pdevision" and any(k.endswith("k_exp") for k in state) and hasattr(model, "reparameterize"):
+        model.reparameterize()  # a foreign file's filter has folded the model already
     missing, unexpected = model.load_state_dict(state, strict=False)
     if reset_head:
         missing = [k for k in missing if not k.startswith(tuple(f"{h}." for h in head_keys))]
@@ -89,6 +88,39 @@ def load_into_model(
             f"{len(unexpected)} unexpected {unexpected[:5]}"
         )
     return meta
+
+
+def released_tag(name: str) -> str:
+    """The pretrained tag of ``name`` with released weights (``vheat_tiny`` -> ``vheat_tiny.in1k``); a
+    :class:`CheckpointError` naming the models that have some when it has none."""
+    try:
+        cfg = timm.models.get_pretrained_cfg(name, allow_unregistered=False)
+    except RuntimeError:
+        cfg = None
+    if cfg is None or not (cfg.url or cfg.hf_hub_id):
+        ours = ", ".join(timm.list_pretrained("vheat*") + timm.list_pretrained("waveformer*"))
+        raise CheckpointError(
+            f"{name} has no released weights for --pretrained (this library's models with released weights: {ours}; "
+            "timm's own models: timm.list_pretrained())"
+        )
+    return f"{cfg.architecture}.{cfg.tag}" if cfg.tag else str(cfg.architecture)
+
+
+def load_released(model: nn.Module, name: str) -> str:
+    """Load the released weights of ``name`` (:func:`released_tag`) into ``model`` with timm's
+    ``load_pretrained`` and the family's filter; the classifier only when its size matches (else the model's own,
+    fresh head is kept, as timm does). The one place a command downloads (into timm's cache, once), and only when the
+    user asks for released weights (``--pretrained``). Returns the tag loaded."""
+    tag = released_tag(name)
+    cfg = timm.models.get_pretrained_cfg(tag).to_dict()
+    timm.models.load_pretrained(
+        model,
+        pretrained_cfg=cfg,
+        num_classes=int(getattr(model, "num_classes", cfg.get("num_classes", 0))),
+        in_chans=int(cfg.get("input_size", (3,))[0]),
+        filter_fn=formats.checkpoint_filter_of(model),
+    )
+    return tag
 
 
 def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
@@ -124,8 +156,8 @@ def load_checkpoint_model(
     naming the task it belongs to. ``build(meta, args)`` makes the model from the metadata and the checked model
     arguments (``drop_path_rate`` removed: training only). With ``load``, the weights are loaded strictly and must be
     finite; the model is returned in eval mode on the CPU."""
-    folder = resolve_checkpoint(path)
-    meta = read_meta(folder)
+    folder = formats.resolve(path)
+    meta = formats.read_meta(folder)
     kind = checkpoint_kind(meta)
     if kind not in kinds:
         raise CheckpointError(
@@ -145,7 +177,7 @@ def load_checkpoint_model(
             f"checkpoint {folder}: its metadata does not describe a model that can be built ({text})"
         ) from exc
     if load:
-        state = load_weights(folder)
+        state = formats.load_weights(folder, model)
         check_finite_weights(state, folder)
         own = model.state_dict()
         mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
@@ -156,8 +188,12 @@ def load_checkpoint_model(
                 f"for {len(mismatched)} weights {mismatched[:5]} (first: {tuple(state[first].shape)} in the file, "
                 f"{tuple(own[first].shape)} in the model)"
             )
-        if any(k.endswith("k_exp") for k in state) and hasattr(model, "reparameterize"):
-            model.reparameterize()
+        if (
+            meta["format"] == "pdevision"
+            and any(k.endswith("k_exp") for k in state)
+            and hasattr(model, "reparameterize")
+        ):
+            model.reparameterize()  # a foreign file's filter has folded the model already
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:  # counted, with the first few: a whole list can run to thousands of names
             raise CheckpointError(
@@ -200,7 +236,7 @@ def model_from_meta(meta: dict[str, Any], num_classes: int, name: str | None = N
 def classifier_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     """The classifier a classification checkpoint's metadata describes (its classes as outputs; weights not loaded):
     the builder of :func:`load_checkpoint_model` for classification checkpoints."""
-    classes = meta.get("classes")
+    classes = meta.get("classes") or formats.label_names(meta)  # a foreign file may give only the count
     if not classes:
         raise CheckpointError("the checkpoint does not list its classes; it needs a classifier")
     return model_from_meta(meta, len(classes))

@@ -9,7 +9,8 @@ import logging
 from typing import Any
 
 from pdevision.data import RECIPES
-from pdevision.engine.checkpoint import default_eval_output, resolve_checkpoint
+from pdevision.engine import formats
+from pdevision.engine.checkpoint import default_eval_output
 from pdevision.engine.config import RunConfig
 from pdevision.engine.loop import fit
 from pdevision.tasks import args as A
@@ -17,7 +18,8 @@ from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
 from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
 from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
-from pdevision.tasks.registry import TaskCommands, register
+from pdevision.tasks.export import add_export_arguments, run_export
+from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,11 @@ class ClassifyCommands(TaskCommands):
         g.add_argument("--init-from", type=A.path, default=None, help="checkpoint to start from (fine-tuning)")
         g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
         g.add_argument(
+            "--pretrained",
+            action="store_true",
+            help="start from the model's released weights (e.g. vheat_tiny.in1k; downloaded once into timm's cache)",
+        )
+        g.add_argument(
             "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
         )
         g = p.add_argument_group("classification: augmentation and regularisation (timm; default: the recipe's)")
@@ -105,7 +112,7 @@ class ClassifyCommands(TaskCommands):
         g.add_argument("--max-images", type=A.samples, default=None, help="evaluate only the first N val images")
 
     def evaluate(self, args: argparse.Namespace) -> str:
-        output = args.output or str(default_eval_output(resolve_checkpoint(args.checkpoint)))
+        output = args.output or str(default_eval_output(formats.resolve(args.checkpoint)))
         if args.corruptions is None and (args.severities or args.baseline or args.max_images):
             raise A.UsageError("--severities, --baseline and --max-images go with --corruptions")
         if args.corruptions is not None:  # corruption robustness (ImageNet-C protocol)
@@ -172,6 +179,11 @@ class ClassifyCommands(TaskCommands):
         if failed:
             raise PartialFailure(output, f"{len(failed)} of {len(results)} images could not be read")
         return output, 0
+
+    def extra_commands(self) -> dict[str, ExtraCommand]:
+        # a backbone (classification or encoder) checkpoint as ONNX, torch.export or a timm / Hugging Face folder
+        help = "export a checkpoint: ONNX, torch.export (.pt2) or a timm / Hugging Face folder; --int8 quantizes"
+        return {"export": ExtraCommand(help, add_export_arguments, run_export)}
 
 
 class PartialFailure(A.UsageError):

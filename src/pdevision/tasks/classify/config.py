@@ -56,6 +56,7 @@ class ClassifyConfig:
     shuffle_buffer: int = 1000  # WebDataset shards: samples in the shuffle buffer
     init_from: str | None = None  # weights to start from (fine-tuning); an encoder checkpoint gets a new head
     reset_head: bool = False  # with init_from: replace the classifier
+    pretrained: bool = False  # start from the model's released weights (timm's pretrained tag; downloads once)
     linear_probe: bool = False  # freeze everything but the classifier (kept in eval mode), train the classifier
     model_args: dict[str, Any] = field(default_factory=dict)
     run: RunConfig = field(default_factory=default_run)

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from pdevision._optional import require
 from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.embedded import embedded_data_of
+from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.distributed import DistInfo, all_reduce_sum
 from pdevision.engine.modeling import classifier_from_meta, load_checkpoint_model
@@ -162,10 +163,13 @@ def evaluate_checkpoint(
     model, meta, folder = load_classifier(checkpoint, dev)
     if model_name is not None and model_name != meta.get("model"):
         raise CheckpointError(f"checkpoint {folder} holds a {meta.get('model')!r} model, not {model_name!r}")
-    classes = list(meta["classes"])
     val_tf = eval_transform_for(meta)
     data = data if data is not None else embedded_data_of(meta)
     _, val_set = build_datasets(data, int(meta["img_size"]), val_split, val_tf, val_tf)
+    classes = list(meta["classes"]) if meta.get("classes") else formats.label_names(meta)
+    if not meta.get("classes") and len(val_set.classes) == len(classes):  # a foreign file names no classes
+        log.info("%s names no classes; its %d outputs are read as the data's classes", folder, len(classes))
+        classes = list(val_set.classes)
     if list(val_set.classes) != classes:
         raise CheckpointError(
             f"checkpoint {folder} was trained for classes {classes[:10]} ({len(classes)}), "
@@ -208,7 +212,7 @@ def predict_images(
     paths = expand_images(images)
     dev = resolve_device(device)
     model, meta, _ = load_classifier(checkpoint, dev)
-    classes = list(meta["classes"])
+    classes = formats.label_names(meta)
     tf = eval_transform_for(meta)
     results: list[dict[str, Any]] = []
     for path in paths:

@@ -24,9 +24,17 @@ from torch.utils.data import DataLoader, Dataset
 from pdevision.data import RECIPES, build_datasets, build_transforms
 from pdevision.data.embedded import check_embedded_size, embedded_default_size, is_embedded
 from pdevision.data.shards import is_shard_folder, shard_datasets
-from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
+from pdevision.engine import formats
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
-from pdevision.engine.modeling import build_model, check_image_size, checked_model_args, load_into_model
+from pdevision.engine.modeling import (
+    build_model,
+    check_image_size,
+    checked_model_args,
+    load_into_model,
+    load_released,
+    released_tag,
+)
 from pdevision.engine.runtime import autocast
 from pdevision.engine.task import RunContext, Task
 from pdevision.tasks.classify.config import ClassifyConfig
@@ -51,7 +59,7 @@ class ClassifyTask(Task):
         self.cfg = config.resolved()
         self.probe: _ProbeStandardiser | None = None
         self.model: nn.Module | None = None
-        self.init_meta = read_meta(config.init_from) if config.init_from else None
+        self.init_meta = formats.read_meta(config.init_from, model=config.model) if config.init_from else None
         kind = checkpoint_kind(self.init_meta or {}) if self.init_meta is not None else None
         if kind == "pretrain":
             folder = resolve_checkpoint(str(config.init_from))
@@ -64,6 +72,10 @@ class ClassifyTask(Task):
                 f"--init-from {config.init_from} is a {kind} checkpoint; classification starts from a classification "
                 "checkpoint or a pretrained encoder (RUN/encoder)"
             )
+        if config.pretrained:
+            if config.init_from:
+                raise CheckpointError("--pretrained and --init-from both name starting weights; give one of them")
+            released_tag(config.model)  # before any data is read: a model without released weights is refused
         self.from_encoder = kind == "encoder"  # backbone written by `pdevision pretrain`: no classifier
         self.model_args = dict(config.model_args)
         # the embedded sets are small images: 64 px (a Pathfinder set: its own size) unless asked; folders and
@@ -111,6 +123,8 @@ class ClassifyTask(Task):
         if self.init_meta is not None:
             reset_head = config.reset_head or self.from_encoder
             load_into_model(model, config.init_from, config.model, self.classes, reset_head=reset_head)
+        if config.pretrained:
+            log.info("initialised %s from its released weights %s", config.model, load_released(model, config.model))
         if config.linear_probe:
             _freeze_all_but_classifier(model)
         if config.grad_checkpointing:

@@ -1,0 +1,238 @@
+"""``pdevision export``: a checkpoint (any format :mod:`pdevision.engine.formats` reads) as an ONNX file, a
+``torch.export`` program (``.pt2``) or a timm / Hugging Face folder, each checked against PyTorch after it is
+written; ``--int8`` adds dynamic int8 quantization with the accuracy on the checkpoint's validation data before and
+after.
+
+* ``onnx``: ``torch.onnx.export`` (a dynamic batch; with ``--dynamic`` height and width too), checked with
+  onnxruntime at the checkpoint's size (with ``--dynamic``: traced and checked at twice the total stride at least,
+  and at a second, non-square size); ``--int8``: onnxruntime's ``quantize_dynamic`` (int8 weights of the MatMul /
+  Gemm nodes), the output is the quantized file.
+* ``pt2``: ``torch.export.export`` then ``torch.export.save``, loaded back and checked. ``--int8`` is refused:
+  ``torch.export`` cannot trace ``torch.ao`` dynamic-quantized linears (their packed parameters have no
+  ``__obj_flatten__``).
+* ``hub``: ``timm.models.save_for_hf`` (``config.json`` with the class names, ``model.safetensors``), loaded back with
+  ``timm.create_model("local-dir:...")`` and checked; the folder is what ``huggingface_hub.upload_folder`` publishes.
+  ``--int8``: ``torch.ao.quantization.quantize_dynamic`` of the linears, applied when the model is loaded (the folder
+  keeps float weights, which is what timm reads); its accuracy is measured here.
+
+An existing output is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import timm
+import torch
+from torch import nn
+
+from pdevision._optional import MissingDependencyError
+from pdevision.data import build_datasets, eval_transform_for
+from pdevision.data.embedded import embedded_data_of
+from pdevision.engine import formats
+from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.modeling import load_checkpoint_model, min_input_size, model_from_meta
+from pdevision.tasks import args as A
+from pdevision.tasks.args import UsageError
+
+__all__ = ["EXPORT_FORMATS", "add_export_arguments", "export_checkpoint", "quantize_linears", "run_export"]
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMATS = ("onnx", "pt2", "hub")
+_SUFFIX = {"onnx": ".onnx", "pt2": ".pt2", "hub": ""}
+
+
+def _need(module: str) -> Any:
+    """``import module``, or one line naming what to install (the ONNX packages are in no extra of their own yet)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError:
+        raise MissingDependencyError(
+            f"{module.partition('.')[0]} is not installed; run: pip install onnx onnxruntime onnxscript"
+        ) from None
+
+
+def quantize_linears(model: nn.Module) -> nn.Module:
+    """``torch.ao.quantization.quantize_dynamic`` of ``model``'s linear layers to int8 (a copy; CPU)."""
+    with warnings.catch_warnings():  # torch.ao's notice that eager quantization moves to torchao
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=False)
+
+
+def _build(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
+    classes = formats.label_names(meta) if meta.get("kind") != "encoder" else []
+    return model_from_meta(meta, len(classes))
+
+
+def _sizes(size: int, dynamic: bool) -> list[tuple[int, int]]:
+    return [(size, size), (size + 32, size + 16)] if dynamic else [(size, size)]
+
+
+def _ort_session(path: Path) -> Any:
+    ort = _need("onnxruntime")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _export_onnx(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool) -> None:
+    _need("onnx")
+    image = {0: "batch", 2: "height", 3: "width"} if dynamic else {0: "batch"}  # the batch is always free
+    axes = {"image": image, "output": {0: "batch"}}
+    with warnings.catch_warnings():  # the TorchScript-based exporter's deprecation notice
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, (x,), str(path), input_names=["image"], output_names=["output"], dynamic_axes=axes, dynamo=False
+        )
+
+
+def _export_pt2(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool) -> None:
+    dim = torch.export.Dim.DYNAMIC
+    shapes = ({0: dim, 2: dim, 3: dim},) if dynamic else ({0: dim},)  # the batch is always free
+    program = torch.export.export(model, (x,), dynamic_shapes=shapes)
+    torch.export.save(program, str(path))
+
+
+def _val_set(meta: dict[str, Any], data: str | None, val_split: float) -> Any:
+    source = data if data is not None else embedded_data_of(meta)
+    if source is None:
+        raise UsageError("--int8 reports accuracy on the checkpoint's validation data: name it with --data")
+    tf = eval_transform_for(meta)
+    _, val = build_datasets(source, int(meta["img_size"]), val_split, tf, tf)
+    classes = formats.label_names(meta)
+    if meta.get("classes") and list(val.classes) != classes:
+        raise CheckpointError(f"the checkpoint's classes {classes[:10]} are not the data's {list(val.classes)[:10]}")
+    if len(val.classes) != len(classes):
+        raise CheckpointError(f"the checkpoint has {len(classes)} classes, the data {len(val.classes)}")
+    return val
+
+
+def _top1(run: Any, val_set: Any, batch_size: int = 32) -> float:
+    """Top-1 (%) of ``run`` (images as an NCHW float32 tensor -> logits as a numpy array) over ``val_set``."""
+    correct, n = 0, 0
+    loader = torch.utils.data.DataLoader(val_set, batch_size=batch_size)
+    for images, labels in loader:
+        logits = np.asarray(run(images))
+        correct += int((logits.argmax(1) == labels.numpy()).sum())
+        n += len(labels)
+    return 100.0 * correct / max(n, 1)
+
+
+def export_checkpoint(
+    checkpoint: str | Path,
+    fmt: str,
+    output: str | Path,
+    int8: bool = False,
+    dynamic: bool = False,
+    data: str | None = None,
+    val_split: float = 0.2,
+) -> dict[str, Any]:
+    """Write ``checkpoint`` as ``fmt`` to ``output`` and check it against PyTorch; returns what was measured
+    (``max_abs_diff`` per checked size, sizes in bytes, top-1 before and after with ``int8``)."""
+    if fmt not in EXPORT_FORMATS:
+        raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+    output = Path(output)
+    if output.exists() or output.is_symlink():
+        raise UsageError(f"{output} exists; export never overwrites a file or folder: give another --output")
+    if not output.parent.is_dir():
+        raise UsageError(f"the folder of --output {output} does not exist")
+    if int8 and fmt == "pt2":
+        raise UsageError(
+            "--int8 with --format pt2: torch.export cannot trace torch.ao dynamic-quantized linears; use --format onnx "
+            "--int8 (onnxruntime) or --format hub --int8 (quantised when loaded)"
+        )
+    if fmt == "pt2" and output.suffix != ".pt2":
+        raise UsageError(f"--output {output}: a torch.export program is a .pt2 file (torch.export.load reads no other)")
+    model, meta, _ = load_checkpoint_model(checkpoint, ("classify", "encoder"), _build)
+    val_set = _val_set(meta, data, val_split) if int8 else None
+    size = int(meta["img_size"])
+    # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
+    trace = max(size, 2 * min_input_size(model)) if dynamic else size
+    x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)
+    result: dict[str, Any] = {"format": fmt, "output": str(output), "model": meta.get("model"), "int8": int8}
+    checks: dict[str, float] = {}
+    with torch.no_grad():
+        if fmt == "onnx":
+            with tempfile.TemporaryDirectory() as tmp:
+                fp32 = Path(tmp) / "model.onnx"
+                _export_onnx(model, x, fp32, dynamic)
+                result["float_bytes"] = fp32.stat().st_size
+                written = fp32
+                if int8:
+                    quantization = _need("onnxruntime.quantization")
+                    written = Path(tmp) / "model.int8.onnx"
+                    logging.disable(logging.WARNING)  # onnxruntime logs a line per tensor it leaves in float
+                    try:
+                        quantization.quantize_dynamic(str(fp32), str(written), weight_type=quantization.QuantType.QInt8)
+                    finally:
+                        logging.disable(logging.NOTSET)
+                session = _ort_session(written)
+                for h, w in _sizes(trace, dynamic):
+                    xi = torch.randn(2, x.shape[1], h, w)
+                    got = session.run(None, {"image": xi.numpy()})[0]
+                    checks[f"{h}x{w}"] = float(np.abs(got - model(xi).numpy()).max())
+                if int8:
+                    assert val_set is not None
+                    result["top1_before"] = _top1(lambda b: model(b).numpy(), val_set)
+                    result["top1_after"] = _top1(lambda b: session.run(None, {"image": b.numpy()})[0], val_set)
+                output.write_bytes(written.read_bytes())
+        elif fmt == "pt2":
+            _export_pt2(model, x, output, dynamic)
+            loaded = torch.export.load(str(output)).module()
+            for h, w in _sizes(trace, dynamic):
+                xi = torch.randn(2, x.shape[1], h, w)
+                checks[f"{h}x{w}"] = float((loaded(xi) - model(xi)).abs().max())
+        else:
+            config = {"label_names": formats.label_names(meta)} if model.num_classes else {}
+            timm.models.save_for_hf(model, output, model_config=config, safe_serialization=True)
+            loaded = timm.create_model(f"local-dir:{output}", pretrained=True).eval()
+            for h, w in _sizes(trace, dynamic):
+                xi = torch.randn(2, x.shape[1], h, w)
+                checks[f"{h}x{w}"] = float((loaded(xi) - model(xi)).abs().max())
+            if int8:
+                assert val_set is not None
+                try:
+                    quantized = quantize_linears(loaded)
+                except (AttributeError, TypeError) as exc:  # the fused-kernel code of the spectral operators
+                    raise RuntimeError(
+                        f"torch.ao dynamic quantization fails on {meta.get('model')} ({type(exc).__name__}: {exc}); "
+                        "--format onnx --int8 quantizes it with onnxruntime"
+                    ) from exc
+                checks["int8"] = float((quantized(x) - model(x)).abs().max())
+                result["top1_before"] = _top1(lambda b: model(b).numpy(), val_set)
+                result["top1_after"] = _top1(lambda b: quantized(b).numpy(), val_set)
+    result["max_abs_diff"] = checks
+    result["bytes"] = (
+        sum(f.stat().st_size for f in output.rglob("*") if f.is_file()) if output.is_dir() else (output.stat().st_size)
+    )
+    return result
+
+
+def add_export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", type=A.path, help="run or checkpoint folder, timm / HF folder, .pth.tar or .pth")
+    p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="onnx, pt2 (torch.export) or hub (timm)")
+    p.add_argument("--output", required=True, type=A.path, help="the file (onnx, pt2) or folder (hub); never replaced")
+    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization, accuracy before and after")
+    p.add_argument("--dynamic", action="store_true", help="dynamic batch, height and width (onnx, pt2)")
+    p.add_argument("--data", type=A.path, default=None, help="validation data for --int8 (default: the run's)")
+    p.add_argument("--val-split", type=A.open_fraction, default=0.2, help="validation fraction of a single folder")
+
+
+def run_export(args: argparse.Namespace) -> tuple[str, int]:
+    r = export_checkpoint(args.checkpoint, args.format, args.output, args.int8, args.dynamic, args.data, args.val_split)
+    diffs = ", ".join(f"{k} {v:.2e}" for k, v in r["max_abs_diff"].items())
+    line = f"{r['model']} -> {r['output']} ({r['format']}, {r['bytes'] / 1e6:.2f} MB); "
+    line += f"largest difference to PyTorch: {diffs}"
+    if "float_bytes" in r and r["int8"]:
+        line += f"; float file {r['float_bytes'] / 1e6:.2f} MB"
+    if r["int8"]:
+        line += f"\nint8: top-1 {r['top1_before']:.2f}% before, {r['top1_after']:.2f}% after on the validation data"
+    return line, 0
