@@ -123,26 +123,6 @@ def test_accelerated_model_keeps_state_dict_and_logits(name: str) -> None:
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_torch_ao_dynamic_quantization_takes_the_plain_model(name: str) -> None:
-    """torch.ao's dynamic int8 quantization swaps the plain model's nn.Linear layers and runs (it used to crash on
-    vHeat inside the kernels' code); the int8 logits stay near the float ones."""
-    import warnings
-
-    import timm
-
-    torch.manual_seed(0)
-    model = timm.create_model(name, num_classes=5).eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao's deprecation notice
-        q = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    assert any("quantized" in type(m).__module__ for m in q.modules())
-    x = torch.randn(2, 3, 64, 64)
-    with torch.inference_mode():
-        want, got = model(x), q(x)
-    assert (got - want).abs().max() < 0.1 * want.abs().max() + 0.05
-
-
 def test_layers_and_models_hold_no_kernel_code() -> None:
     """The plain model code names neither the fast path nor a private torch op (import-linter's layers contract
     also keeps pdevision.fastpath above pdevision.models)."""

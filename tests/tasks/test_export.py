@@ -19,7 +19,6 @@ from tests.helpers import exit_code
 FAMILIES = ["vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro", "pdeformer_micro"]
 # torch.ao's quantize_dynamic trips on the fused-kernel code of the spectral operators (vHeat's, which WaveFormer
 # and PDEformer share)
-SPECTRAL = pytest.mark.xfail(strict=True, reason="base issue 33: fused kernels in the operator")
 SIZE = 32
 TOLERANCE = {"onnx": 1e-4, "pt2": 1e-5, "hub": 0.0}
 
@@ -96,10 +95,7 @@ def test_onnx_int8_is_smaller_close_and_reports_accuracy(
     assert 0.0 <= r["top1_before"] <= 100.0 and abs(r["top1_after"] - r["top1_before"]) <= 10.0
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=SPECTRAL) if n in ("vheat_micro", "waveformer_micro", "pdeformer_micro") else n
-             for n in FAMILIES],
-)  # fmt: skip
+@pytest.mark.parametrize("name", FAMILIES)
 def test_torch_ao_dynamic_quantization_of_every_family(name: str) -> None:
     torch.manual_seed(0)
     model = build_model(name, num_classes=10, img_size=SIZE).eval()
