@@ -240,6 +240,28 @@ def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "las
     return path
 
 
+def resumed_run_folder(path: str | Path) -> Path | None:
+    """The run folder a ``--resume`` path continues: the folder holding the ``last/`` checkpoint that ``path``
+    resolves to (``RUN``, ``RUN/last`` or ``RUN/.last.old``), or ``None`` for a checkpoint folder of another name,
+    which belongs to no run. A run folder with a recipe but no checkpoint (a run stopped before its first save) is
+    a :class:`CheckpointError` that says there is nothing to resume, as a new run into it says."""
+    path = Path(path)
+    try:
+        folder = resolve_checkpoint(path, prefer=("last",))
+    except CheckpointError:
+        if path.is_dir() and (path / "config.json").is_file():
+            raise CheckpointError(f"{path} {NO_CHECKPOINT_YET}") from None
+        raise
+    return folder.parent if folder.name in ("last", ".last.old") else None
+
+
+# a run folder with a recipe but no checkpoint: what `train --output` and `--resume` both say of it
+NO_CHECKPOINT_YET = (
+    "holds a run that stopped before its first checkpoint (config.json, no last/): there is nothing to resume; "
+    "start over in it with --overwrite, or give another --output"
+)
+
+
 def _regular(file: Path) -> Path:
     """``file``; a :class:`CheckpointError` if it is a FIFO, device or folder (reading one would block forever)."""
     what = not_a_regular_file(file)

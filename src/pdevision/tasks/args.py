@@ -270,7 +270,14 @@ def add_run_arguments(
         group.add_argument(flag, **kw)
 
     g = p.add_argument_group("run: schedule and optimiser (default: the task's recipe)")
-    add(g, "--output", type=_output_folder, default=output, help=f"run folder (default {output})")
+    add(
+        g,
+        "--output",
+        type=_output_folder,
+        default=None,
+        help=f"run folder (default {output}; with --resume, the resumed run's own folder)",
+    )
+    p.set_defaults(default_output=output)
     add(g, "--epochs", type=_epochs, default=None)
     add(g, "--batch-size", type=_positive_int, default=None, help="per process")
     add(
@@ -344,6 +351,18 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         "progress",
     )
     values = {k: getattr(args, k) for k in keys if hasattr(args, k)}
+    if values.get("resume") and getattr(args, "init_from", None):  # the resumed weights would replace them
+        raise UsageError(
+            f"--init-from {args.init_from} and --resume {values['resume']} both give the starting weights: --resume "
+            "continues a run with its own weights, --init-from starts a new one (give one of them)"
+        )
+    if values.get("resume") and values.get("overwrite"):
+        raise UsageError(
+            f"--overwrite starts a new run, --resume {values['resume']} continues one in its own folder "
+            "(give one of them)"
+        )
+    if values.get("output") is None and not values.get("resume"):
+        values["output"] = getattr(args, "default_output", None)
     return RunConfig(**values, ema_decay=ema)
 
 
