@@ -40,9 +40,9 @@ from tqdm import tqdm
 
 from pdevision._optional import require, require_all
 from pdevision.engine.checkpoint import (
+    NO_CHECKPOINT_YET,
     NO_SPACE_ERRNOS,
     CheckpointError,
-    NO_CHECKPOINT_YET,
     NoSpaceError,
     no_space_message,
     read_meta,
