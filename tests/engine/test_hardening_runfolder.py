@@ -649,3 +649,60 @@ def test_a_run_killed_in_its_first_save_gets_one_advice(
     assert fresh.split("error: ", 1)[1] == resumed.split("error: ", 1)[1]
     assert _exit_code([*argv, "--overwrite"]) == 0
     assert (out / "last" / "model.safetensors").is_file()
+
+
+# -- issue 37: one bounded reader of checkpoint metadata, for every command ------------------------------------
+
+
+def _with_raw_meta(folder: Path, dst: Path, **raw: str) -> Path:
+    """A copy of the checkpoint ``folder`` at ``dst`` with metadata values set to the raw strings ``raw``."""
+    shutil.copytree(folder, dst)
+    with safetensors.safe_open(str(dst / "model.safetensors"), framework="pt") as f:
+        metadata = {**f.metadata(), **raw}
+    safetensors.torch.save_file(load_weights(dst), str(dst / "model.safetensors"), metadata=metadata)
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"model_args": "[" * 100_000 + "]" * 100_000}, "'model_args' metadata nested 100000 levels deep"),
+        ({"classes": '{"a":' * 3000 + "1" + "}" * 3000}, "'classes' metadata nested 3000 levels deep"),
+        ({"epoch": "9" * 5000}, "'epoch' metadata that cannot be read as JSON"),
+        ({"model": "{not json"}, "'model' metadata that is not JSON"),
+    ],
+    ids=["deep-list", "deep-object", "5000-digits", "not-json"],
+)
+def test_unreadable_metadata_is_one_line_naming_the_file_in_every_command(
+    raw: dict[str, str],
+    expected: str,
+    runs: dict[str, Path],
+    data: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Metadata nested deeper than Python's recursion limit gave a traceback in eval and predict, exit 1 without
+    the file named in viz and --init-from, and "try a smaller --tile" in restore."""
+    clf = _with_raw_meta(runs["classify"] / "best", tmp_path / "clf" / "best", **raw)
+    ir = _with_raw_meta(runs["denoise"] / "best", tmp_path / "ir" / "best", **raw)
+    enc = _with_raw_meta(runs["pretrain"] / "encoder", tmp_path / "enc" / "encoder", **raw)
+    seg = _with_raw_meta(runs["segment"] / "best", tmp_path / "seg" / "best", **raw)
+    cases = [
+        (["eval", "--checkpoint", clf, "--output", tmp_path / "e1"], clf),
+        (["eval", "--checkpoint", enc, "--output", tmp_path / "e2"], enc),
+        (["eval", "--checkpoint", seg, "--output", tmp_path / "e3"], seg),
+        (["predict", "--checkpoint", clf, data / "photo.png"], clf),
+        (["predict", "--checkpoint", seg, data / "photo.png"], seg),
+        (["viz", "erf", "--checkpoint", clf, "--output", tmp_path / "v1", "--images", "2"], clf),
+        (["viz", "gradcam", "--checkpoint", clf, data / "photo.png", "--output", tmp_path / "v2"], clf),
+        ([*_argv("classify", data, tmp_path / "r1"), "--init-from", clf], clf),
+        ([*_argv("segment", data, tmp_path / "r2"), "--init-from", enc], enc),
+        ([*_argv("denoise", data, tmp_path / "r3"), "--init-from", ir], ir),
+        (["restore", "--checkpoint", ir, data / "photo.png", tmp_path / "out.png"], ir),
+    ]
+    for argv, folder in cases:
+        assert _exit_code(argv) == 2, argv
+        line = _one_line(capsys)
+        assert f"checkpoint file {folder / 'model.safetensors'} has {expected}" in line, (argv, line)
+        assert len(line) < 400, line
+    assert not (tmp_path / "out.png").exists() and not (tmp_path / "r1" / "last").exists()

@@ -46,6 +46,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from pdevision.engine.metadata import MAX_METADATA_BYTES, MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models._weights import not_a_regular_file
 
@@ -279,10 +280,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
             raw = f.metadata() or {}
     except Exception as exc:  # safetensors raises its own error type for truncated or garbage files
         raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc, first=True)})") from exc
-    try:
-        meta = {k: json.loads(v) for k, v in raw.items()}
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"checkpoint file {file} has metadata that is not JSON ({exc})") from exc
+    meta = parse_checkpoint_metadata(raw, file)
     classes = meta.get("classes")
     if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
         raise CheckpointError(f"checkpoint file {file}: its classes must be a list of names, got {classes!r:.80}")
@@ -291,6 +289,24 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     _check_normalisation(meta, file)
     if meta.get("kind") in ("segment", "detect") and not isinstance(meta.get("head"), str):
         raise CheckpointError(f"checkpoint file {file} is a {meta['kind']} checkpoint without its head in the metadata")
+    return meta
+
+
+def parse_checkpoint_metadata(raw: dict[str, str], file: str | Path) -> dict[str, Any]:
+    """The values of a safetensors header's metadata, each parsed as JSON by the one bounded reader
+    (:func:`pdevision.engine.metadata.parse_json`: at most :data:`MAX_METADATA_BYTES` in all, nested at most
+    :data:`MAX_JSON_DEPTH` deep); anything else is a :class:`CheckpointError` naming ``file``."""
+    total = sum(len(k) + len(v) for k, v in raw.items())
+    if total > MAX_METADATA_BYTES:
+        raise CheckpointError(
+            f"checkpoint file {file} has {total:,} characters of metadata, above the limit of {MAX_METADATA_BYTES:,}"
+        )
+    meta = {}
+    for key, value in raw.items():
+        try:
+            meta[key] = parse_json(value)
+        except MetadataError as exc:
+            raise CheckpointError(f"checkpoint file {file} has {key!r:.40} {exc}") from None
     return meta
 
 

@@ -5,7 +5,6 @@ parsers from these and from each task's own declaration (:mod:`pdevision.tasks.r
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from collections.abc import Iterable
@@ -17,6 +16,7 @@ from timm.data.auto_augment import augment_and_mix_transform, auto_augment_trans
 
 from pdevision.engine.checkpoint import checkpoint_folder_of
 from pdevision.engine.config import RunConfig
+from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.models.factory import ModelArgumentError, check_model_args
 
 
@@ -170,9 +170,9 @@ def _json_dict(text: str) -> dict:
     """``--model-args``: a JSON object of plain constructor arguments (the rules of checkpoint metadata: no weights
     to fetch or read, no URL or path, bounded integers; they are stored in every checkpoint of the run)."""
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+        value = parse_json(text)
+    except MetadataError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("metadata", "model arguments", 1)) from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"depth\": 4}'")
     if "img_size" in value:  # the task sets it from --img-size / --patch-size; twice was a TypeError at build time
