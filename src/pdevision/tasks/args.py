@@ -177,6 +177,8 @@ def _json_dict(text: str) -> dict:
         raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"depth\": 4}'")
     if "img_size" in value:  # the task sets it from --img-size / --patch-size; twice was a TypeError at build time
         raise argparse.ArgumentTypeError("img_size is set with --img-size (restoration: --patch-size), not here")
+    if "num_classes" in value:  # the task sizes the classifier from the data; twice was a TypeError at build time
+        raise argparse.ArgumentTypeError("num_classes is set by the task (the data's classes), not here")
     try:
         return check_model_args(value)
     except ModelArgumentError as exc:
