@@ -150,5 +150,7 @@ def check_model_size(build: Callable[[], nn.Module], name: str, args: Mapping[st
 def check_model_name(name: Any, source: str = "given") -> str:
     """``name`` if it is a plain registered-model name (no ``hf-hub:`` / ``local-dir:`` reference, no path)."""
     if not isinstance(name, str) or not _MODEL_NAME.match(name):
-        raise ModelNameError(f"model name {name!r} {source} is not a registered model name (no hub or file references)")
+        raise ModelNameError(
+            f"model name {name!r:.80} {source} is not a registered model name (no hub or file references)"
+        )
     return name
