@@ -268,3 +268,17 @@ def test_an_earlier_bench_record_and_other_files_are_no_clash(tmp_path: Path) ->
     other.mkdir()
     (other / "notes.txt").write_text("x")
     check_bench_folder(other)  # files of other names are left beside the record
+
+
+def test_the_mac_count_of_pdeformer_works_with_trainable_parameters() -> None:
+    """``bench --train-resolutions N`` always failed for pdeformer_micro: the probe's MAC count ("'NoneType' object
+    has no attribute 'next_functions'": its mixers hand a parameter on as an input); the parameters stay trainable."""
+    import torch
+
+    from pdevision.bench.measure import macs_and_peak_memory
+    from pdevision.models.factory import build_model
+
+    model = build_model("pdeformer_micro").eval()
+    x = torch.randn(2, 3, 32, 32)
+    macs, _ = macs_and_peak_memory(model, x[:1], x, torch.device("cpu"))
+    assert macs > 1e6 and all(p.requires_grad for p in model.parameters())

@@ -157,7 +157,7 @@ def _fuzz_restoration(names: list[str], data: st.DataObject) -> None:
 
 
 FAST = settings(max_examples=25, deadline=5000, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-LONG = settings(max_examples=1500, deadline=20000, suppress_health_check=[HealthCheck.too_slow])
+LONG = settings(max_examples=1500, deadline=120000, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
