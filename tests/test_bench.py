@@ -233,3 +233,52 @@ def test_a_failed_memory_probe_is_one_line() -> None:
     message = str(exc.value)
     assert message.startswith("probe of vheat_micro failed: ValueError: expected height and width of at least 32")
     assert "\n" not in message and "Traceback" not in message
+
+
+@pytest.mark.parametrize("runs", ["1", "2"])
+def test_bench_out_never_replaces_a_users_results(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench --out`` replaced a user's results.csv without a word, where ``train`` refuses the same (issue 37)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "results.csv").write_text("my own numbers\n")
+    (out / "notes.txt").write_text("mine\n")
+    argv = ["bench", "--models", "vheat_micro", "--resolutions", "32", "--train-resolutions", "32"]
+    assert main([*argv, "--no-operators", "--repeats", "1", "--runs", runs, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"--out {out} holds files that are not a bench record" in err and "results.csv" in err
+    assert (out / "results.csv").read_text() == "my own numbers\n" and sorted(p.name for p in out.iterdir()) == [
+        "notes.txt",
+        "results.csv",
+    ]
+
+
+def test_an_earlier_bench_record_and_other_files_are_no_clash(tmp_path: Path) -> None:
+    from pdevision.bench.run import check_bench_folder
+
+    (tmp_path / "results.json").write_text(json.dumps({"machine": {}, "rows": []}))
+    (tmp_path / "results.csv").write_text("model\n")
+    check_bench_folder(tmp_path)  # an earlier bench's record: re-measured into the same folder
+    (tmp_path / "results.json").write_text("[" * 100_000)  # not a record (and deeper than json can read)
+    with pytest.raises(ValueError, match=r"results\.csv, results\.json"):
+        check_bench_folder(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("x")
+    check_bench_folder(other)  # files of other names are left beside the record
+
+
+def test_the_mac_count_of_pdeformer_works_with_trainable_parameters() -> None:
+    """``bench --train-resolutions N`` always failed for pdeformer_micro: the probe's MAC count ("'NoneType' object
+    has no attribute 'next_functions'": its mixers hand a parameter on as an input); the parameters stay trainable."""
+    import torch
+
+    from pdevision.bench.measure import macs_and_peak_memory
+    from pdevision.models.factory import build_model
+
+    model = build_model("pdeformer_micro").eval()
+    x = torch.randn(2, 3, 32, 32)
+    macs, _ = macs_and_peak_memory(model, x[:1], x, torch.device("cpu"))
+    assert macs > 1e6 and all(p.requires_grad for p in model.parameters())

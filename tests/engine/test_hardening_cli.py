@@ -5,6 +5,7 @@ and per-image prediction reports (12)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -343,3 +344,22 @@ def test_crafted_checkpoint_metadata_is_one_clear_error(
         assert main(["predict", "--checkpoint", str(folder), str(digit_png)]) == 2
         err = capsys.readouterr().err
         assert expected in err and err.count("\n") == 1 and len(err) < 600, err
+
+
+def test_predict_of_a_folder_counts_the_entries_it_skips(
+    run: Path, digit_png: Path, tmp_path: Path, capsys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``predict FOLDER`` dropped a FIFO and a dangling link named ``*.png`` with no line and no count (issue 37)."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    shutil.copy(digit_png, folder / "a.png")
+    os.mkfifo(folder / "fifo.png")
+    (folder / "gone.png").symlink_to(tmp_path / "missing.png")
+    assert main(["predict", "--checkpoint", str(run), str(folder)]) == 0
+    out, err = capsys.readouterr()
+    assert "a.png" in out and "fifo.png" not in out and "gone.png" not in out and "Traceback" not in err
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(
+        f"skipped 2 entries of {folder} named like images that are not image files" in w and "fifo.png, gone.png" in w
+        for w in warnings
+    ), warnings

@@ -500,3 +500,209 @@ def test_an_absurd_image_size_in_the_metadata_is_one_line(
         line = _one_line(capsys)
         assert f"image size {size!r} in the checkpoint is not an integer from 1 to 16384" in line, line
     assert not (tmp_path / "r1" / "last").exists()
+
+
+# -- issue 37: a resumed run obeys the run-folder rules ----------------------------------------------------------
+
+
+def _without_output(argv: list[str]) -> list[str]:
+    at = argv.index("--output")
+    return argv[:at] + argv[at + 2 :]
+
+
+def _epochs_in(run: Path) -> list[str]:
+    return [line.split(",")[0] for line in (run / "metrics.csv").read_text().splitlines()[1:]]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_resume_without_output_continues_in_its_own_folder(
+    task: str,
+    runs: dict[str, Path],
+    data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``train --resume A`` continued A's run into ./runs/train, replacing another run there."""
+    run = _copy(runs[task], tmp_path)
+    work = tmp_path / "work"
+    for default in ("train", "pretrain", "segment", "detect"):  # a run in each default folder: left as it was
+        shutil.copytree(runs[task], work / "runs" / default, ignore=shutil.ignore_patterns(".lock"))
+    before = _files(work)
+    monkeypatch.chdir(work)
+    argv = _without_output(_argv(task, data, run))
+    argv[argv.index("--epochs") + 1] = "3"
+    assert _exit_code([*argv, "--resume", run]) == 0, capsys.readouterr().err
+    assert _files(work) == before
+    assert _epochs_in(run) == ["1", "2", "3"]
+    assert json.loads((run / "config.json").read_text())["output"] == str(run)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_resume_into_another_folder_never_overwrites_its_files(
+    task: str, runs: dict[str, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``train --resume A --output B`` overwrote the user's B/metrics.csv and B/config.json."""
+    run = _copy(runs[task], tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "metrics.csv").write_text("my own numbers\n")
+    (mine / "config.json").write_text("{}\n")
+    before, run_before = _files(mine), _files(run)
+    argv = _argv(task, data, mine)
+    argv[argv.index("--epochs") + 1] = "3"
+    assert _exit_code([*argv, "--resume", run]) == 2
+    line = _one_line(capsys)
+    assert f"would continue into {mine}" in line and "config.json, metrics.csv" in line and str(run) in line
+    assert _files(mine) == before and _files(run) == run_before
+    # another run's folder is refused alike, and so is --overwrite with --resume (it would start over)
+    assert _exit_code([*argv[:-1], str(_copy(runs[task], tmp_path / "b")), "--resume", run]) == 2
+    assert "would continue into" in _one_line(capsys)
+    assert _exit_code([*argv, "--resume", run, "--overwrite"]) == 2
+    assert "--overwrite starts a new run" in _one_line(capsys)
+    # a new folder is a copy that continues the run; the run resumed from stays as it was
+    fork = tmp_path / "fork"
+    argv = _argv(task, data, fork)
+    argv[argv.index("--epochs") + 1] = "3"
+    assert _exit_code([*argv, "--resume", run]) == 0
+    assert _epochs_in(fork) == ["1", "2", "3"] and _files(run) == run_before
+
+
+def _make_immutable(folder: Path) -> bool:
+    """Make ``folder`` unwritable: permissions for a user, the immutable attribute for root (where supported)."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return True
+    chattr = shutil.which("chattr")
+    if chattr is None:
+        return False
+    return subprocess.run([chattr, "+i", str(folder)], capture_output=True).returncode == 0
+
+
+def _make_mutable(folder: Path) -> None:
+    if os.geteuid() != 0:
+        folder.chmod(0o755)
+    elif shutil.which("chattr"):
+        subprocess.run([shutil.which("chattr"), "-i", str(folder)], capture_output=True)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_resuming_an_immutable_run_fails_in_one_line(
+    task: str,
+    runs: dict[str, Path],
+    data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Resuming a read-only run "succeeded" with exit 0 by writing the continuation into ./runs/train."""
+    run = _copy(runs[task], tmp_path)
+    monkeypatch.chdir(tmp_path)
+    argv = _without_output(_argv(task, data, run))
+    argv[argv.index("--epochs") + 1] = "3"
+    if not _make_immutable(run):
+        pytest.skip("no way to make a folder unwritable here (root without chattr)")
+    try:
+        before = _files(run)
+        assert _exit_code([*argv, "--resume", run]) == 2
+        line = _one_line(capsys)
+        assert f"run folder {run} cannot be written" in line and "writable copy" in line
+        assert _files(run) == before and not (tmp_path / "runs").exists()
+    finally:
+        _make_mutable(run)
+
+
+@pytest.mark.parametrize("task", ["classify", "segment", "detect", "denoise"])
+def test_resume_with_init_from_is_refused_in_one_line(
+    task: str, runs: dict[str, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--resume R --init-from R`` ignored --init-from without a word."""
+    run = _copy(runs[task], tmp_path)
+    before = _files(run)
+    argv = _without_output(_argv(task, data, run))
+    assert _exit_code([*argv, "--resume", run, "--init-from", run]) == 2
+    line = _one_line(capsys)
+    assert f"--init-from {run} and --resume {run} both give the starting weights" in line
+    assert _files(run) == before
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_run_killed_in_its_first_save_gets_one_advice(
+    task: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a kill during the first save, ``train --output o`` said "continue it with --resume o" and
+    ``--resume o`` said "no checkpoint at o": both now say there is nothing to resume and that --overwrite
+    starts over, which works."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"task": task}))
+    (out / "metrics.csv").write_text("epoch\n")
+    (out / ".last.tmp-999999-0a1b2c3d").mkdir()  # the save's folder of the killed writer
+    (out / ".last.tmp-999999-0a1b2c3d" / "model.safe").write_bytes(b"half")
+    argv = _argv(task, data, out)
+    assert _exit_code(argv) == 2
+    fresh = _one_line(capsys)
+    assert _exit_code([*_without_output(argv), "--resume", out]) == 2
+    resumed = _one_line(capsys)
+    for line in (fresh, resumed):
+        assert f"{out} holds a run that stopped before its first checkpoint" in line and "--overwrite" in line
+    assert fresh.split("error: ", 1)[1] == resumed.split("error: ", 1)[1]
+    assert _exit_code([*argv, "--overwrite"]) == 0
+    assert (out / "last" / "model.safetensors").is_file()
+
+
+# -- issue 37: one bounded reader of checkpoint metadata, for every command ------------------------------------
+
+
+def _with_raw_meta(folder: Path, dst: Path, **raw: str) -> Path:
+    """A copy of the checkpoint ``folder`` at ``dst`` with metadata values set to the raw strings ``raw``."""
+    shutil.copytree(folder, dst)
+    with safetensors.safe_open(str(dst / "model.safetensors"), framework="pt") as f:
+        metadata = {**f.metadata(), **raw}
+    safetensors.torch.save_file(load_weights(dst), str(dst / "model.safetensors"), metadata=metadata)
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"model_args": "[" * 100_000 + "]" * 100_000}, "'model_args' metadata nested 100000 levels deep"),
+        ({"classes": '{"a":' * 3000 + "1" + "}" * 3000}, "'classes' metadata nested 3000 levels deep"),
+        ({"epoch": "9" * 5000}, "'epoch' metadata that cannot be read as JSON"),
+        ({"model": "{not json"}, "'model' metadata that is not JSON"),
+    ],
+    ids=["deep-list", "deep-object", "5000-digits", "not-json"],
+)
+def test_unreadable_metadata_is_one_line_naming_the_file_in_every_command(
+    raw: dict[str, str],
+    expected: str,
+    runs: dict[str, Path],
+    data: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Metadata nested deeper than Python's recursion limit gave a traceback in eval and predict, exit 1 without
+    the file named in viz and --init-from, and "try a smaller --tile" in restore."""
+    clf = _with_raw_meta(runs["classify"] / "best", tmp_path / "clf" / "best", **raw)
+    ir = _with_raw_meta(runs["denoise"] / "best", tmp_path / "ir" / "best", **raw)
+    enc = _with_raw_meta(runs["pretrain"] / "encoder", tmp_path / "enc" / "encoder", **raw)
+    seg = _with_raw_meta(runs["segment"] / "best", tmp_path / "seg" / "best", **raw)
+    cases = [
+        (["eval", "--checkpoint", clf, "--output", tmp_path / "e1"], clf),
+        (["eval", "--checkpoint", enc, "--output", tmp_path / "e2"], enc),
+        (["eval", "--checkpoint", seg, "--output", tmp_path / "e3"], seg),
+        (["predict", "--checkpoint", clf, data / "photo.png"], clf),
+        (["predict", "--checkpoint", seg, data / "photo.png"], seg),
+        (["viz", "erf", "--checkpoint", clf, "--output", tmp_path / "v1", "--images", "2"], clf),
+        (["viz", "gradcam", "--checkpoint", clf, data / "photo.png", "--output", tmp_path / "v2"], clf),
+        ([*_argv("classify", data, tmp_path / "r1"), "--init-from", clf], clf),
+        ([*_argv("segment", data, tmp_path / "r2"), "--init-from", enc], enc),
+        ([*_argv("denoise", data, tmp_path / "r3"), "--init-from", ir], ir),
+        (["restore", "--checkpoint", ir, data / "photo.png", tmp_path / "out.png"], ir),
+    ]
+    for argv, folder in cases:
+        assert _exit_code(argv) == 2, argv
+        line = _one_line(capsys)
+        assert f"checkpoint file {folder / 'model.safetensors'} has {expected}" in line, (argv, line)
+        assert len(line) < 400, line
+    assert not (tmp_path / "out.png").exists() and not (tmp_path / "r1" / "last").exists()

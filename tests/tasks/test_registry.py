@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -332,3 +335,58 @@ def test_model_args_asking_for_an_absurd_model_are_one_line_before_any_memory_is
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "billion parameters, above the limit of 1 billion" in err, err
     assert not out.exists()
+
+
+_PLUGINS = """
+from pdevision.tasks.registry import ExtraCommand, TaskCommands
+
+
+class Clash(TaskCommands):
+    name = "clash"
+
+    def add_arguments(self, parser):
+        parser.add_argument("--epochs")  # a run flag of every task
+
+
+class Raises(TaskCommands):
+    name = "raises"
+
+    def add_arguments(self, parser):
+        raise RuntimeError("no flags today")
+
+
+class ExtraRaises(TaskCommands):
+    name = "extra_raises"
+
+    def extra_commands(self):
+        def add(parser):
+            raise KeyError("x")
+
+        return {"odd": ExtraCommand("an odd command", add, lambda args: ("", 0))}
+"""
+
+
+def test_a_plug_in_whose_flags_clash_or_raise_is_one_line_naming_it(tmp_path: Path) -> None:
+    """A plug-in task whose ``add_arguments`` clashes with a run flag or raises gave a traceback: faults while
+    loading a plug-in were caught, faults while building the parser were not (issue 37). A real entry point of
+    an installed distribution, in a fresh process."""
+    (tmp_path / "hostile_plugins.py").write_text(_PLUGINS)
+    info = tmp_path / "hostile_plugins-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hostile-plugins\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[pdevision.tasks]\nclash = hostile_plugins:Clash\nraises = hostile_plugins:Raises\n"
+        "extra_raises = hostile_plugins:ExtraRaises\n"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), src]), "OMP_NUM_THREADS": "1"}
+    for argv in (["train", "--help"], ["models", "hcnet_micro"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "pdevision.cli", *argv], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 3, done.stderr
+        assert any("clash (hostile_plugins:Clash) was not loaded" in ln and "--epochs" in ln for ln in lines)
+        assert any("raises (hostile_plugins:Raises) was not loaded" in ln and "no flags today" in ln for ln in lines)
+        assert any("extra_raises" in ln and "its command 'odd'" in ln for ln in lines)

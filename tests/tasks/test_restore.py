@@ -354,6 +354,22 @@ def test_restore_keeps_16_bit_grey_at_16_bits(run, tmp_path) -> None:
     assert np.abs(a - b).max() < 0.02 and abs(a.mean() - arr16.mean() / 65535) < 0.05
 
 
+def test_restore_of_a_16_bit_rgb_tiff_says_it_is_written_at_8_bits(
+    run, tmp_path, capsys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 16-bit RGB TIFF was written back as 8-bit without a word (issue 37): Pillow, the one reader, has no 16-bit
+    colour mode; the restore says so in one warning, and the result is the 8-bit image, of the input's size."""
+    tifffile = pytest.importorskip("tifffile")
+    rng = np.random.default_rng(2)
+    arr = (np.clip(rng.normal(0.5, 0.15, (23, 31, 3)), 0, 1) * 65535).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "rgb16.tif", arr, photometric="rgb")
+    assert main(["restore", "--checkpoint", f"{run}/best", str(tmp_path / "rgb16.tif"), str(tmp_path / "o.tif")]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("has 16-bit colour samples" in w and "written with 8 bits per channel" in w for w in warnings), warnings
+    out = Image.open(tmp_path / "o.tif")
+    assert out.mode == "RGB" and out.size == (31, 23)
+
+
 def test_train_rejects_bad_values_and_checkpoints_in_one_line(run, photos, tmp_path, capsys) -> None:
     from pdevision.engine.checkpoint import save_checkpoint
 

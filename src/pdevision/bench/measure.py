@@ -216,8 +216,18 @@ def macs_and_peak_memory(model: Any, first: Any, inputs: Any, device: torch.devi
     high-water mark on the CPU). Run in a fresh process for a clean RSS reading."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with torch.inference_mode(), tally_fft_flops() as fft, FlopCounterMode(display=False) as counter:
-        model(first)
+    # parameters frozen for the count: the counter's module tracker hooks the gradient of every input that requires
+    # one, and a parameter handed on as an input (pdeformer's mixers pass their frequency embedding to the operator)
+    # has no gradient function under inference mode ('NoneType' object has no attribute 'next_functions')
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    try:
+        for p in trainable:
+            p.requires_grad_(False)
+        with torch.inference_mode(), tally_fft_flops() as fft, FlopCounterMode(display=False) as counter:
+            model(first)
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
     macs = (counter.get_total_flops() + fft[0]) / 2
     if device.type == "cuda":
         torch.cuda.synchronize(device)

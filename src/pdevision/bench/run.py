@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,6 +103,42 @@ def _first_calls(fns: dict[str, Any]) -> None:
             ) from exc
 
 
+# what a bench writes into its folder (run{i} and the staging folder: a series of runs, bench.runs)
+BENCH_FILES = ("results.json", "results.csv", "results.md", "cost_vs_resolution.png", "operators.png")
+_BENCH_NAME = re.compile(r"^(results\.(json|csv|md)|cost_vs_resolution\.png|operators\.png|run\d+|\.runs-in-progress)$")
+
+
+def _is_bench_record(out_dir: Path) -> bool:
+    """Whether ``out_dir/results.json`` is a record this bench wrote (an object with its machine and rows)."""
+    file = out_dir / "results.json"
+    if not file.is_file() or file.stat().st_size > 64 * 1024 * 1024:
+        return False
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(record, dict) and isinstance(record.get("machine"), dict) and isinstance(record.get("rows"), list)
+
+
+def check_bench_folder(out_dir: Path) -> None:
+    """The rules of every output folder, for ``--out``: an earlier bench record there is replaced (``make bench``
+    re-measures into one folder), files of other names are left untouched beside it, and a folder whose files have
+    the names of the bench's outputs without being a bench record (a user's ``results.csv``) is refused with a
+    ``ValueError`` naming them, before anything is measured."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} exists and is not a folder")
+    clashes = sorted(e.name for e in out_dir.iterdir() if _BENCH_NAME.match(e.name))
+    if not clashes or _is_bench_record(out_dir):
+        return
+    listed = ", ".join(clashes[:3]) + (f" and {len(clashes) - 3} more" if len(clashes) > 3 else "")
+    raise ValueError(
+        f"--out {out_dir} holds files that are not a bench record but have the names of its outputs ({listed}); "
+        "the bench would overwrite them: give another --out (a new or empty folder, or an earlier bench's)"
+    )
+
+
 def run_bench(
     models: list[str],
     resolutions: list[int],
@@ -120,6 +157,7 @@ def run_bench(
     the process (:func:`~pdevision.bench.measure.steady_allocator`), ``"default"`` leaves the C allocator as it is."""
     if allocator not in ("steady", "default"):
         raise ValueError(f"allocator must be 'steady' or 'default', got {allocator!r}")
+    check_bench_folder(out_dir)
     dev = torch.device(device)
     dtypes = [dtype] if isinstance(dtype, str) else list(dict.fromkeys(dtype))
     out_dir.mkdir(parents=True, exist_ok=True)

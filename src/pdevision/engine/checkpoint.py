@@ -49,6 +49,7 @@ from safetensors import safe_open
 from torch import nn
 
 from pdevision.engine.hub import HUB_CONFIG, hub_config_bytes
+from pdevision.engine.metadata import MAX_METADATA_BYTES, MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models._weights import not_a_regular_file
 
@@ -246,6 +247,28 @@ def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "las
     return path
 
 
+def resumed_run_folder(path: str | Path) -> Path | None:
+    """The run folder a ``--resume`` path continues: the folder holding the ``last/`` checkpoint that ``path``
+    resolves to (``RUN``, ``RUN/last`` or ``RUN/.last.old``), or ``None`` for a checkpoint folder of another name,
+    which belongs to no run. A run folder with a recipe but no checkpoint (a run stopped before its first save) is
+    a :class:`CheckpointError` that says there is nothing to resume, as a new run into it says."""
+    path = Path(path)
+    try:
+        folder = resolve_checkpoint(path, prefer=("last",))
+    except CheckpointError:
+        if path.is_dir() and (path / "config.json").is_file():
+            raise CheckpointError(f"{path} {NO_CHECKPOINT_YET}") from None
+        raise
+    return folder.parent if folder.name in ("last", ".last.old") else None
+
+
+# a run folder with a recipe but no checkpoint: what `train --output` and `--resume` both say of it
+NO_CHECKPOINT_YET = (
+    "holds a run that stopped before its first checkpoint (config.json, no last/): there is nothing to resume; "
+    "start over in it with --overwrite, or give another --output"
+)
+
+
 def _regular(file: Path) -> Path:
     """``file``; a :class:`CheckpointError` if it is a FIFO, device or folder (reading one would block forever)."""
     what = not_a_regular_file(file)
@@ -263,10 +286,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
             raw = f.metadata() or {}
     except Exception as exc:  # safetensors raises its own error type for truncated or garbage files
         raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc, first=True)})") from exc
-    try:
-        meta = {k: json.loads(v) for k, v in raw.items()}
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"checkpoint file {file} has metadata that is not JSON ({exc})") from exc
+    meta = parse_checkpoint_metadata(raw, file)
     classes = meta.get("classes")
     if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
         raise CheckpointError(f"checkpoint file {file}: its classes must be a list of names, got {classes!r:.80}")
@@ -275,6 +295,24 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     _check_normalisation(meta, file)
     if meta.get("kind") in ("segment", "detect") and not isinstance(meta.get("head"), str):
         raise CheckpointError(f"checkpoint file {file} is a {meta['kind']} checkpoint without its head in the metadata")
+    return meta
+
+
+def parse_checkpoint_metadata(raw: dict[str, str], file: str | Path) -> dict[str, Any]:
+    """The values of a safetensors header's metadata, each parsed as JSON by the one bounded reader
+    (:func:`pdevision.engine.metadata.parse_json`: at most :data:`MAX_METADATA_BYTES` in all, nested at most
+    :data:`MAX_JSON_DEPTH` deep); anything else is a :class:`CheckpointError` naming ``file``."""
+    total = sum(len(k) + len(v) for k, v in raw.items())
+    if total > MAX_METADATA_BYTES:
+        raise CheckpointError(
+            f"checkpoint file {file} has {total:,} characters of metadata, above the limit of {MAX_METADATA_BYTES:,}"
+        )
+    meta = {}
+    for key, value in raw.items():
+        try:
+            meta[key] = parse_json(value)
+        except MetadataError as exc:
+            raise CheckpointError(f"checkpoint file {file} has {key!r:.40} {exc}") from None
     return meta
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from timm.optim import get_optimizer_info
 
+from pdevision.engine.checkpoint import resumed_run_folder
+
 # what a field left at None becomes when neither the user nor the task's recipe sets it
 RUN_DEFAULTS: dict[str, Any] = {
     "epochs": 10,
@@ -42,7 +44,7 @@ class RunConfig:
     ``lr_base x global batch / lr_base_batch`` (the recipe's rate at its own batch, scaled linearly).
     """
 
-    output: str = "runs/run"
+    output: str | None = None  # None: the resumed run's own folder with ``resume``, else ``runs/run``
     epochs: int | None = None
     batch_size: int | None = None  # per process
     lr: float | None = None
@@ -76,6 +78,19 @@ class RunConfig:
     drop_last: bool | None = None  # None: when the train set holds at least two global batches
     find_unused_parameters: bool | None = None
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.output is None:  # a resumed run continues in its own folder, never in a default one
+            if self.resume is None:
+                self.output = "runs/run"
+            else:
+                folder = resumed_run_folder(self.resume)
+                if folder is None:
+                    raise ValueError(
+                        f"--resume {self.resume} is a checkpoint outside a run folder (not RUN/last): give --output, "
+                        "a new or empty folder for the continued run"
+                    )
+                self.output = str(folder)
 
     def peak_lr(self, world_size: int = 1) -> float:
         """The absolute peak learning rate for ``world_size`` processes (a resolved configuration)."""

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import re
 import sys
 import time
@@ -39,11 +40,14 @@ from tqdm import tqdm
 
 from pdevision._optional import require, require_all
 from pdevision.engine.checkpoint import (
+    NO_CHECKPOINT_YET,
     NO_SPACE_ERRNOS,
     CheckpointError,
     NoSpaceError,
     no_space_message,
     read_meta,
+    resolve_checkpoint,
+    resumed_run_folder,
     save_checkpoint,
 )
 from pdevision.engine.config import RunConfig, resolve_run
@@ -84,6 +88,8 @@ def fit(task: Task, run: RunConfig) -> dict[str, Any]:
     threads = torch.get_num_threads()
     if run.threads:  # fewer than the cores where other jobs share the CPU: oversubscribed threads wait on each other
         torch.set_num_threads(run.threads)
+    if run.resume and info.is_main:  # before the lock, which creates a file in the folder
+        check_writable_run_folder(Path(run.output))
     try:
         with RunLock(run.output, enabled=info.is_main):
             return _fit(task, run, device, info)
@@ -114,10 +120,15 @@ def _check_run_folder(run_dir: Path, task: Task, run: RunConfig) -> None:
 
     Files beside a run that the loop never writes are left untouched by ``--overwrite``; in a folder without a run,
     every file is the user's: refused, unless ``--overwrite`` is given and no run file would replace one of them."""
-    if run.resume or not run_dir.is_dir():
+    if run.resume:
+        _check_resume_folder(run_dir, run)
+        return
+    if not run_dir.is_dir():
         return
     held = held_run(run_dir)
     if held:
+        if not run.overwrite and resolve_or_none(run_dir) is None and (run_dir / "config.json").is_file():
+            raise ValueError(f"{run_dir} {NO_CHECKPOINT_YET}")
         if not run.overwrite:  # a new run would replace that run's files one by one
             raise ValueError(
                 f"{run_dir} already holds a run ({held}); continue it with --resume {run_dir}, start over in it with "
@@ -141,6 +152,47 @@ def _check_run_folder(run_dir: Path, task: Task, run: RunConfig) -> None:
         f"{run_dir} holds files that are not a run's ({listed}); give another --output (a new or empty folder), or "
         "--overwrite to write the run beside them (they are left untouched)"
     )
+
+
+def resolve_or_none(run_dir: Path) -> Path | None:
+    """The checkpoint ``--resume run_dir`` would continue, or ``None``."""
+    try:
+        return resolve_checkpoint(run_dir, prefer=("last",))
+    except CheckpointError:
+        return None
+
+
+def _check_resume_folder(run_dir: Path, run: RunConfig) -> None:
+    """A resumed run writes into its own run folder, or into a new or empty ``--output`` (a copy that continues it),
+    never over another folder's files: ``--overwrite`` does not apply to a resumed run."""
+    assert run.resume is not None
+    own = resumed_run_folder(run.resume)
+    if own is not None and own.resolve() == run_dir.resolve():
+        return
+    others = sorted(e.name for e in run_dir.iterdir() if e.name != LOCK_NAME) if run_dir.is_dir() else []
+    if others:
+        listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        where = f"its own folder {own}" if own is not None else "a new or empty --output"
+        raise ValueError(
+            f"--resume {run.resume} would continue into {run_dir}, which holds files ({listed}); a resumed run "
+            f"writes only into {where} or a new or empty --output, never over other files"
+        )
+
+
+def check_writable_run_folder(run_dir: Path) -> None:
+    """A ``ValueError`` when files cannot be created in the existing folder ``run_dir`` (read-only permissions,
+    an immutable folder, a read-only mount): found by creating and removing a file, as the run would."""
+    if not run_dir.is_dir():
+        return
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(
+            f"run folder {run_dir} cannot be written ({exc.strerror or type(exc).__name__}); a resumed run continues "
+            "in its own folder: resume a writable copy of it, or give --output a new folder for the continued run"
+        ) from None
 
 
 def _fit_batch_size(train_set: Dataset, run: RunConfig, info: DistInfo) -> RunConfig:

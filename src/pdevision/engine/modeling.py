@@ -140,7 +140,7 @@ def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
                 isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_IMAGE_SIZE for v in sizes
             )
             if not ok:
-                raise CheckpointError(f"image size {value!r} in the checkpoint is not an integer from 1 to 16384")
+                raise CheckpointError(f"image size {value!r:.80} in the checkpoint is not an integer from 1 to 16384")
     return args
 
 

@@ -32,6 +32,53 @@ MAX_COUNT_ARGUMENT = 1024  # depths, heads, layers, blocks per entry
 # 4 GB of float32 weights, 16 GB to train with AdamW: above every registered model at its default size
 MAX_PARAMETERS = 1_000_000_000
 _COUNT_KEYS = re.compile(r"depth|layers|blocks|heads|repeat", re.I)
+# iteration counts (explicit heat-conduction sub-steps): each one is a pass over every feature map of a block, so
+# the work a model asks for grows with them where its parameters do not (hcl_steps 16384 had not finished one batch
+# of two 64-px images after 240 s); 64 is above every registered configuration (1) and any published one
+MAX_STEP_ARGUMENT = 64
+_STEP_KEYS = re.compile(r"(^|_)(steps|iters|iterations)$")
+_WIDTH_KEYS = re.compile(r"(^|_)(dims?|embed_dims?|widths?|channels|hidden_dims?)$")
+_DEPTH_KEYS = re.compile(r"(^|_)depths?$")
+_HEAD_KEYS = re.compile(r"(^|_)(num_)?heads$")
+# the per-stage lists of a staged backbone: given together, one entry per stage each
+_STAGE_LISTS = ("depths", "dims", "embed_dims", "widths")
+
+
+def _ints(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_model_values(args: Mapping[str, Any], source: str = "given") -> None:
+    """A :class:`ModelArgumentError` naming the first argument whose value has the wrong sign, type or length for
+    what its name says, before anything is built: ``num_classes`` an integer >= 0, ``in_chans`` >= 1, widths
+    (``dims``, ``embed_dim``, ...) and heads positive, depths >= 0, iteration counts (``hcl_steps``, ``steps``)
+    from 1 to :data:`MAX_STEP_ARGUMENT`, and per-stage lists given together of one length."""
+
+    def bad(key: str, want: str) -> ModelArgumentError:
+        return ModelArgumentError(f"model argument {key}={args[key]!r:.80} {source} must be {want}")
+
+    if "num_classes" in args and not (_is_int(args["num_classes"]) and args["num_classes"] >= 0):
+        raise bad("num_classes", "an integer >= 0 (0: no classifier)")
+    if "in_chans" in args and not (_is_int(args["in_chans"]) and args["in_chans"] >= 1):
+        raise bad("in_chans", "a positive number of input channels")
+    for key, value in args.items():
+        items = _ints(value)
+        if _STEP_KEYS.search(key) and not all(_is_int(v) and 1 <= v <= MAX_STEP_ARGUMENT for v in items):
+            raise bad(key, f"an integer from 1 to {MAX_STEP_ARGUMENT} (iterations per block)")
+        if _WIDTH_KEYS.search(key) and not (items and all(_is_int(v) and v >= 1 for v in items)):
+            raise bad(key, "a positive channel count (or a non-empty list of them)")
+        if _DEPTH_KEYS.search(key) and not (items and all(_is_int(v) and v >= 0 for v in items)):
+            raise bad(key, "a block count >= 0 (or a non-empty list of them)")
+        if _HEAD_KEYS.search(key) and not (items and all(_is_int(v) and v >= 1 for v in items)):
+            raise bad(key, "a positive number of heads (or a non-empty list of them)")
+    lists = {k: len(args[k]) for k in _STAGE_LISTS if isinstance(args.get(k), (list, tuple))}
+    if len(set(lists.values())) > 1:
+        shown = " and ".join(f"{k} has {n}" for k, n in lists.items())
+        raise ModelArgumentError(f"model arguments {source} need one entry per stage in each list, but {shown}")
 
 
 def _check_value(key: str, value: Any, source: str, depth: int = 0) -> None:
@@ -76,6 +123,7 @@ def check_model_args(args: Any, source: str = "given") -> dict[str, Any]:
                 "with timm.create_model(..., pretrained=True, pretrained_cfg_overlay=dict(file=...)))"
             )
         _check_value(key, value, source)
+    check_model_values(args, source)
     return args
 
 
@@ -102,5 +150,7 @@ def check_model_size(build: Callable[[], nn.Module], name: str, args: Mapping[st
 def check_model_name(name: Any, source: str = "given") -> str:
     """``name`` if it is a plain registered-model name (no ``hf-hub:`` / ``local-dir:`` reference, no path)."""
     if not isinstance(name, str) or not _MODEL_NAME.match(name):
-        raise ModelNameError(f"model name {name!r} {source} is not a registered model name (no hub or file references)")
+        raise ModelNameError(
+            f"model name {name!r:.80} {source} is not a registered model name (no hub or file references)"
+        )
     return name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 import timm
@@ -13,12 +14,14 @@ from pdevision.models._arguments import (
     MAX_COUNT_ARGUMENT,
     MAX_INT_ARGUMENT,
     MAX_PARAMETERS,
+    MAX_STEP_ARGUMENT,
     ModelArgumentError,
     ModelNameError,
     UnsafeModelArgumentError,
     check_model_args,
     check_model_name,
     check_model_size,
+    check_model_values,
 )
 from pdevision.models.restoration import is_restoration_model
 
@@ -47,12 +50,33 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
         raise ModelNameError(f"unknown model {name!r}{hint}")
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
+        check_model_values({"num_classes": num_classes})
     shown = {k: v for k, v in kwargs.items() if k != "num_classes"}
     if img_size is not None and img_size > LARGE_INPUT:
         shown["img_size"] = img_size
     if shown:  # a registered configuration at a usual size needs no check
         check_model_size(lambda: _create(name, kwargs, img_size), name, shown)
-    return _create(name, kwargs, img_size)
+    try:
+        return _create(name, kwargs, img_size)
+    except (IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # what the checks above do not foresee
+        text = " ".join(str(exc).split())[:160] or type(exc).__name__
+        listed = ", ".join(f"{k}={v!r}" for k, v in shown.items())
+        raise ModelArgumentError(f"{name} cannot be built with {listed:.160} ({type(exc).__name__}: {text})") from exc
+
+
+_UNEXPECTED = re.compile(r"unexpected keyword argument(?:\(s\))?:?\s*(.*)")
+
+
+def _not_taken(name: str, kwargs: dict[str, Any], exc: TypeError) -> ModelArgumentError:
+    """The error for arguments ``name``'s constructor does not take: only those it refused are named (Python's
+    "unexpected keyword argument 'x'", timm's "unexpected keyword argument(s): ['x', 'y']"), with the mixer where
+    one was chosen (an option of another mixer)."""
+    text = " ".join(str(exc).split())
+    found = _UNEXPECTED.search(text)
+    refused = sorted(set(re.findall(r"'([A-Za-z_][A-Za-z0-9_]*)'", found.group(1)))) if found else []
+    refused = [k for k in refused if k in kwargs] or sorted(kwargs)
+    mixer = f" with mixer={kwargs['mixer']!r}" if isinstance(kwargs.get("mixer"), str) else ""
+    return ModelArgumentError(f"{name}{mixer} does not take the arguments {refused} ({text})")
 
 
 def _create(name: str, kwargs: dict[str, Any], img_size: int | None) -> nn.Module:
@@ -61,11 +85,11 @@ def _create(name: str, kwargs: dict[str, Any], img_size: int | None) -> nn.Modul
             return timm.create_model(name, img_size=img_size, **kwargs)
         except TypeError as exc:
             if "img_size" not in str(exc):
-                raise ModelArgumentError(f"{name} does not take the arguments {sorted(kwargs)}: {exc}") from exc
+                raise _not_taken(name, kwargs, exc) from exc
     try:
         return timm.create_model(name, **kwargs)
     except TypeError as exc:  # e.g. --model-args '{"depth": 1}' for a model that takes "depths"
-        raise ModelArgumentError(f"{name} does not take the arguments {sorted(kwargs)}: {exc}") from exc
+        raise _not_taken(name, kwargs, exc) from exc
 
 
 def min_input_size(model: nn.Module) -> int:
@@ -108,6 +132,7 @@ __all__ = [
     "MAX_COUNT_ARGUMENT",
     "MAX_INT_ARGUMENT",
     "MAX_PARAMETERS",
+    "MAX_STEP_ARGUMENT",
     "ModelArgumentError",
     "ModelNameError",
     "UnsafeModelArgumentError",

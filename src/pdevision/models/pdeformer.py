@@ -89,6 +89,8 @@ def mixer_kwargs(mixer: str, kwargs: dict[str, Any]) -> dict[str, Any]:
 def _stage_dims(dims: int | Sequence[int], depths: Sequence[int]) -> tuple[int, ...]:
     if isinstance(dims, int):
         return tuple(dims * 2**i for i in range(len(depths)))
+    if len(dims) != len(depths):  # MetaFormer indexed past the shorter one (IndexError)
+        raise ValueError(f"dims and depths need one entry per stage, got {len(dims)} and {len(depths)}")
     return tuple(dims)
 
 

@@ -48,7 +48,7 @@ from timm.models.swin_transformer import SwinTransformerBlock
 from torch import nn
 
 from pdevision.layers import run_block
-from pdevision.models._arguments import check_model_size
+from pdevision.models._arguments import check_model_args, check_model_size
 from pdevision.models._staged import to_2tuple_size
 from pdevision.models.vheat import VHeatStage
 from pdevision.ops.dct import DctMethod
@@ -381,7 +381,7 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
     (:func:`create_restoration_model` builds by architecture and size)."""
     if not is_restoration_model(name):
         raise ValueError(f"{name!r} is not a restoration model; choose one of {', '.join(list_restoration_models())}")
-    args = {k: v for k, v in model_args.items() if not (k == "pretrained" and v is False)}
+    args = {k: v for k, v in check_model_args(dict(model_args)).items() if not (k == "pretrained" and v is False)}
     if name.startswith("vheatir_"):
         args.setdefault("img_size", patch_size)
     # bounded before anything is allocated: widths multiply, and vHeatIR's FVEs grow with the square of the patch
@@ -390,6 +390,9 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
         return _RESTORATION_MODELS[name](in_chans=in_chans, **args)
     except TypeError as exc:  # an unknown or ill-typed model argument
         raise ValueError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
+    except (IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # what the checks do not foresee
+        text = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise ValueError(f"{name} cannot be built with the model arguments {model_args!r:.160} ({text})") from exc
 
 
 # -- the registry of restoration models -------------------------------------------------------------

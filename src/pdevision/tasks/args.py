@@ -5,7 +5,6 @@ parsers from these and from each task's own declaration (:mod:`pdevision.tasks.r
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from collections.abc import Iterable
@@ -17,6 +16,7 @@ from timm.data.auto_augment import augment_and_mix_transform, auto_augment_trans
 
 from pdevision.engine.checkpoint import checkpoint_folder_of
 from pdevision.engine.config import RunConfig
+from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.models.factory import ModelArgumentError, check_model_args
 
 
@@ -192,13 +192,15 @@ def _json_dict(text: str) -> dict:
     """``--model-args``: a JSON object of plain constructor arguments (the rules of checkpoint metadata: no weights
     to fetch or read, no URL or path, bounded integers; they are stored in every checkpoint of the run)."""
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+        value = parse_json(text)
+    except MetadataError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("metadata", "model arguments", 1)) from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"depth\": 4}'")
     if "img_size" in value:  # the task sets it from --img-size / --patch-size; twice was a TypeError at build time
         raise argparse.ArgumentTypeError("img_size is set with --img-size (restoration: --patch-size), not here")
+    if "num_classes" in value:  # the task sizes the classifier from the data; twice was a TypeError at build time
+        raise argparse.ArgumentTypeError("num_classes is set by the task (the data's classes), not here")
     try:
         return check_model_args(value)
     except ModelArgumentError as exc:
@@ -293,7 +295,14 @@ def add_run_arguments(
         group.add_argument(flag, **kw)
 
     g = p.add_argument_group("run: schedule and optimiser (default: the task's recipe)")
-    add(g, "--output", type=_output_folder, default=output, help=f"run folder (default {output})")
+    add(
+        g,
+        "--output",
+        type=_output_folder,
+        default=None,
+        help=f"run folder (default {output}; with --resume, the resumed run's own folder)",
+    )
+    p.set_defaults(default_output=output)
     add(g, "--epochs", type=_epochs, default=None)
     add(g, "--batch-size", type=_positive_int, default=None, help="per process")
     add(
@@ -367,6 +376,18 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         "progress",
     )
     values = {k: getattr(args, k) for k in keys if hasattr(args, k)}
+    if values.get("resume") and getattr(args, "init_from", None):  # the resumed weights would replace them
+        raise UsageError(
+            f"--init-from {args.init_from} and --resume {values['resume']} both give the starting weights: --resume "
+            "continues a run with its own weights, --init-from starts a new one (give one of them)"
+        )
+    if values.get("resume") and values.get("overwrite"):
+        raise UsageError(
+            f"--overwrite starts a new run, --resume {values['resume']} continues one in its own folder "
+            "(give one of them)"
+        )
+    if values.get("output") is None and not values.get("resume"):
+        values["output"] = getattr(args, "default_output", None)
     return RunConfig(**values, ema_decay=ema)
 
 

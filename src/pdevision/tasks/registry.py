@@ -18,7 +18,8 @@ from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
 from pdevision.engine.config import RunConfig
-from pdevision.tasks.args import UsageError
+from pdevision.engine.runtime import one_line
+from pdevision.tasks.args import UsageError, add_run_arguments
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +105,42 @@ def _load_entry_points() -> None:
     _loaded_entry_points = True
     for ep in entry_points(group="pdevision.tasks"):
         try:
-            register(ep.load()())
+            commands = ep.load()()
         except Exception as exc:  # a broken plugin must not break the command
-            log.warning("task entry point %s could not be loaded: %s", ep.name, exc)
+            log.warning("task entry point %s could not be loaded: %s", ep.name, one_line(exc))
+            continue
+        try:  # its flags, on parsers like the command line's: a clash or a fault there broke every command
+            check_task_parsers(commands)
+            register(commands)
+        except Exception as exc:
+            log.warning("task entry point %s (%s) was not loaded: %s", ep.name, ep.value, one_line(exc))
+
+
+def check_task_parsers(commands: TaskCommands) -> None:
+    """Build every parser the command line builds for ``commands`` (train, eval, predict and its extra commands,
+    each beside the flags the command line adds there); what a task's ``add_*arguments`` raises (argparse's
+    "conflicting option string" for a flag that is a run flag, any fault of its own) is raised here, at load time,
+    where the registry names the plug-in, instead of while the command's parser is built."""
+    train = argparse.ArgumentParser(add_help=False)
+    add_run_arguments(train, commands.default_output, skip=commands.skip_run_flags, defaults=commands.run_flag_defaults)
+    train.add_argument("--task")
+    where = "its add_arguments"
+    try:
+        commands.add_arguments(train)
+        for which, add in (("eval", commands.add_eval_arguments), ("predict", commands.add_predict_arguments)):
+            if add is None:
+                continue
+            where = f"its add_{which}_arguments"
+            parser = argparse.ArgumentParser(add_help=False)
+            for flag in ("--checkpoint", "--device") + (("--output",) if which == "eval" else ()):
+                parser.add_argument(flag)
+            add(parser)
+        where = "its extra_commands"
+        for name, extra in commands.extra_commands().items():
+            where = f"the add_arguments of its command {name!r}"
+            extra.add_arguments(argparse.ArgumentParser(add_help=False))
+    except Exception as exc:
+        raise RuntimeError(f"{where} failed: {type(exc).__name__}: {one_line(exc)}") from exc
 
 
 BUILTIN_ORDER = ("classify", "segment", "detect", "denoise", "dejpeg", "pretrain")

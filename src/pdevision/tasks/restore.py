@@ -456,6 +456,14 @@ def _read_image(src: Path) -> tuple[Image.Image, np.ndarray, str, float]:
     return read_image_native(src, caller="restore")
 
 
+def _tiff_bits(img: Image.Image) -> int:
+    """The largest bits per sample a TIFF's header states (its ``BitsPerSample`` tag), 0 for other files."""
+    tags = getattr(img, "tag_v2", None)
+    value = tags.get(258) if tags is not None else None
+    values = value if isinstance(value, tuple) else (value,)
+    return max((int(v) for v in values if isinstance(v, int)), default=0)
+
+
 def _check_output_format(dst: Path) -> None:
     """Refuse, before any work, an output name whose extension names no image format Pillow writes (the
     temporary file it is saved under would otherwise be named in the error)."""
@@ -498,6 +506,15 @@ def restore_file(
     _check_output_format(dst)
     model, meta = load_restoration_model(checkpoint, device)
     img, arr, mode, scale = _read_image(src)
+    bits = _tiff_bits(img)
+    if bits > 8 and scale <= 255:  # Pillow has no 16-bit colour mode: it read the samples as 8-bit
+        log.warning(
+            "%s has %d-bit colour samples, which the image reader (Pillow) reads as 8-bit: %s is written with 8 bits "
+            "per channel (16-bit depth is kept for grey images only)",
+            src,
+            bits,
+            dst,
+        )
     arr = arr[..., None] if arr.ndim == 2 else arr
     alpha = arr[..., -1:] if mode in ("LA", "RGBA") else None
     colour = arr[..., :3] if mode.startswith("RGB") else arr[..., :1]

@@ -17,6 +17,7 @@ from torch import nn
 from pdevision._optional import require
 from pdevision.data import ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.datasets import scan_folder
+from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.engine.modeling import build_model, classifier_from_meta
 from pdevision.engine.modeling import load_checkpoint_model as load_model
 from pdevision.models.hcnet import HcNet
@@ -122,9 +123,11 @@ def run_data(folder: Path) -> str | None:
     if run is None or not (run / "config.json").is_file():  # a FIFO would block: no run data then
         return None
     try:
-        return json.loads((run / "config.json").read_text()).get("data")
-    except (OSError, json.JSONDecodeError):
+        config = parse_json((run / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, MetadataError):
         return None
+    data = config.get("data") if isinstance(config, dict) else None
+    return data if isinstance(data, str) else None
 
 
 def _spread(n_total: int, count: int) -> list[int]:

@@ -87,7 +87,18 @@ def expand_images(images: list[str | Path]) -> list[Path]:
     for item in images:
         path = Path(item)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(IMAGE_EXTENSIONS))
+            named = sorted(p for p in path.iterdir() if p.name.lower().endswith(IMAGE_EXTENSIONS))
+            found = [p for p in named if p.is_file()]  # follows links: a dangling one is not a file
+            skipped = [p.name for p in named if not p.is_file()]
+            if skipped:  # a FIFO, socket, device, folder or dangling link with an image's name: never opened
+                log.warning(
+                    "skipped %d entr%s of %s named like images that are not image files (FIFO, dangling link, "
+                    "folder, ...): %s",
+                    len(skipped),
+                    "y" if len(skipped) == 1 else "ies",
+                    path,
+                    ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""),
+                )
             if not found:
                 raise FileNotFoundError(f"folder {path} holds no image files ({', '.join(IMAGE_EXTENSIONS)})")
             out.extend(found)
