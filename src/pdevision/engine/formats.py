@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import logging
 import pickle
 import re
@@ -39,6 +38,7 @@ from torch import nn
 
 from pdevision.engine import checkpoint as native
 from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models import FAMILIES, list_models
 from pdevision.models._weights import not_a_regular_file
@@ -229,8 +229,8 @@ def _foreign_meta(name: str, num_classes: int, fmt: str, **extra: Any) -> dict[s
 def _hub_meta(folder: Path) -> dict[str, Any]:
     file = _regular(folder / "config.json")
     try:
-        config = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        config = parse_json(file.read_text())  # untrusted: bounded in size and nesting
+    except (OSError, UnicodeDecodeError, MetadataError) as exc:
         raise CheckpointError(f"{file} is not a JSON model config ({one_line(exc, first=True)})") from None
     if not isinstance(config, dict) or not isinstance(config.get("architecture"), str):
         raise CheckpointError(f"{file} names no architecture (a timm config.json has an 'architecture' field)")

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from pdevision.engine.config import RunConfig
+from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.tasks.args import UsageError
 
 log = logging.getLogger(__name__)
@@ -46,9 +47,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             raise UsageError(f"--config {path}: not YAML: {' '.join(str(exc).split())}") from None
     else:
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--config {path}: not JSON ({exc}); YAML files end in .yaml or .yml") from None
+            value = parse_json(text)
+        except MetadataError as exc:
+            raise UsageError(f"--config {path}: {exc}; YAML files end in .yaml or .yml") from None
     if value is None:
         value = {}
     if not isinstance(value, dict):
