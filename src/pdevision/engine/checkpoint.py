@@ -22,7 +22,7 @@ Save protocol (:func:`save_checkpoint`), with ``final = <run>/<name>`` and ``old
 ``final`` only ever appears by a rename of a complete folder, and ``old`` is deleted only while a
 complete ``final`` exists, so a fault at any step (and another fault after the recovery) leaves a
 complete checkpoint: ``final``, or ``old`` when the fault hit between the renames, which
-:func:`resolve_checkpoint` then returns. ``tests/engine/test_hardening_checkpoint.py`` injects a fault
+:func:`resolve_checkpoint` then returns. ``tests/engine/test_checkpoint_refusals.py`` injects a fault
 at every step, twice in a row. Folders and files follow the umask.
 """
 
