@@ -17,6 +17,7 @@ from pdevision.data.digits import DigitsDataset
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.modeling import build_model, load_into_model
+from pdevision.fastpath import reference_kernels
 from pdevision.models.vheat import checkpoint_filter_fn
 from pdevision.tasks.classify.evaluate import evaluate_checkpoint, load_classifier
 from tests.helpers import exit_code
@@ -113,11 +114,13 @@ def test_run_best_is_a_timm_folder_with_its_class_names(run: Path) -> None:
     theirs = timm.create_model(f"local-dir:{run / 'best'}", pretrained=True).eval()
     assert theirs.pretrained_cfg["label_names"] == meta["classes"]
     x = torch.randn(2, 3, 64, 64)
-    with torch.no_grad():
+    with torch.no_grad(), reference_kernels():  # load_classifier's model is on the CPU kernels: compare plain paths
         torch.testing.assert_close(theirs(x), ours(x), rtol=0, atol=0)
         fresh = timm.create_model("vheat_micro", num_classes=10).eval()
         timm.models.load_checkpoint(fresh, str(run / "best" / "model.safetensors"))
         torch.testing.assert_close(fresh(x), ours(x), rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), ours(x), rtol=1e-5, atol=1e-5)  # the kernels: float32 rounding
 
 
 @pytest.mark.parametrize("fmt", ["run", "hub", "timm", "authors"])

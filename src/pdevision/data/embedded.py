@@ -32,9 +32,10 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from pdevision.data import pathfinder
 from pdevision.data.digits import DigitsDataset
 from pdevision.data.errors import DataError
+from pdevision.data.pathfinder import REFERENCE_SIZE as PATHFINDER_REFERENCE_SIZE
+from pdevision.data.pathfinder import VERSION as PATHFINDER_VERSION
 from pdevision.data.pathfinder import PathfinderConfig, make_pathfinder
 from pdevision.data.scenes import VERSION, SceneConfig, make_scene
 
@@ -127,10 +128,10 @@ def check_embedded_size(name: str, img_size: int) -> None:
             f"image size {img_size} is more than the embedded {name!r} set can hold in memory "
             f"(it generates every scene at that size): at most {SCENES_MAX_SIZE} px; give a smaller --img-size"
         )
-    elif name in PATHFINDER_SETS and not pathfinder.REFERENCE_SIZE <= int(img_size) <= PATHFINDER_MAX_SIZE:
+    elif name in PATHFINDER_SETS and not PATHFINDER_REFERENCE_SIZE <= int(img_size) <= PATHFINDER_MAX_SIZE:
         raise DataError(
             f"image size {img_size} does not suit the embedded {name!r} set: its paths are drawn at "
-            f"{pathfinder.REFERENCE_SIZE} to {PATHFINDER_MAX_SIZE} px; give --img-size in that range"
+            f"{PATHFINDER_REFERENCE_SIZE} to {PATHFINDER_MAX_SIZE} px; give --img-size in that range"
         )
 
 
@@ -211,7 +212,7 @@ class SceneClassification(Dataset):
 
 @functools.lru_cache(maxsize=8)
 def pathfinder_arrays(
-    name: str, split: str, size: int, version: int = pathfinder.VERSION
+    name: str, split: str, size: int, version: int = PATHFINDER_VERSION
 ) -> tuple[np.ndarray, np.ndarray]:
     """Images (n, size, size) uint8 and labels (n,) of a Pathfinder set's split, generated once per process."""
     spec = PATHFINDER_SETS[name]
