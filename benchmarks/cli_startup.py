@@ -75,7 +75,7 @@ def main() -> int:
             "(`python -c` calling the entry point, as the console script does), the cases interleaved; wall "
             "seconds.",
             f"Machine: {cpu_model()}; Python {sys.version.split()[0]}; load average "
-            f"{load_before[0]:.2f} before, {load_after[0]:.2f} after (the machine is shared: other jobs ran beside).",
+            f"{load_before[0]:.2f} before, {load_after[0]:.2f} after (1-minute averages).",
             "",
             "| command | entry point | median s | min s | runs |",
             "|---|---|---:|---:|---:|",
