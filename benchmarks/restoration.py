@@ -36,7 +36,7 @@ import torch
 
 from pdevision.data.restoration import classical_baselines, embedded_images, psnr, ssim
 from pdevision.engine import RunConfig, fit
-from pdevision.models.restoration import count_params, create_restoration_model, match_params
+from pdevision.models.restoration import count_trainable_params, create_restoration_model, match_params
 from pdevision.tasks.restore import HeldOutImages, RestoreConfig, RestoreTask, load_restoration_model, restore_image
 
 HERE = Path(__file__).resolve().parent
@@ -57,7 +57,7 @@ SWIN_HEADS = 2  # width steps of 2: the SwinIR-style net lands within 0.1% of vH
 def net_args(patch: int, swin_heads: int = SWIN_HEADS) -> dict[str, dict[str, Any]]:
     """Model arguments at equal parameters: DnCNN's and SwinIR's widths matched to vHeatIR-Micro with FVEs
     for ``patch`` px patches."""
-    target = count_params(create_restoration_model("vheatir", "micro", 1, img_size=patch))
+    target = count_trainable_params(create_restoration_model("vheatir", "micro", 1, img_size=patch))
     args: dict[str, dict[str, Any]] = {"vheatir": {"img_size": patch}}
     for arch, extra in (("dncnn", {}), ("swinir", {"num_heads": swin_heads})):
         cfg = match_params(arch, target, "micro", 1, **extra)
@@ -173,7 +173,7 @@ def _train_one(
         out = restore_image(model, task.val_set.pair(0)[0])
         np.save(work / f"{setting}_{arch}.npy", out[CROP])
     return {
-        "params": count_params(model),
+        "params": count_trainable_params(model),
         "steps": summary["steps"],
         "train_wall_s": summary["seconds"],
         "run_cpu_s": cpu,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pdevision.models.restoration import count_params, create_restoration_model
+from pdevision.models.restoration import count_trainable_params, create_restoration_model
 from tests.helpers import load_benchmark
 
 bench = load_benchmark("restoration.py", "restoration_bench")
@@ -12,7 +12,9 @@ bench = load_benchmark("restoration.py", "restoration_bench")
 
 def test_nets_are_sized_within_two_percent_of_vheatir() -> None:
     args = bench.net_args(32)
-    params = {arch: count_params(create_restoration_model(arch, "micro", 1, **args[arch])) for arch in bench.NETS}
+    params = {
+        arch: count_trainable_params(create_restoration_model(arch, "micro", 1, **args[arch])) for arch in bench.NETS
+    }
     for arch in ("dncnn", "swinir"):
         assert abs(params[arch] / params["vheatir"] - 1) < 0.02, (arch, params)
 

@@ -12,7 +12,7 @@ from pdevision.models.restoration import (
     SwinIRStyle,
     VHeatIR,
     build_restoration_model,
-    count_params,
+    count_trainable_params,
     create_restoration_model,
     list_restoration_models,
     match_params,
@@ -73,11 +73,11 @@ def test_dncnn_predicts_the_residual() -> None:
 
 
 def test_match_params_sizes_baselines_to_vheatir() -> None:
-    target = count_params(create_restoration_model("vheatir", "micro", 1))
+    target = count_trainable_params(create_restoration_model("vheatir", "micro", 1))
     for arch in ("dncnn", "swinir"):
         cfg = match_params(arch, target, "micro", 1)
         model = create_restoration_model(arch, "micro", 1, match_to=target)
-        assert abs(count_params(model) - target) / target < 0.1, (arch, cfg)
+        assert abs(count_trainable_params(model) - target) / target < 0.1, (arch, cfg)
         if arch == "swinir":
             assert cfg["embed_dim"] % cfg["num_heads"] == 0
 
@@ -89,7 +89,9 @@ def test_paper_sized_configs() -> None:
         d = create_restoration_model("dncnn", "base", 1)
     assert v.embed_dim == s.embed_dim == 180 and v.depths == s.depths == (6,) * 6
     assert d.depth == 17 and d.width == 64
-    assert count_params(v) > count_params(s) > count_params(d)  # the FVEs at 128 px dominate vHeatIR's count
+    assert (
+        count_trainable_params(v) > count_trainable_params(s) > count_trainable_params(d)
+    )  # the FVEs at 128 px dominate vHeatIR's count
 
 
 def test_restoration_registry_builds_the_models_and_timms_does_not_list_them() -> None:

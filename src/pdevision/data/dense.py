@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -47,6 +46,7 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from pdevision._optional import require
+from pdevision._values import is_finite_number, is_int
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import IMAGE_EXTENSIONS, MASK_MODES, read_header, read_mask_array, read_rgb_array
 from pdevision.data.scenes import CLASS_NAMES, SceneConfig, make_scene
@@ -338,14 +338,6 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _file_name_fault(name: Any) -> str | None:
     """Why ``name`` (an image's ``file_name``) is not a path relative to an image folder, or ``None``."""
     if not isinstance(name, str) or not name.strip() or "\0" in name:
@@ -366,14 +358,14 @@ def _segmentation_fault(seg: Any) -> str | None:
         for poly in seg:
             if not (isinstance(poly, list) and len(poly) >= 6 and len(poly) % 2 == 0):
                 return f"polygon {_short(poly)} is not a list of at least 3 x, y pairs"
-            if not all(_is_number(v) and math.isfinite(v) for v in poly):
+            if not all(is_finite_number(v) for v in poly):
                 return f"polygon {_short(poly)} holds a value that is not a finite number"
         return None
     if isinstance(seg, dict):
         size, counts = seg.get("size"), seg.get("counts")
-        if not (isinstance(size, list) and len(size) == 2 and all(_is_int(v) and v >= 0 for v in size)):
+        if not (isinstance(size, list) and len(size) == 2 and all(is_int(v) and v >= 0 for v in size)):
             return f"RLE size must be [height, width], got {_short(size)}"
-        if not (isinstance(counts, str) or (isinstance(counts, list) and all(_is_int(v) for v in counts))):
+        if not (isinstance(counts, str) or (isinstance(counts, list) and all(is_int(v) for v in counts))):
             return f"RLE counts must be a string or a list of integers, got {_json_type(counts)}"
         return None
     return f"must be a list of polygons or an RLE object, got {_json_type(seg)}"
@@ -401,11 +393,11 @@ def _check_coco(data: Any, ann_file: Path, masks: bool = True) -> None:
         if missing:
             fail(f"images[{i}] has no {', '.join(missing)} (an image needs id, file_name, height and width)")
         iid, h, w = img["id"], img["height"], img["width"]
-        if not _is_int(iid):
+        if not is_int(iid):
             fail(f"images[{i}] id must be an integer, got {_short(iid)}")
         if iid in sizes:
             fail(f"image id {iid} appears twice")
-        if not (_is_int(h) and _is_int(w) and h > 0 and w > 0):
+        if not (is_int(h) and is_int(w) and h > 0 and w > 0):
             fail(f"image {iid} height and width must be positive integers, got {_short(h)} and {_short(w)}")
         fault = _file_name_fault(img["file_name"])
         if fault is not None:
@@ -416,7 +408,7 @@ def _check_coco(data: Any, ann_file: Path, masks: bool = True) -> None:
         fail(f"'categories' must be a list of category records, got {_json_type(categories)}")
     cats: set[int] = set()
     for i, cat in enumerate(categories):
-        if not (isinstance(cat, dict) and _is_int(cat.get("id")) and isinstance(cat.get("name"), str)):
+        if not (isinstance(cat, dict) and is_int(cat.get("id")) and isinstance(cat.get("name"), str)):
             fail(f"categories[{i}] must be an object with an integer id and a name, got {_short(cat)}")
         if cat["id"] in cats:
             fail(f"category id {cat['id']} appears twice")
@@ -435,13 +427,14 @@ def _check_coco(data: Any, ann_file: Path, masks: bool = True) -> None:
         if missing:
             fail(f"annotation {aid} has no {', '.join(missing)} (an annotation needs {', '.join(required)})")
         cid, iid, bbox = ann["category_id"], ann["image_id"], ann["bbox"]
-        if not _is_int(cid) or cid not in cats:
+        if not is_int(cid) or cid not in cats:
             fail(f"annotation {aid} has unknown category id {_short(cid)} (categories: {sorted(cats)})")
-        if not _is_int(iid) or iid not in sizes:
+        if not is_int(iid) or iid not in sizes:
             fail(f"annotation {aid} refers to unknown image id {_short(iid)}")
-        if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
+        numbers = isinstance(bbox, list) and all(is_finite_number(v) or isinstance(v, float) for v in bbox)
+        if not (numbers and len(bbox) == 4):
             fail(f"annotation {aid} bbox must be [x, y, width, height], 4 numbers, got {_short(bbox)}")
-        if not all(math.isfinite(v) for v in bbox):
+        if not all(is_finite_number(v) for v in bbox):
             fail(f"annotation {aid} bbox {bbox} holds a value that is not a finite number")
         h, w = sizes[iid]
         x, y, bw, bh = bbox

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pdevision._values import is_finite_number, is_int
 from pdevision.engine.checkpoint import (
     CheckpointError,
     NoSpaceError,
@@ -194,14 +195,6 @@ MAX_EPOCHS = 10**7
 MAX_UPDATES = 2**53
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def check_trainer_state(state: dict[str, Any], file: Path) -> dict[str, Any]:
     """``state`` (a ``trainer.pt``) when each field the resume reads is present and of its type and range; else a
     :class:`CheckpointError` naming the file and the field."""
@@ -221,23 +214,23 @@ def check_trainer_state(state: dict[str, Any], file: Path) -> dict[str, Any]:
     if "sampler_epoch" not in state and "epoch" not in state:
         raise bad("sampler_epoch", "is missing")
     if "sampler_epoch" in state:
-        if not _is_int(state["sampler_epoch"]) or not 0 <= state["sampler_epoch"] <= MAX_EPOCHS:
+        if not is_int(state["sampler_epoch"]) or not 0 <= state["sampler_epoch"] <= MAX_EPOCHS:
             raise bad("sampler_epoch", f"must be an integer from 0 to {MAX_EPOCHS}, got {state['sampler_epoch']!r:.40}")
-    if "epoch" in state and (not _is_int(state["epoch"]) or not -1 <= state["epoch"] < MAX_EPOCHS):
+    if "epoch" in state and (not is_int(state["epoch"]) or not -1 <= state["epoch"] < MAX_EPOCHS):
         raise bad("epoch", f"must be an integer from -1 to {MAX_EPOCHS - 1}, got {state['epoch']!r:.40}")
-    if "num_updates" in state and (not _is_int(state["num_updates"]) or not 0 <= state["num_updates"] <= MAX_UPDATES):
+    if "num_updates" in state and (not is_int(state["num_updates"]) or not 0 <= state["num_updates"] <= MAX_UPDATES):
         raise bad("num_updates", f"must be an integer from 0 to {MAX_UPDATES}, got {state['num_updates']!r:.40}")
-    if "elapsed" in state and not (_is_number(state["elapsed"]) and state["elapsed"] >= 0):
+    if "elapsed" in state and not (is_finite_number(state["elapsed"]) and state["elapsed"] >= 0):
         raise bad("elapsed", f"must be a finite number of seconds >= 0, got {state['elapsed']!r:.40}")
     for key in ("best", "best_top1"):
-        if state.get(key) is not None and not _is_number(state[key]):
+        if state.get(key) is not None and not is_finite_number(state[key]):
             raise bad(key, f"must be a finite number or None, got {state[key]!r:.40}")
     if state.get("best_row") is not None and not isinstance(state["best_row"], dict):
         raise bad("best_row", f"is a {type(state['best_row']).__name__}, not a dict")
     if not isinstance(state["history"], list) or not all(isinstance(row, dict) for row in state["history"]):
         raise bad("history", "must be a list of metric rows (dicts)")
     for number, row in enumerate(state["history"], 1):
-        if not _is_int(row.get("epoch")) or not all(
+        if not is_int(row.get("epoch")) or not all(
             isinstance(k, str) and (v is None or isinstance(v, (int, float, str))) for k, v in row.items()
         ):
             raise bad("history", f"row {number} is not a metric row (an integer 'epoch' and named numbers)")
@@ -254,7 +247,7 @@ def _same_kind(want: Any, have: Any) -> bool:
     if isinstance(want, bool) or isinstance(have, bool):
         return isinstance(want, bool) and isinstance(have, bool)
     if isinstance(want, (int, float)):
-        return _is_number(have)
+        return is_finite_number(have)
     if isinstance(want, (list, tuple)):
         return isinstance(have, (list, tuple)) and all(_same_kind(want[0], h) if want else True for h in have)
     return type(want) is type(have)

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from pdevision._values import is_int
+
 
 class ModelNameError(ValueError):
     """An unknown model name."""
@@ -48,10 +50,6 @@ def _ints(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_model_values(args: Mapping[str, Any], source: str = "given") -> None:
     """A :class:`ModelArgumentError` naming the first argument whose value has the wrong sign, type or length for
     what its name says, before anything is built: ``num_classes`` an integer >= 0, ``in_chans`` >= 1, widths
@@ -61,19 +59,19 @@ def check_model_values(args: Mapping[str, Any], source: str = "given") -> None:
     def bad(key: str, want: str) -> ModelArgumentError:
         return ModelArgumentError(f"model argument {key}={args[key]!r:.80} {source} must be {want}")
 
-    if "num_classes" in args and not (_is_int(args["num_classes"]) and args["num_classes"] >= 0):
+    if "num_classes" in args and not (is_int(args["num_classes"]) and args["num_classes"] >= 0):
         raise bad("num_classes", "an integer >= 0 (0: no classifier)")
-    if "in_chans" in args and not (_is_int(args["in_chans"]) and args["in_chans"] >= 1):
+    if "in_chans" in args and not (is_int(args["in_chans"]) and args["in_chans"] >= 1):
         raise bad("in_chans", "a positive number of input channels")
     for key, value in args.items():
         items = _ints(value)
-        if _STEP_KEYS.search(key) and not all(_is_int(v) and 1 <= v <= MAX_STEP_ARGUMENT for v in items):
+        if _STEP_KEYS.search(key) and not all(is_int(v) and 1 <= v <= MAX_STEP_ARGUMENT for v in items):
             raise bad(key, f"an integer from 1 to {MAX_STEP_ARGUMENT} (iterations per block)")
-        if _WIDTH_KEYS.search(key) and not (items and all(_is_int(v) and v >= 1 for v in items)):
+        if _WIDTH_KEYS.search(key) and not (items and all(is_int(v) and v >= 1 for v in items)):
             raise bad(key, "a positive channel count (or a non-empty list of them)")
-        if _DEPTH_KEYS.search(key) and not (items and all(_is_int(v) and v >= 0 for v in items)):
+        if _DEPTH_KEYS.search(key) and not (items and all(is_int(v) and v >= 0 for v in items)):
             raise bad(key, "a block count >= 0 (or a non-empty list of them)")
-        if _HEAD_KEYS.search(key) and not (items and all(_is_int(v) and v >= 1 for v in items)):
+        if _HEAD_KEYS.search(key) and not (items and all(is_int(v) and v >= 1 for v in items)):
             raise bad(key, "a positive number of heads (or a non-empty list of them)")
     lists = {k: len(args[k]) for k in _STAGE_LISTS if isinstance(args.get(k), (list, tuple))}
     if len(set(lists.values())) > 1:

@@ -60,7 +60,7 @@ __all__ = [
     "SwinIRStyle",
     "VHeatIR",
     "build_restoration_model",
-    "count_params",
+    "count_trainable_params",
     "create_restoration_model",
     "is_restoration_model",
     "list_restoration_models",
@@ -333,8 +333,8 @@ def restoration_config(arch: str, size: str = "micro") -> dict[str, Any]:
     return dict(_CONFIGS[arch][size])
 
 
-def count_params(model: nn.Module) -> int:
-    """Number of trainable parameters."""
+def count_trainable_params(model: nn.Module) -> int:
+    """Number of trainable parameters (``pdevision.bench.count_params`` counts them all)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -348,7 +348,7 @@ def match_params(arch: str, target: int, size: str = "micro", in_chans: int = 3,
 
     def params(width: int) -> int:
         with torch.device("meta"):
-            return count_params(cls(**{**cfg, key: width}))
+            return count_trainable_params(cls(**{**cfg, key: width}))
 
     best, best_gap, width = step, math.inf, step
     while True:
@@ -390,7 +390,7 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
         return _RESTORATION_MODELS[name](in_chans=in_chans, **args)
     except TypeError as exc:  # an unknown or ill-typed model argument
         raise ValueError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
-    except (IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # what the checks do not foresee
+    except (AttributeError, IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # what the checks miss
         text = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise ValueError(f"{name} cannot be built with the model arguments {model_args!r:.160} ({text})") from exc
 
