@@ -184,3 +184,20 @@ def test_fuzzed_model_arguments_long_run_every_model(data: st.DataObject) -> Non
 @given(data=st.data())
 def test_fuzzed_restoration_arguments_long_run_every_model(data: st.DataObject) -> None:
     _fuzz_restoration(list_restoration_models(), data)
+
+
+@pytest.mark.parametrize("pool", [-1, "0", "", "token"])
+def test_a_pooling_type_the_head_cannot_take_is_one_model_argument_error(pool: object) -> None:
+    """Found by the long fuzz run: ``global_pool=-1`` reached timm as an AttributeError, ``"0"`` as an
+    AssertionError, ``""`` built a model whose head failed at the first batch."""
+    with pytest.raises(ModelArgumentError, match="global_pool"):
+        build_model("vheat_micro", global_pool=pool)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("drop_path_rate", ""), ("drop_rate", 1.5), ("mlp_ratio", 1e300), ("num_classes", 2**63)]
+)
+def test_a_rate_or_ratio_out_of_range_names_itself(key: str, value: object) -> None:
+    """Found by the long fuzz run: these reached torch as a TypeError, reported as an argument the model lacks."""
+    with pytest.raises(ModelArgumentError, match=key):
+        build_model("vheat_micro", **{key: value})

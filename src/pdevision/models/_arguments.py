@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pdevision._values import is_int
+from pdevision._values import is_finite_number, is_int
 
 
 class ModelNameError(ValueError):
@@ -50,6 +50,12 @@ def _ints(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+# timm's pooling types for a classifier head (an empty one, no pooling, leaves a map the head cannot take)
+MAX_CLASSES = 1_000_000  # ImageNet-21k has 21,843; a count past int64 overflowed inside torch
+MAX_RATIO_ARGUMENT = 64  # mlp_ratio: a hidden width of 64 times the stage's is far past any model here
+POOL_TYPES = ("avg", "max", "avgmax", "catavgmax", "token", "map")  # the last two: timm's ViTs
+
+
 def check_model_values(args: Mapping[str, Any], source: str = "given") -> None:
     """A :class:`ModelArgumentError` naming the first argument whose value has the wrong sign, type or length for
     what its name says, before anything is built: ``num_classes`` an integer >= 0, ``in_chans`` >= 1, widths
@@ -59,10 +65,17 @@ def check_model_values(args: Mapping[str, Any], source: str = "given") -> None:
     def bad(key: str, want: str) -> ModelArgumentError:
         return ModelArgumentError(f"model argument {key}={args[key]!r:.80} {source} must be {want}")
 
-    if "num_classes" in args and not (is_int(args["num_classes"]) and args["num_classes"] >= 0):
-        raise bad("num_classes", "an integer >= 0 (0: no classifier)")
+    if "num_classes" in args and not (is_int(args["num_classes"]) and 0 <= args["num_classes"] <= MAX_CLASSES):
+        raise bad("num_classes", f"an integer from 0 (no classifier) to {MAX_CLASSES:,}")
     if "in_chans" in args and not (is_int(args["in_chans"]) and args["in_chans"] >= 1):
         raise bad("in_chans", "a positive number of input channels")
+    if "global_pool" in args and args["global_pool"] not in POOL_TYPES:
+        raise bad("global_pool", f"one of timm's pooling types {POOL_TYPES}")
+    for key, value in args.items():
+        if "drop" in key and key.endswith("_rate") and not (is_finite_number(value) and 0 <= value < 1):
+            raise bad(key, "a number in [0, 1) (a probability)")
+        if key == "mlp_ratio" and not (is_finite_number(value) and 0 < value <= MAX_RATIO_ARGUMENT):
+            raise bad(key, f"a number above 0 and at most {MAX_RATIO_ARGUMENT} (a width multiplier)")
     for key, value in args.items():
         items = _ints(value)
         if _STEP_KEYS.search(key) and not all(is_int(v) and 1 <= v <= MAX_STEP_ARGUMENT for v in items):

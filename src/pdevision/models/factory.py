@@ -58,7 +58,7 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
         check_model_size(lambda: _create(name, kwargs, img_size), name, shown)
     try:
         return _create(name, kwargs, img_size)
-    except (AttributeError, IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # what the checks miss
+    except (AssertionError, AttributeError, IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # missed
         text = " ".join(str(exc).split())[:160] or type(exc).__name__
         listed = ", ".join(f"{k}={v!r}" for k, v in shown.items())
         raise ModelArgumentError(f"{name} cannot be built with {listed:.160} ({type(exc).__name__}: {text})") from exc

@@ -390,7 +390,7 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
         return _RESTORATION_MODELS[name](in_chans=in_chans, **args)
     except TypeError as exc:  # an unknown or ill-typed model argument
         raise ValueError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
-    except (AttributeError, IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # what the checks miss
+    except (AssertionError, AttributeError, IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # missed
         text = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise ValueError(f"{name} cannot be built with the model arguments {model_args!r:.160} ({text})") from exc
 
