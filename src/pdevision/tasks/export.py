@@ -25,6 +25,7 @@ import importlib
 import logging
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,20 +127,10 @@ def _top1(run: Any, val_set: Any, batch_size: int = 32) -> float:
     return 100.0 * correct / max(n, 1)
 
 
-def export_checkpoint(
-    checkpoint: str | Path,
-    fmt: str,
-    output: str | Path,
-    int8: bool = False,
-    dynamic: bool = False,
-    data: str | None = None,
-    val_split: float = 0.2,
-) -> dict[str, Any]:
-    """Write ``checkpoint`` as ``fmt`` to ``output`` and check it against PyTorch; returns what was measured
-    (``max_abs_diff`` per checked size, sizes in bytes, top-1 before and after with ``int8``)."""
+def _check_output(fmt: str, output: Path, int8: bool) -> None:
+    """Refuse, before anything is loaded, an output that exists, has no folder, or does not suit the format."""
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
-    output = Path(output)
     if output.exists() or output.is_symlink():
         raise UsageError(f"{output} exists; export never overwrites a file or folder: give another --output")
     if not output.parent.is_dir():
@@ -151,68 +142,94 @@ def export_checkpoint(
         )
     if fmt == "pt2" and output.suffix != ".pt2":
         raise UsageError(f"--output {output}: a torch.export program is a .pt2 file (torch.export.load reads no other)")
-    model, meta, _ = load_checkpoint_model(checkpoint, ("classify", "encoder"), _build)
+
+
+def _differences(run: Callable[[torch.Tensor], np.ndarray], model: nn.Module, x: torch.Tensor, dynamic: bool) -> dict:
+    """The largest absolute difference from ``model`` of the written program ``run``, per checked size."""
+    checks = {}
+    for h, w in _sizes(x.shape[-1], dynamic):
+        xi = torch.randn(2, x.shape[1], h, w)
+        checks[f"{h}x{w}"] = float(np.abs(run(xi) - model(xi).numpy()).max())
+    return checks
+
+
+def _write_onnx(model: nn.Module, x: torch.Tensor, output: Path, dynamic: bool, val_set: Any) -> dict[str, Any]:
+    """ONNX (onnxruntime's dynamic int8 when ``val_set`` is given), checked in onnxruntime."""
+    with tempfile.TemporaryDirectory() as tmp:
+        written = Path(tmp) / "model.onnx"
+        _export_onnx(model, x, written, dynamic)
+        result: dict[str, Any] = {"float_bytes": written.stat().st_size}
+        if val_set is not None:
+            quantization = _need("onnxruntime.quantization")
+            fp32, written = written, Path(tmp) / "model.int8.onnx"
+            logging.disable(logging.WARNING)  # onnxruntime logs a line per tensor it leaves in float
+            try:
+                quantization.quantize_dynamic(str(fp32), str(written), weight_type=quantization.QuantType.QInt8)
+            finally:
+                logging.disable(logging.NOTSET)
+        session = _ort_session(written)
+        run = lambda b: session.run(None, {"image": b.numpy()})[0]  # noqa: E731
+        result["max_abs_diff"] = _differences(run, model, x, dynamic)
+        if val_set is not None:
+            result["top1_before"] = _top1(lambda b: model(b).numpy(), val_set)
+            result["top1_after"] = _top1(run, val_set)
+        output.write_bytes(written.read_bytes())
+    return result
+
+
+def _write_pt2(model: nn.Module, x: torch.Tensor, output: Path, dynamic: bool) -> dict[str, Any]:
+    """A ``torch.export`` program, loaded back and checked."""
+    _export_pt2(model, x, output, dynamic)
+    loaded = torch.export.load(str(output)).module()
+    return {"max_abs_diff": _differences(lambda b: loaded(b).numpy(), model, x, dynamic)}
+
+
+def _write_hub(
+    model: nn.Module, meta: dict[str, Any], x: torch.Tensor, output: Path, dynamic: bool, val_set: Any
+) -> dict[str, Any]:
+    """timm's ``save_for_hf`` folder, read back with ``local-dir:``; with ``val_set``, torch.ao's dynamic int8 of the
+    loaded model measured (the folder keeps the float weights timm reads)."""
+    config = {"label_names": formats.label_names(meta)} if model.num_classes else {}
+    timm.models.save_for_hf(model, output, model_config=config, safe_serialization=True)
+    loaded = timm.create_model(f"local-dir:{output}", pretrained=True).eval()
+    result: dict[str, Any] = {"max_abs_diff": _differences(lambda b: loaded(b).numpy(), model, x, dynamic)}
+    if val_set is not None:
+        quantized = quantize_linears(loaded)
+        result["max_abs_diff"]["int8"] = float((quantized(x) - model(x)).abs().max())
+        result["top1_before"] = _top1(lambda b: model(b).numpy(), val_set)
+        result["top1_after"] = _top1(lambda b: quantized(b).numpy(), val_set)
+    return result
+
+
+def export_checkpoint(
+    checkpoint: str | Path,
+    fmt: str,
+    output: str | Path,
+    int8: bool = False,
+    dynamic: bool = False,
+    data: str | None = None,
+    val_split: float = 0.2,
+) -> dict[str, Any]:
+    """Write ``checkpoint`` as ``fmt`` to ``output`` and check it against PyTorch; returns what was measured
+    (``max_abs_diff`` per checked size, sizes in bytes, top-1 before and after with ``int8``)."""
+    output = Path(output)
+    _check_output(fmt, output, int8)
+    model, meta, _ = load_checkpoint_model(checkpoint, ("classify", "encoder"), _build)  # plain: no CPU kernels
     val_set = _val_set(meta, data, val_split) if int8 else None
     size = int(meta["img_size"])
     # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
     trace = max(size, 2 * min_input_size(model)) if dynamic else size
     x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)
     result: dict[str, Any] = {"format": fmt, "output": str(output), "model": meta.get("model"), "int8": int8}
-    checks: dict[str, float] = {}
     with torch.no_grad():
         if fmt == "onnx":
-            with tempfile.TemporaryDirectory() as tmp:
-                fp32 = Path(tmp) / "model.onnx"
-                _export_onnx(model, x, fp32, dynamic)
-                result["float_bytes"] = fp32.stat().st_size
-                written = fp32
-                if int8:
-                    quantization = _need("onnxruntime.quantization")
-                    written = Path(tmp) / "model.int8.onnx"
-                    logging.disable(logging.WARNING)  # onnxruntime logs a line per tensor it leaves in float
-                    try:
-                        quantization.quantize_dynamic(str(fp32), str(written), weight_type=quantization.QuantType.QInt8)
-                    finally:
-                        logging.disable(logging.NOTSET)
-                session = _ort_session(written)
-                for h, w in _sizes(trace, dynamic):
-                    xi = torch.randn(2, x.shape[1], h, w)
-                    got = session.run(None, {"image": xi.numpy()})[0]
-                    checks[f"{h}x{w}"] = float(np.abs(got - model(xi).numpy()).max())
-                if int8:
-                    assert val_set is not None
-                    result["top1_before"] = _top1(lambda b: model(b).numpy(), val_set)
-                    result["top1_after"] = _top1(lambda b: session.run(None, {"image": b.numpy()})[0], val_set)
-                output.write_bytes(written.read_bytes())
+            result.update(_write_onnx(model, x, output, dynamic, val_set))
         elif fmt == "pt2":
-            _export_pt2(model, x, output, dynamic)
-            loaded = torch.export.load(str(output)).module()
-            for h, w in _sizes(trace, dynamic):
-                xi = torch.randn(2, x.shape[1], h, w)
-                checks[f"{h}x{w}"] = float((loaded(xi) - model(xi)).abs().max())
+            result.update(_write_pt2(model, x, output, dynamic))
         else:
-            config = {"label_names": formats.label_names(meta)} if model.num_classes else {}
-            timm.models.save_for_hf(model, output, model_config=config, safe_serialization=True)
-            loaded = timm.create_model(f"local-dir:{output}", pretrained=True).eval()
-            for h, w in _sizes(trace, dynamic):
-                xi = torch.randn(2, x.shape[1], h, w)
-                checks[f"{h}x{w}"] = float((loaded(xi) - model(xi)).abs().max())
-            if int8:
-                assert val_set is not None
-                try:
-                    quantized = quantize_linears(loaded)
-                except (AttributeError, TypeError) as exc:  # the fused-kernel code of the spectral operators
-                    raise RuntimeError(
-                        f"torch.ao dynamic quantization fails on {meta.get('model')} ({type(exc).__name__}: {exc}); "
-                        "--format onnx --int8 quantizes it with onnxruntime"
-                    ) from exc
-                checks["int8"] = float((quantized(x) - model(x)).abs().max())
-                result["top1_before"] = _top1(lambda b: model(b).numpy(), val_set)
-                result["top1_after"] = _top1(lambda b: quantized(b).numpy(), val_set)
-    result["max_abs_diff"] = checks
-    result["bytes"] = (
-        sum(f.stat().st_size for f in output.rglob("*") if f.is_file()) if output.is_dir() else (output.stat().st_size)
-    )
+            result.update(_write_hub(model, meta, x, output, dynamic, val_set))
+    files = output.rglob("*") if output.is_dir() else [output]
+    result["bytes"] = sum(f.stat().st_size for f in files if f.is_file())
     return result
 
 
