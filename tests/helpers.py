@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from pdevision.data.digits import DigitsDataset
 from pdevision.layers import DerivativeConv
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # recorded from the authors' code (fixtures/README.md)
@@ -107,3 +108,18 @@ def _bf16_onednn() -> bool:
 needs_bf16_onednn = pytest.mark.skipif(
     not _bf16_onednn(), reason="this CPU's oneDNN has no bfloat16 inner product (AVX-512 or AMX needed)"
 )
+
+
+def digit_folder(root: Path, per_split: int, img_size: int, class_name: str = "{}") -> Path:
+    """An ImageFolder of real digits under ``root``: ``train/`` and ``val/``, each with ``per_split`` images of each of
+    the 10 classes, the class folders named by ``class_name.format(label)``."""
+    ds = DigitsDataset("val", img_size=img_size)
+    count = dict.fromkeys(range(10), 0)
+    for i in range(len(ds)):
+        img, label = ds[i]
+        if count[label] < 2 * per_split:
+            folder = root / ("train", "val")[count[label] % 2] / class_name.format(label)
+            folder.mkdir(parents=True, exist_ok=True)
+            img.save(folder / f"{i}.png")
+            count[label] += 1
+    return root

@@ -19,6 +19,7 @@ from pdevision.cli import main
 from pdevision.data import DigitsDataset
 from pdevision.engine.checkpoint import read_meta, save_checkpoint
 from pdevision.engine.modeling import build_model
+from tests.helpers import digit_folder
 
 CLASSES = [str(i) for i in range(10)]
 
@@ -45,17 +46,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small ImageFolder of real digits: train/ and val/, 10 classes x 1 image each."""
-    root = tmp_path_factory.mktemp("digits")
-    ds = DigitsDataset("val", img_size=32)
-    count = dict.fromkeys(range(10), 0)
-    for i in range(len(ds)):
-        img, label = ds[i]
-        if count[label] < 2:
-            folder = root / ("train", "val")[count[label]] / str(label)
-            folder.mkdir(parents=True, exist_ok=True)
-            img.save(folder / f"{i}.png")
-            count[label] += 1
-    return root
+    return digit_folder(tmp_path_factory.mktemp("digits"), per_split=1, img_size=32)
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,13 @@ import pytest
 import timm
 import torch
 
-from pdevision.data.digits import DigitsDataset
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.modeling import build_model, load_into_model
 from pdevision.fastpath import reference_kernels
 from pdevision.models.vheat import checkpoint_filter_fn
 from pdevision.tasks.classify.evaluate import evaluate_checkpoint, load_classifier
-from tests.helpers import exit_code
+from tests.helpers import digit_folder, exit_code
 
 FAST = ["--epochs", "1", "--max-train-batches", "1", "--batch-size", "8", "--no-progress", "--threads", "1"]
 
@@ -57,17 +56,7 @@ def to_authors_layout(state: dict[str, torch.Tensor], depths: tuple[int, ...]) -
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An ImageFolder of real digits: train/ and val/, 10 classes x 2 images each."""
-    root = tmp_path_factory.mktemp("digits")
-    ds = DigitsDataset("val", img_size=64)
-    count = dict.fromkeys(range(10), 0)
-    for i in range(len(ds)):
-        img, label = ds[i]
-        if count[label] < 4:
-            folder = root / ("train", "val")[count[label] % 2] / f"digit{label}"
-            folder.mkdir(parents=True, exist_ok=True)
-            img.save(folder / f"{i}.png")
-            count[label] += 1
-    return root
+    return digit_folder(tmp_path_factory.mktemp("digits"), per_split=2, img_size=64, class_name="digit{}")
 
 
 @pytest.fixture(scope="module")
