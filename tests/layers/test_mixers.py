@@ -3,6 +3,7 @@ and trains inside the unchanged skeleton."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -10,6 +11,7 @@ from timm.models.metaformer import MetaFormer
 
 from pdevision.layers import HeatConductionMixer, HyperbolicBlock
 from pdevision.layers.mixers import HcLMixer, HeatMixer, HyperbolicMixer, WaveMixer, mixer_fve
+from pdevision.layers.spectral import spectral_filter
 from pdevision.ops.heat import resize_spectrum
 
 PDE = [HeatMixer, WaveMixer, HcLMixer, HyperbolicMixer]
@@ -96,3 +98,103 @@ def test_folding_through_timm_keeps_the_function() -> None:
         timm.utils.model.reparameterize_model(model)
         after = model(x)
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+
+
+# -- the initialisations and controls of the mixer comparison (benchmarks/pathfinder_mixers.py) ---------------------
+def _numpy_radius(h: int, w: int) -> np.ndarray:
+    """``|w|`` on the DCT grid, ``w_n = n pi / N``, written independently of pdevision.ops."""
+    wy, wx = np.arange(h) * np.pi / h, np.arange(w) * np.pi / w
+    return np.sqrt(wy[:, None] ** 2 + wx[None, :] ** 2)
+
+
+def _zero_projection(op: torch.nn.Module) -> None:
+    with torch.no_grad():
+        op.to_k[0].weight.zero_()
+        op.to_k[0].bias.zero_()
+
+
+def test_heat_k_init_in_the_fve_mode_is_the_diffusivity_at_step_zero() -> None:
+    op = HeatMixer(dim=3, fve_size=6, k_init=0.035).op
+    _zero_projection(op)
+    fve = torch.randn(6, 5, 3)
+    expected = np.exp(-0.035 * _numpy_radius(6, 5) ** 2)[..., None].repeat(3, -1)
+    np.testing.assert_allclose(op.transfer(fve).detach().numpy(), expected, rtol=1e-6)
+    # and the learned part still moves it: a gradient reaches the projection
+    op.transfer(fve).sum().backward()
+    assert op.to_k[0].weight.grad.abs().sum() > 0
+    # the authors' form when k_init is not given: ReLU(Linear(FVE)) = 0, a pass-through
+    plain = HeatMixer(dim=3, fve_size=6).op
+    _zero_projection(plain)
+    assert torch.equal(plain.transfer(fve), torch.ones(6, 5, 3))
+
+
+def test_heat_with_k_fixed_at_zero_is_a_pass_through() -> None:
+    torch.manual_seed(0)
+    op = HeatMixer(dim=4, fve_size=5, k_mode="fixed", k_init=0.0).op.eval()
+    fve = torch.randn(7, 9, 4)
+    assert torch.equal(op.transfer(fve), torch.ones(7, 9, 4))
+    x = torch.randn(2, 7, 9, 4)
+    # filtering with all-ones factors is DCT then inverse DCT: the identity up to rounding
+    torch.testing.assert_close(spectral_filter(x, op.transfer(fve)), x, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(op.transfer(fve), HeatMixer(dim=4, fve_size=5, k_mode="fixed").op.transfer(fve))
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), "0.1", True])
+def test_heat_k_init_refusals(bad: object) -> None:
+    with pytest.raises(ValueError, match="k_init"):
+        HeatMixer(dim=2, fve_size=2, k_mode="fixed", k_init=bad)
+
+
+def test_heat_learnable_k_cannot_start_at_zero() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        HeatMixer(dim=2, fve_size=2, k_mode="learnable", k_init=0.0)
+
+
+def test_wave_time_init_is_the_wave_phase_through_the_frequency() -> None:
+    tau = 0.7
+    op = WaveMixer(dim=2, fve_size=4, time_init=tau).op
+    _zero_projection(op)
+    fve = torch.randn(8, 6, 2)
+    c, alpha = op.c.item(), op.alpha.item()
+    phase = c * tau * _numpy_radius(8, 6)
+    expected = (np.cos(phase) + (1 + alpha / 2) * np.sin(phase) / (c + 1e-8))[..., None].repeat(2, -1)
+    np.testing.assert_allclose(op.transfer(fve).detach().numpy(), expected, rtol=1e-5, atol=1e-6)
+    # not a pass-through: the highest frequency changes sign (half a period at tau |w| = pi)
+    assert expected[-1, -1, 0] < 0 < expected[0, 0, 0]
+    plain = WaveMixer(dim=2, fve_size=4).op
+    _zero_projection(plain)
+    assert torch.allclose(plain.transfer(fve), torch.ones(8, 6, 2))
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), None])
+def test_wave_time_init_refusals(bad: object) -> None:
+    with pytest.raises(ValueError, match="time_init"):
+        WaveMixer(dim=2, fve_size=2, time_init=bad)
+
+
+def test_initialisations_survive_timm_metaformer_init_and_fx() -> None:
+    """The offsets are constants, not initial weights: MetaFormer's own init (std 0.02, zero bias) keeps them."""
+    torch.manual_seed(0)
+    heat = timm.create_model("pdeformer_micro", num_classes=2, mixer="heat", k_init=0.035)
+    wave = timm.create_model("pdeformer_micro", num_classes=2, mixer="wave", time_init=0.7)
+    x = torch.randn(2, 3, 32, 32)
+    gain = {}
+    for name, model in (("heat", heat), ("wave", wave)):
+        mixer = model.stages[0].blocks[0].token_mixer
+        t = mixer.op.transfer(mixer_fve(mixer.freq_embed, torch.zeros(1, 1, 8, 8)))
+        gain[name] = t[-1, -1].mean().item()
+        traced = torch.fx.symbolic_trace(model.eval())
+        torch.testing.assert_close(traced(x), model(x))
+    assert 0.4 < gain["heat"] < 0.7 and gain["wave"] < -0.3  # damped to about half; the sign turned
+
+
+def test_hcl_mixer_takes_hcnets_k_modes() -> None:
+    torch.manual_seed(0)
+    fixed = HcLMixer(dim=4, hcl_k_mode="fixed", hcl_k_init=0.25)
+    assert fixed.mixer.heat.k_mode == "fixed" and fixed.mixer.heat.k_init == 0.25
+    learnable = HcLMixer(dim=4, hcl_k_mode="learnable", hcl_k_init=0.3)
+    out = learnable(torch.randn(2, 4, 6, 6))
+    out.sum().backward()
+    assert learnable.mixer.heat.k_logit.grad is not None and learnable.mixer.heat.k_logit.grad != 0
+    with pytest.raises(ValueError, match="k_mode"):
+        HcLMixer(dim=4, hcl_k_mode="wrong")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import timm
 import torch
-from timm.models.metaformer import MetaFormer
+from timm.models.metaformer import GroupNorm1NoBias, MetaFormer
 
 from pdevision.engine.checkpoint import read_meta, resolve_checkpoint
 from pdevision.engine.modeling import load_into_model, model_from_meta
@@ -37,7 +37,12 @@ def test_the_patch_stem_is_timms_metaformer_unchanged_and_the_conv_stem_only_rep
     torch.manual_seed(0)
     ours = timm.create_model("pdeformer_micro", mixer="pooling", stem="patch", **TINY).eval()
     torch.manual_seed(0)
-    theirs = MetaFormer(token_mixers=MIXERS["pooling"], **{**TINY, "dims": (8, 16, 32, 64)}, use_mlp_head=False).eval()
+    theirs = MetaFormer(
+        token_mixers=MIXERS["pooling"],
+        norm_layers=GroupNorm1NoBias,  # PoolFormerV2's norm, as timm's poolformerv2_* build it
+        **{**TINY, "dims": (8, 16, 32, 64)},
+        use_mlp_head=False,
+    ).eval()
     x = torch.randn(2, 3, 40, 40)
     assert ours.state_dict().keys() == theirs.state_dict().keys()
     ours.load_state_dict(theirs.state_dict())

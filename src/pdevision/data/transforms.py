@@ -47,6 +47,18 @@ class LightRecipe(Recipe):
 
 
 @dataclass(frozen=True)
+class PathfinderRecipe(LightRecipe):
+    """The light recipe without crops, with mirror flips: on Pathfinder a crop can cut a dot off or a path apart and
+    so change the label, and a mirrored image keeps it. Chosen for this library's Pathfinder comparison
+    (``benchmarks/pathfinder_mixers.py``); Long Range Arena trains its sequence models on Pathfinder without
+    augmentation."""
+
+    name: str = "pathfinder"
+    scale: tuple[float, float] = (1.0, 1.0)
+    hflip: float = 0.5
+
+
+@dataclass(frozen=True)
 class PdeResNetRecipe(Recipe):
     """PDE-ResNet (PDE-ConvNet paper, arXiv:2308.01621, section 5). The paper trains with timm's ResNeXt-50 script
     (ResNet strikes back): SGD, cosine schedule, 5 warm-up epochs, batch 192, but a peak rate of 0.3 (not 0.6) and
@@ -122,6 +134,7 @@ class VHeatRecipe(SwinImageNetRecipe):
 
 RECIPES: dict[str, Recipe] = {
     "light": LightRecipe(),
+    "pathfinder": PathfinderRecipe(),
     "pderesnet": PdeResNetRecipe(),
     "hcnet": HcNetRecipe(),
     "vheat": VHeatRecipe(),

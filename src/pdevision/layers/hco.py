@@ -41,31 +41,44 @@ class HeatConductionOperator(SpectralOperator):
     ``k_mode`` selects where the diffusivity comes from (the ablation of issue 14; the vHeat texts at hand do not
     describe one, so these are this library's controls): ``"fve"`` (the paper: ``k = ReLU(Linear(FVE))`` per
     frequency and channel), ``"learnable"`` (one learnable scalar ``k = softplus(a)`` for the whole layer, starting at
-    ``k_init``) or ``"fixed"`` (the constant ``k_init``). The last two have no ``to_k`` projection.
+    ``k_init``) or ``"fixed"`` (the constant ``k_init``; ``k_init=0`` makes the filter a pass-through, the DCT and
+    its inverse cancelling). The last two have no ``to_k`` projection.
+
+    ``k_init`` in the ``"fve"`` mode is an offset inside the ReLU, ``k = ReLU(Linear(FVE) + k_init)``, so that the
+    diffusivity at step 0 is about ``k_init`` whatever initialisation the model gives ``to_k`` (default 0: the
+    authors' form; with their initialisation, projections of std 0.02 and zero bias, ``k`` starts near 0 and the
+    filter near a pass-through). This offset is this library's option, not the vHeat authors'.
 
     After :meth:`fold` the decay factors ``exp(-k w^2)`` for one resolution are precomputed, so no FVE projection
     runs per forward.
     """
 
-    def __init__(self, dim: int, dct_method: DctMethod = "auto", k_mode: str = "fve", k_init: float = 1.0) -> None:
+    def __init__(
+        self, dim: int, dct_method: DctMethod = "auto", k_mode: str = "fve", k_init: float | None = None
+    ) -> None:
         if k_mode not in K_MODES:
             raise ValueError(f"k_mode must be one of {K_MODES}, got {k_mode!r}")
-        if not (math.isfinite(k_init) and k_init > 0):
-            raise ValueError(f"k_init must be a positive number, got {k_init}")
+        k_init = (0.0 if k_mode == "fve" else 1.0) if k_init is None else k_init
+        if not (isinstance(k_init, (int, float)) and not isinstance(k_init, bool) and math.isfinite(k_init)):
+            raise ValueError(f"k_init must be a finite number, got {k_init!r}")
+        if k_init < 0 or (k_mode == "learnable" and k_init == 0):
+            least = "positive" if k_mode == "learnable" else "at least 0"
+            raise ValueError(f"k_init of the {k_mode!r} mode must be {least}, got {k_init}")
         super().__init__(dim, dct_method)
         self.k_mode = k_mode
         self._build_input()
         self.to_k = nn.Sequential(nn.Linear(dim, dim), nn.ReLU()) if k_mode == "fve" else None
         if k_mode == "learnable":  # softplus(a) = k_init
             self.k_param = nn.Parameter(torch.tensor(math.log(math.expm1(k_init))))
-        self.k_init = k_init
+        self.k_init = float(k_init)
         self._build_output()
 
     def diffusivity(self, fve: torch.Tensor) -> torch.Tensor:
         """Thermal diffusivity, non-negative: ``k = ReLU(Linear(FVE))`` ``(H, W, C)`` with ``k_mode="fve"``, else the
         layer's one learnable or fixed ``k`` broadcast to that shape."""
         if self.to_k is not None:
-            return self.to_k(fve)
+            linear, relu = self.to_k
+            return relu(linear(fve) + self.k_init) if self.k_init else self.to_k(fve)
         k = F.softplus(self.k_param) if self.k_mode == "learnable" else fve.new_tensor(self.k_init)
         return k.to(fve.dtype).expand(fve.shape)
 

@@ -74,7 +74,7 @@ class _SpectralMixer(nn.Module):
 
 class HeatMixer(_SpectralMixer):
     """vHeat's HCO as a MetaFormer token mixer (vHeat Eq. 8-10): ``IDCT2(DCT2(phi(x)) exp(-k(w) |w|^2))``, SiLU-gated.
-    NCHW in and out. ``fve_size``: the side of the FVE's frequency grid; ``k_mode``: see
+    NCHW in and out. ``fve_size``: the side of the FVE's frequency grid; ``k_mode`` and ``k_init``: see
     :class:`~pdevision.layers.HeatConductionOperator`."""
 
     def __init__(
@@ -83,31 +83,33 @@ class HeatMixer(_SpectralMixer):
         proj_drop: float = 0.0,
         fve_size: int = 14,
         k_mode: str = "fve",
+        k_init: float | None = None,
         dct_method: DctMethod = "auto",
         device: Any = None,
         dtype: Any = None,
         **kwargs: Any,
     ) -> None:
-        op = HeatConductionOperator(dim, dct_method=dct_method, k_mode=k_mode)
+        op = HeatConductionOperator(dim, dct_method=dct_method, k_mode=k_mode, k_init=k_init)
         super().__init__(dim, op, fve_size, proj_drop, fve_std=0.02)
         _place(self, device, dtype)
 
 
 class WaveMixer(_SpectralMixer):
     """WaveFormer's wave operator as a MetaFormer token mixer: ``IDCT2(DCT2(phi(x)) (cos(ct) + (1 + a/2) sin(ct)/c))``,
-    SiLU-gated (:class:`~pdevision.layers.WavePropagationOperator`). NCHW in and out."""
+    SiLU-gated (:class:`~pdevision.layers.WavePropagationOperator`; ``time_init`` as there). NCHW in and out."""
 
     def __init__(
         self,
         dim: int,
         proj_drop: float = 0.0,
         fve_size: int = 14,
+        time_init: float = 0.0,
         dct_method: DctMethod = "auto",
         device: Any = None,
         dtype: Any = None,
         **kwargs: Any,
     ) -> None:
-        op = WavePropagationOperator(dim, dct_method=dct_method)
+        op = WavePropagationOperator(dim, dct_method=dct_method, time_init=time_init)
         super().__init__(dim, op, fve_size, proj_drop, fve_std=0.015)
         _place(self, device, dtype)
 
@@ -115,19 +117,22 @@ class WaveMixer(_SpectralMixer):
 class HcLMixer(nn.Module):
     """HcNet's token mixer ``Linear(HcL(Linear(x)))`` for MetaFormer (HcNet's heat-conduction layer, an explicit step
     ``z + k (N(z) - W z)`` with ``k = sigmoid(Linear(GAP(z)))``). NCHW in and out; ``hcl_steps``: explicit sub-steps
-    per layer."""
+    per layer; ``hcl_k_mode`` and ``hcl_k_init``: how ``k`` is set (HcNet's ablation; see
+    :class:`~pdevision.layers.HeatConductionLayer`)."""
 
     def __init__(
         self,
         dim: int,
         proj_drop: float = 0.0,
         hcl_steps: int = 1,
+        hcl_k_mode: str = "input",
+        hcl_k_init: float = 0.5,
         device: Any = None,
         dtype: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
-        self.mixer = HeatConductionMixer(dim, steps=hcl_steps)
+        self.mixer = HeatConductionMixer(dim, steps=hcl_steps, k_mode=hcl_k_mode, k_init=hcl_k_init)
         self.proj_drop = nn.Dropout(proj_drop)
         _place(self, device, dtype)
 

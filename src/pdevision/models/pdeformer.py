@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
-from timm.models.metaformer import Attention, LayerNormNoBias, MetaFormer, Pooling, SepConv
+from timm.models.metaformer import Attention, GroupNorm1NoBias, LayerNormNoBias, MetaFormer, Pooling, SepConv
 from torch import nn
 
 from pdevision.layers import ConvStem
@@ -76,13 +76,16 @@ class PDEFormer(MetaFormer):
 
 
 def mixer_kwargs(mixer: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with the MetaFormer arguments that ``mixer`` needs added (token-layout norms for attention); an
-    option that no mixer of the model takes is refused by timm's ``MetaFormer`` (``TypeError``)."""
+    """``kwargs`` with the MetaFormer arguments that ``mixer`` needs added (token-layout norms for attention,
+    PoolFormerV2's single-group GroupNorm for pooling, as timm's ``poolformerv2_*`` build it); an option that no
+    mixer of the model takes is refused by timm's ``MetaFormer`` (``TypeError``)."""
     if mixer not in MIXERS:
         raise ValueError(f"mixer must be one of {sorted(MIXERS)}, got {mixer!r}")
     out = dict(kwargs)
     if mixer == "attention":  # timm's Attention runs on (B, N, C) tokens: its stages take token-layout norms
         out.setdefault("norm_layers", LayerNormNoBias)
+    if mixer == "pooling":
+        out.setdefault("norm_layers", GroupNorm1NoBias)
     return out
 
 

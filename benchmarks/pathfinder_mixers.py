@@ -1,0 +1,663 @@
+"""The token mixers on Pathfinder (issue 36), under a protocol fixed before the reported runs.
+
+One MetaFormer skeleton (``pdeformer_micro``, vHeat's convolutional stem), one recipe, one budget; only the token
+mixer changes, its width matched to the heat model's parameter count (``benchmarks/mixers.py``'s rule, within 5%).
+The protocol, in the order it runs (``PROTOCOL_CHANGES`` logs every change made after a run was seen, and why):
+
+1. **Gate.** One pilot run of every arm at the middle rate (seed :data:`SELECTION_SEED`, never reported). Every
+   mixer arm must leave chance (validation top-1 of at least :data:`LEFT_CHANCE`) by epoch :data:`GATE_EPOCH`. If
+   one does not, nothing further runs: the recipe or the testbed changes for every arm alike, and the change is
+   logged. The report shows the gate either way.
+2. **Rates.** Each mixer arm gets the rate of :data:`LRS` with the best final validation top-1 at
+   :data:`SELECTION_SEED` (ties: the smaller). A control or ablation arm uses the rate of the arm it controls
+   (``parent``), so its difference is the change it makes, not another rate.
+3. **Reported runs.** Seeds :data:`REPORT_SEEDS`, drawn fresh (not the selection seed), at the chosen rate; each run
+   is scored on the **test** split with its final checkpoint (not the best validation epoch: no selection on the
+   split that is reported). Runs are done seed by seed over all arms, so a partial record has equal seeds per arm.
+4. **Statistics.** Per arm: the mean test top-1 with a bootstrap 95% interval over seeds (:data:`BOOTSTRAP`
+   resamples, ``numpy.random.default_rng(0)``), and the share of failed runs (test top-1 below
+   :data:`LEFT_CHANCE`) apart from the accuracy. Per claim: the seed-paired difference, its bootstrap interval and
+   a paired t-test (``scipy.stats.ttest_rel``, two-sided), with Holm's correction over all :data:`CLAIMS` at
+   :data:`ALPHA`. A claim is "shown" only when its corrected p is below :data:`ALPHA` and in the claimed direction.
+5. **Filter analysis.** For every reported spectral model, at its training size: the transfer factor at the highest
+   frequency of each mixer's map (heat: the decay ``exp(-k |w|_max^2)``), the mean distance ``|T - 1|`` from a
+   pass-through, and the radial spectrum of ``T``; the same numbers at step 0 beside them.
+6. **Curves.** Every run's validation top-1 per epoch is kept in the JSON and drawn in ``pathfinder_mixers.png``.
+
+Heat and wave at step 0 (:data:`K_HEAT`, :data:`TAU_WAVE`): with the authors' forms and initialisations (vHeat's
+``k = ReLU(Linear(FVE))``, WaveFormer's ``t = GELU(Linear(FVE))``, projections of std 0.02 and zero bias in
+timm's MetaFormer) both filters start as near pass-throughs and the two models are one function at step 0. The
+``heat`` and ``wave`` arms here start each as its own PDE's solution: heat with diffusivity ``K_HEAT``
+(``k_init``, an offset inside the ReLU), which halves the highest frequency (``|w|^2 -> 2 pi^2``); wave with the time
+``TAU_WAVE`` through the frequency (``time_init``: ``t = GELU(Linear(FVE)) + tau |w|``), half a period at the
+highest frequency, where the factor turns negative. Both offsets are this library's options, not the authors';
+the ``-authors-init`` arms keep the authors' form as controls.
+
+Run: ``python benchmarks/pathfinder_mixers.py`` (resumes from ``pathfinder_mixers.json``; ``--max-runs N`` stops
+after N trainings, for a session's share; ``--report-only`` writes ``pathfinder_mixers.md`` and the curves from the
+JSON; ``--plan`` lists what is left).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import csv
+import hashlib
+import json
+import logging
+import math
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec
+from pdevision.data.pathfinder import PathfinderConfig
+
+HERE = Path(__file__).resolve().parent
+log = logging.getLogger("pathfinder_mixers")
+
+# -- the testbed and the budget (fixed before the reported runs; see PROTOCOL_CHANGES) ------------------------------
+STUDY_SET = "pathfinder-study"
+STUDY_SPEC = PathfinderSetSpec(
+    20000, 2000, 2000, PathfinderConfig(n_dashes=6), seed=36, description="the comparison's Pathfinder set"
+)
+PATHFINDER_SETS.setdefault(STUDY_SET, STUDY_SPEC)  # registered in every process that imports this module
+MODEL = "pdeformer_micro"
+STEM = "conv"
+BUDGET = {"data": STUDY_SET, "epochs": 12, "batch_size": 64, "img_size": 32, "recipe": "pathfinder"}
+LRS = (5e-4, 1e-3, 2e-3)
+SELECTION_SEED = 1000  # the gate's and the rates' seed; never reported
+REPORT_SEEDS = (0, 1, 2, 3, 4)
+GATE_EPOCH = 6  # a mixer arm's pilot must leave chance by this epoch
+LEFT_CHANCE = 60.0  # top-1 (%); chance is 50% on the balanced binary task (1,000 images: 1.6 points of noise)
+ALPHA = 0.05
+BOOTSTRAP = 10_000
+
+K_HEAT = math.log(2) / (2 * math.pi**2)  # heat's diffusivity at step 0: exp(-k |w|^2) = 1/2 at |w|^2 = 2 pi^2
+TAU_WAVE = 1 / math.sqrt(2)  # wave's time at step 0: c tau |w| = pi at |w| = pi sqrt(2)
+
+# name -> model arguments (beyond the matched width and the stem), the arm whose rate it takes, what it is
+ARMS: dict[str, dict[str, Any]] = {
+    "identity": {"args": {"mixer": "identity"}, "about": "no token mixing (MetaFormer's IdentityFormer)"},
+    "pooling": {"args": {"mixer": "pooling"}, "about": "PoolFormerV2's 3x3 pooling, with its GroupNorm"},
+    "sepconv": {"args": {"mixer": "sepconv"}, "about": "ConvFormer's separable 7x7 convolution"},
+    "attention": {"args": {"mixer": "attention"}, "about": "global self-attention (CAFormer's)"},
+    "heat": {"args": {"mixer": "heat", "k_init": K_HEAT}, "about": "vHeat's HCO, k from the FVE, own start"},
+    "wave": {"args": {"mixer": "wave", "time_init": TAU_WAVE}, "about": "WaveFormer's operator, own start"},
+    "hcl": {"args": {"mixer": "hcl"}, "about": "HcNet's heat-conduction layer, k from the input"},
+    # controls and ablations: the rate of their parent
+    "heat-pass-through": {
+        "args": {"mixer": "heat", "k_mode": "fixed", "k_init": 0.0},
+        "parent": "heat",
+        "about": "heat with its filter fixed to a pass-through (does the global filter matter?)",
+    },
+    "heat-fixed-k-small": {
+        "args": {"mixer": "heat", "k_mode": "fixed", "k_init": K_HEAT},
+        "parent": "heat",
+        "about": "heat with k fixed at its step-0 value",
+    },
+    "heat-fixed-k-1": {
+        "args": {"mixer": "heat", "k_mode": "fixed", "k_init": 1.0},
+        "parent": "heat",
+        "about": "heat with k fixed at 1 (the earlier ablation's control)",
+    },
+    "heat-authors-init": {"args": {"mixer": "heat"}, "parent": "heat", "about": "heat from the authors' start"},
+    "wave-authors-init": {"args": {"mixer": "wave"}, "parent": "wave", "about": "wave from the authors' start"},
+    "hcl-fixed-k": {
+        "args": {"mixer": "hcl", "hcl_k_mode": "fixed"},
+        "parent": "hcl",
+        "about": "HcNet's k fixed at 0.5",
+    },
+    "hcl-learnable-k": {
+        "args": {"mixer": "hcl", "hcl_k_mode": "learnable"},
+        "parent": "hcl",
+        "about": "HcNet's k one learnable scalar per layer",
+    },
+}
+MIXER_ARMS = tuple(name for name, arm in ARMS.items() if "parent" not in arm)
+# (better, worse, claim): each is tested in the direction given
+CLAIMS = (
+    ("heat", "attention", "vHeat: heat conduction matches or beats attention"),
+    ("wave", "heat", "WaveFormer: the wave operator beats heat conduction"),
+    ("hcl", "attention", "HcNet: the heat-conduction layer matches or beats attention"),
+    ("heat", "pooling", "heat (global) beats PoolFormer's local pooling"),
+    ("heat", "sepconv", "heat (global) beats ConvFormer's local separable convolution"),
+    ("heat", "identity", "token mixing helps at all"),
+    ("heat", "heat-pass-through", "heat's global filter matters (against its pass-through)"),
+    ("heat", "heat-fixed-k-small", "k from the FVE beats k fixed at its step-0 value"),
+    ("heat", "heat-fixed-k-1", "k from the FVE beats k fixed at 1"),
+    ("heat", "heat-authors-init", "heat's own start beats the authors' near pass-through start"),
+    ("hcl", "hcl-fixed-k", "HcNet: k from the input beats a fixed k"),
+    ("hcl", "hcl-learnable-k", "HcNet: k from the input beats one learnable k"),
+)
+# Changes to the protocol after a run was seen, oldest first: what changed, why, and which runs it voids.
+PROTOCOL_CHANGES: tuple[str, ...] = (
+    "Pilots before this script (seed 0, not reported): sepconv and heat on the embedded `pathfinder-6` (4,000 "
+    "training images) with the `light` recipe sat at chance (48-51% validation top-1 for 3 and 9 epochs). The light "
+    "recipe's random-resized crops can cut a dot off and change the label, so the testbed got the `pathfinder` "
+    "recipe (no crops, mirror flips) and 20,000 training images, for every arm alike.",
+)
+
+
+# -- the arms, their widths and sizes ---------------------------------------------------------------------------
+def build(args: dict[str, Any], num_classes: int = 2) -> Any:
+    import timm
+
+    import pdevision  # noqa: F401  (registers the models)
+
+    return timm.create_model(MODEL, num_classes=num_classes, **args)
+
+
+def params_of(args: dict[str, Any]) -> int | None:
+    try:
+        model = build(args)
+    except ValueError:  # a width the mixer does not take (attention: multiples of its head size)
+        return None
+    return sum(p.numel() for p in model.parameters())
+
+
+def match_width(
+    args: dict[str, Any], target: int, tolerance: float = 0.05, widths: range = range(28, 42, 2)
+) -> tuple[int, int]:
+    """The even first-stage width of ``widths`` whose model is closest to ``target`` parameters, and its count
+    (the matched widths of ``benchmarks/mixers.json`` were 32 to 38)."""
+    counts = {d: params_of({**args, "dims": d, "stem": STEM}) for d in widths}
+    dims = min((d for d, n in counts.items() if n is not None), key=lambda d: abs(counts[d] / target - 1))
+    if abs(counts[dims] / target - 1) > tolerance:
+        raise ValueError(f"no width of {args} is within {tolerance:.0%} of {target} parameters (best {counts[dims]})")
+    return dims, counts[dims]
+
+
+def arm_rows() -> dict[str, dict[str, Any]]:
+    """Each arm's full model arguments: mixers matched to the heat model's count at width 32, each control at
+    the width of its parent."""
+    from pdevision.bench.flops import count_macs
+
+    target = params_of({**ARMS["heat"]["args"], "dims": 32, "stem": STEM})
+    rows: dict[str, dict[str, Any]] = {}
+    for name in MIXER_ARMS:
+        dims, _ = match_width(ARMS[name]["args"], target)
+        rows[name] = {"model_args": {**ARMS[name]["args"], "dims": dims, "stem": STEM}}
+    for name, arm in ARMS.items():
+        if "parent" in arm:
+            rows[name] = {
+                "model_args": {**arm["args"], "dims": rows[arm["parent"]]["model_args"]["dims"], "stem": STEM}
+            }
+    for name, row in rows.items():
+        model = build(row["model_args"])
+        row["params"] = sum(p.numel() for p in model.parameters())
+        row["macs"] = count_macs(model, BUDGET["img_size"])
+        row["parent"] = ARMS[name].get("parent")
+    return rows
+
+
+# -- one run -----------------------------------------------------------------------------------------------------
+def run_key(arm: str, model_args: dict[str, Any], seed: int, lr: float) -> str:
+    spec = {"arm": arm, "model": MODEL, "model_args": model_args, "seed": seed, "lr": lr, **BUDGET}
+    spec["testbed"] = {"n": [STUDY_SPEC.n_train, STUDY_SPEC.n_val, STUDY_SPEC.n_test], "seed": STUDY_SPEC.seed}
+    spec["testbed"]["config"] = {k: v for k, v in vars(STUDY_SPEC.config).items()}
+    return json.dumps(spec, sort_keys=True)
+
+
+def folder_of(runs_dir: Path, key: str) -> Path:
+    spec = json.loads(key)
+    return runs_dir / f"{spec['arm']}-s{spec['seed']}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+
+
+def read_curve(folder: Path) -> list[dict[str, float]]:
+    with open(folder / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    keys = ("epoch", "train_loss", "val_loss", "val_top1")
+    return [{k: float(r[k]) for k in keys if r.get(k) not in (None, "")} for r in rows]
+
+
+def train_run(key: str, folder: str, threads: int = 1, test: bool = True) -> dict[str, Any]:
+    """Train one run, score its final checkpoint on the test split, and read its filters."""
+    import torch
+
+    from pdevision.engine import RunConfig
+    from pdevision.tasks.classify import ClassifyConfig, train
+
+    torch.set_num_threads(threads)
+    spec = json.loads(key)
+    config = ClassifyConfig(
+        model=spec["model"],
+        data=spec["data"],
+        recipe=spec["recipe"],
+        img_size=spec["img_size"],
+        model_args=dict(spec["model_args"]),
+        run=RunConfig(
+            output=folder,
+            overwrite=True,
+            epochs=spec["epochs"],
+            batch_size=spec["batch_size"],
+            seed=spec["seed"],
+            lr=spec["lr"],
+            progress=False,
+        ),
+    )
+    start, cpu_start = time.perf_counter(), time.process_time()
+    summary = train(config)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    rec: dict[str, Any] = {
+        "status": "ok",
+        "best_val_top1": summary["best_val_top1"],
+        "final_val_top1": (summary["final"] or {}).get("val_top1"),
+        "curve": read_curve(Path(folder)),
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+    }
+    if test:
+        rec.update(score_on_test(Path(folder) / "last", spec))
+    return rec
+
+
+def score_on_test(checkpoint: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from pdevision.data import eval_transform_for
+    from pdevision.data.embedded import PathfinderClassification
+    from pdevision.tasks.classify.evaluate import evaluate_model, load_classifier
+
+    model, meta, _ = load_classifier(checkpoint)
+    data = PathfinderClassification(spec["data"], "test", spec["img_size"], eval_transform_for(meta))
+    scores = evaluate_model(model, data, 256, torch.device("cpu"))
+    return {"test_top1": scores["top1"], "test_loss": scores["loss"], "filters": filter_stats(model, spec["img_size"])}
+
+
+def filter_stats(model: Any, img_size: int) -> dict[str, Any] | None:
+    """The spectral mixers' transfer factors on their own maps at ``img_size``: the mean factor at the highest
+    frequency, the mean ``|T - 1|``, and the mean factor in four radial bands of ``|w|`` in ``[0, pi sqrt 2]``."""
+    import torch
+
+    from pdevision.layers.mixers import _SpectralMixer, mixer_fve
+    from pdevision.ops.heat import frequency_energy
+
+    sizes: dict[Any, tuple[int, int]] = {}
+
+    def note_size(mod: Any, inp: tuple, _out: Any) -> None:
+        sizes[mod] = tuple(inp[0].shape[2:])
+
+    hooks = [m.register_forward_hook(note_size) for m in model.modules() if isinstance(m, _SpectralMixer)]
+    if not hooks:
+        return None
+    with torch.no_grad():
+        model.eval()(torch.zeros(1, 3, img_size, img_size))
+        for h in hooks:
+            h.remove()
+        top, away, bands = [], [], [[] for _ in range(4)]
+        for mixer, (h, w) in sizes.items():
+            if h * w < 4:  # a 1 x 1 map has only the mean: its filter is a gain, not a filter
+                continue
+            t = mixer.op.transfer(mixer_fve(mixer.freq_embed, torch.zeros(1, 1, h, w))).float()
+            radius = frequency_energy(h, w).sqrt()
+            top.append(t[-1, -1].mean().item())
+            away.append((t - 1).abs().mean().item())
+            band = torch.clamp((radius / (math.pi * math.sqrt(2)) * 4).long(), max=3)
+            for b in range(4):
+                if (band == b).any():
+                    bands[b].append(t[band == b].mean().item())
+    return {
+        "highest": statistics.fmean(top),
+        "from_pass_through": statistics.fmean(away),
+        "bands": [statistics.fmean(b) if b else None for b in bands],
+    }
+
+
+def step0_filters(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    import torch
+
+    out = {}
+    for name, row in rows.items():
+        torch.manual_seed(0)
+        stats = filter_stats(build(row["model_args"]), BUDGET["img_size"])
+        if stats is not None:
+            out[name] = stats
+    return out
+
+
+# -- the record --------------------------------------------------------------------------------------------------
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {"runs": {}}
+
+
+def save(path: Path, results: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def done(results: dict[str, Any], key: str) -> dict[str, Any] | None:
+    rec = results["runs"].get(key)
+    return rec if rec and rec.get("status") == "ok" else None
+
+
+def gate(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> dict[str, bool | None]:
+    """Per mixer arm: did its pilot leave chance by :data:`GATE_EPOCH` (``None``: not run yet)."""
+    out: dict[str, bool | None] = {}
+    for name in MIXER_ARMS:
+        rec = done(results, run_key(name, rows[name]["model_args"], SELECTION_SEED, LRS[1]))
+        out[name] = (
+            None if rec is None else any(e["val_top1"] >= LEFT_CHANCE for e in rec["curve"] if e["epoch"] <= GATE_EPOCH)
+        )
+    return out
+
+
+def chosen_rate(results: dict[str, Any], rows: dict[str, dict[str, Any]], name: str) -> float | None:
+    """The rate of ``name`` (its parent's for a control): the best final validation top-1 at the selection seed,
+    ties to the smaller; ``None`` until every rate has run."""
+    base = rows[name]["parent"] or name
+    scores = []
+    for lr in LRS:
+        rec = done(results, run_key(base, rows[base]["model_args"], SELECTION_SEED, lr))
+        if rec is None:
+            return None
+        scores.append((-rec["final_val_top1"], lr))
+    return min(scores)[1]
+
+
+def plan(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The runs still to do, in the order the protocol runs them: (phase, arm, key)."""
+    todo = []
+    gate_runs = [(n, run_key(n, rows[n]["model_args"], SELECTION_SEED, LRS[1])) for n in MIXER_ARMS]
+    todo += [("gate", n, k) for n, k in gate_runs if not done(results, k)]
+    if todo or not all(gate(results, rows).values()):
+        return todo  # nothing beyond the gate until every mixer passed it
+    for lr in (LRS[0], LRS[2]):
+        todo += [("rates", n, run_key(n, rows[n]["model_args"], SELECTION_SEED, lr)) for n in MIXER_ARMS]
+    todo = [t for t in todo if not done(results, t[2])]
+    if todo:
+        return todo
+    for seed in REPORT_SEEDS:
+        for name in ARMS:
+            key = run_key(name, rows[name]["model_args"], seed, chosen_rate(results, rows, name))
+            if not done(results, key):
+                todo.append(("report", name, key))
+    return todo
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    results = load(args.json)
+    rows = arm_rows()
+    results["rows"], results["budget"] = rows, BUDGET
+    results.setdefault("step0", step0_filters(rows))
+    save(args.json, results)
+    runs_dir = Path(args.runs_dir)
+    count = 0
+    while count < args.max_runs:
+        todo = plan(results, rows)[: max(1, args.jobs)]
+        if not todo:
+            break
+        work = {key: str(folder_of(runs_dir, key)) for _, _, key in todo}
+        for key, rec in _train(work, args.jobs):
+            rec["phase"] = next(p for p, _, k in todo if k == key)
+            results["runs"][key] = rec
+            results["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+            save(args.json, results)
+            log.info("%s %s: %s", rec["phase"], json.loads(key)["arm"], _brief(rec))
+            count += 1
+    return results
+
+
+def _brief(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: rec.get(k) for k in ("status", "final_val_top1", "test_top1", "seconds", "reason")}
+
+
+def _train(work: dict[str, str], jobs: int) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+
+    def record(key: str, call: Any) -> None:
+        try:
+            rec = call()
+        except Exception as exc:  # a run that fails is recorded as failed and the others go on
+            rec = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+        out.append((key, rec))
+
+    if jobs > 1:
+        with futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+            pending = {ex.submit(train_run, k, f, 1, _reports(k)): k for k, f in work.items()}
+            for fut in futures.as_completed(pending):
+                record(pending[fut], fut.result)
+    else:
+        for key, folder in work.items():
+            record(key, lambda k=key, f=folder: train_run(k, f, 1, _reports(k)))
+    return out
+
+
+def _reports(key: str) -> bool:
+    return json.loads(key)["seed"] in REPORT_SEEDS
+
+
+# -- statistics ----------------------------------------------------------------------------------------------------
+def bootstrap_interval(values: list[float], resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap 95% interval of the mean of ``values``."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return math.nan, math.nan
+    means = np.random.default_rng(seed).choice(x, size=(resamples, len(x)), replace=True).mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given (``nan`` stays ``nan`` and is not counted)."""
+    order = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    m, running = len(order), 0.0
+    out = [math.nan] * len(pvalues)
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def paired_test(a: dict[int, float], b: dict[int, float]) -> dict[str, Any]:
+    """Seed-paired difference ``a - b``: mean, bootstrap interval, two-sided paired t-test p-value, n."""
+    from scipy import stats
+
+    seeds = sorted(set(a) & set(b))
+    diff = [a[s] - b[s] for s in seeds]
+    if len(diff) < 2:
+        return {
+            "n": len(diff),
+            "mean": statistics.fmean(diff) if diff else math.nan,
+            "ci": [math.nan] * 2,
+            "p": math.nan,
+        }
+    if all(d == diff[0] for d in diff):
+        p = 1.0 if diff[0] == 0 else 0.0
+    else:
+        p = float(stats.ttest_rel([a[s] for s in seeds], [b[s] for s in seeds]).pvalue)
+    return {"n": len(diff), "mean": statistics.fmean(diff), "ci": list(bootstrap_interval(diff)), "p": p}
+
+
+def reported(results: dict[str, Any], rows: dict[str, dict[str, Any]], name: str) -> dict[int, dict[str, Any]]:
+    """The reported runs of arm ``name``, by seed."""
+    lr = chosen_rate(results, rows, name)
+    if lr is None:
+        return {}
+    out = {}
+    for seed in REPORT_SEEDS:
+        rec = done(results, run_key(name, rows[name]["model_args"], seed, lr))
+        if rec is not None:
+            out[seed] = rec
+    return out
+
+
+def verdicts(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    tops = {n: {s: r["test_top1"] for s, r in reported(results, rows, n).items()} for n in ARMS}
+    tests = [{"better": a, "worse": b, "claim": c, **paired_test(tops[a], tops[b])} for a, b, c in CLAIMS]
+    for t, adjusted in zip(tests, holm([t["p"] for t in tests]), strict=True):
+        t["p_holm"] = adjusted
+        if t["n"] < len(REPORT_SEEDS):
+            t["verdict"] = f"not yet tested ({t['n']} of {len(REPORT_SEEDS)} seeds)"
+        elif adjusted < ALPHA:
+            t["verdict"] = "shown" if t["mean"] > 0 else "the reverse is shown"
+        else:
+            t["verdict"] = "not shown"
+    return tests
+
+
+# -- report --------------------------------------------------------------------------------------------------------
+def _f(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def report(results: dict[str, Any]) -> str:
+    rows = results["rows"]
+    runs = [r for r in results["runs"].values() if r.get("status") == "ok"]
+    hours = sum(r["cpu_seconds"] for r in runs) / 3600
+    lines = [
+        "# The token mixers on Pathfinder (issue 36)",
+        "",
+        "Written by `python benchmarks/pathfinder_mixers.py --report-only` from `pathfinder_mixers.json`; the "
+        "protocol is the script's docstring, fixed before the reported runs.",
+        "",
+        f"- Testbed: `{STUDY_SET}`, {STUDY_SPEC.n_train:,} / {STUDY_SPEC.n_val:,} / {STUDY_SPEC.n_test:,} images "
+        f"(train / validation / test), {STUDY_SPEC.config.n_dashes} dashes per target path, "
+        f"{STUDY_SPEC.config.n_distractors} distractors asked for, {BUDGET['img_size']} px, generator seed "
+        f"{STUDY_SPEC.seed} (`pdevision.data.pathfinder`).",
+        f"- Budget, the same for every run: `{MODEL}` ({STEM} stem), {BUDGET['epochs']} epochs at batch "
+        f"{BUDGET['batch_size']}, recipe `{BUDGET['recipe']}`, rates {', '.join(f'{r:g}' for r in LRS)}, 1 thread.",
+        f"- Done so far: {len(runs)} runs, {hours:.1f} CPU hours on {results.get('machine', '?')}; "
+        f"{len(plan(results, rows))} runs left in the current phase.",
+        "",
+        "## Changes to the protocol after a run was seen",
+        "",
+        *[f"{i}. {c}" for i, c in enumerate(PROTOCOL_CHANGES, 1)],
+        "",
+        *gate_section(results, rows),
+        *reported_section(results, rows),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def gate_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
+    passed = gate(results, rows)
+    out = [
+        "## The gate",
+        "",
+        f"Pilot of every mixer at rate {LRS[1]:g}, seed {SELECTION_SEED} (not reported): validation top-1 per "
+        f"epoch; it passes when it reaches {LEFT_CHANCE:g}% by epoch {GATE_EPOCH}.",
+        "",
+        "| arm | params | MACs | validation top-1 by epoch | passed |",
+        "|---|---:|---:|---|---|",
+    ]
+    for name in MIXER_ARMS:
+        rec = done(results, run_key(name, rows[name]["model_args"], SELECTION_SEED, LRS[1]))
+        curve = " ".join(f"{e['val_top1']:.0f}" for e in rec["curve"]) if rec else "not run"
+        verdict = {None: "—", True: "yes", False: "**no**"}[passed[name]]
+        out.append(f"| {name} | {rows[name]['params']:,} | {rows[name]['macs'] / 1e6:.1f} M | {curve} | {verdict} |")
+    if all(v is not None for v in passed.values()) and not all(passed.values()):
+        out += ["", "The gate failed: nothing further runs until the recipe or the testbed changes for all arms."]
+    return [*out, ""]
+
+
+def reported_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
+    out = [
+        "## Reported runs (test split, final checkpoints)",
+        "",
+        "| arm | rate | n | test top-1 mean [95% bootstrap] | failed runs | what it is |",
+        "|---|---:|---:|---|---:|---|",
+    ]
+    for name in ARMS:
+        recs = reported(results, rows, name)
+        lr = chosen_rate(results, rows, name)
+        tops = [r["test_top1"] for r in recs.values()]
+        lo, hi = bootstrap_interval(tops)
+        failed = sum(t < LEFT_CHANCE for t in tops)
+        mean = statistics.fmean(tops) if tops else None
+        out.append(
+            f"| {name} | {_f(lr, 4) if lr else '—'} | {len(tops)} | {_f(mean)} [{_f(lo)}, {_f(hi)}] | "
+            f"{failed} of {len(tops)} | {ARMS[name]['about']} |"
+        )
+    out += [
+        "",
+        f"## Claims (seed-paired, two-sided paired t-test, Holm over all {len(CLAIMS)} at {ALPHA})",
+        "",
+        "| claim | difference [95% bootstrap] | p | p (Holm) | verdict |",
+        "|---|---|---:|---:|---|",
+    ]
+    for t in verdicts(results, rows):
+        ci = f"[{_f(t['ci'][0])}, {_f(t['ci'][1])}]"
+        out.append(
+            f"| {t['claim']} ({t['better']} vs {t['worse']}) | {_f(t['mean'])} {ci} | {_f(t['p'], 3)} | "
+            f"{_f(t['p_holm'], 3)} | {t['verdict']} |"
+        )
+    out += ["", "## Filters", "", "| arm | when | factor at the highest frequency | mean \\|T - 1\\| | bands |"]
+    out.append("|---|---|---:|---:|---|")
+    for name, stats in results.get("step0", {}).items():
+        trained = [r["filters"] for r in reported(results, rows, name).values() if r.get("filters")]
+        out.append(
+            f"| {name} | step 0 | {_f(stats['highest'], 3)} | {_f(stats['from_pass_through'], 3)} | "
+            f"{' '.join(_f(b, 2) for b in stats['bands'])} |"
+        )
+        if trained:
+            high = statistics.fmean(f["highest"] for f in trained)
+            away = statistics.fmean(f["from_pass_through"] for f in trained)
+            out.append(f"| {name} | trained (n={len(trained)}) | {_f(high, 3)} | {_f(away, 3)} | |")
+    return [*out, ""]
+
+
+def plot_curves(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(ARMS)
+    cols = 4
+    fig, axes = plt.subplots(
+        math.ceil(len(names) / cols), cols, figsize=(3.2 * cols, 2.4 * math.ceil(len(names) / cols)), sharey=True
+    )
+    by_arm: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {n: [] for n in names}
+    for key, rec in results["runs"].items():
+        if rec.get("status") == "ok":
+            spec = json.loads(key)
+            by_arm.setdefault(spec["arm"], []).append((spec, rec))
+    for ax, name in zip(axes.flat, names, strict=False):
+        for spec, rec in by_arm.get(name, []):
+            style = "-" if spec["seed"] in REPORT_SEEDS else ":"
+            ax.plot([e["epoch"] for e in rec["curve"]], [e["val_top1"] for e in rec["curve"]], style, lw=1)
+        ax.axhline(50, color="grey", lw=0.5)
+        ax.set_title(name, fontsize=9)
+        ax.set_ylim(40, 100)
+    for ax in axes.flat[len(names) :]:
+        ax.axis("off")
+    fig.supxlabel("epoch")
+    fig.supylabel("validation top-1 (%)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", type=Path, default=HERE / "pathfinder_mixers.json")
+    p.add_argument("--runs-dir", default="runs/pathfinder_mixers")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--max-runs", type=int, default=10**6, help="stop after this many trainings")
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--plan", action="store_true", help="list the runs left and stop")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.plan:
+        results = load(args.json)
+        for phase, arm, key in plan(results, results.get("rows") or arm_rows()):
+            print(phase, arm, json.loads(key)["seed"], json.loads(key)["lr"])
+        return 0
+    results = load(args.json) if args.report_only else run(args)
+    (args.json.with_suffix(".md")).write_text(report(results))
+    plot_curves(results, args.json.with_suffix(".png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""benchmarks/pathfinder_mixers.py: the arms, the protocol's order and gate, the statistics (against scipy and
+statsmodels), the filter readings, and one real miniature run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec
+from pdevision.data.pathfinder import PathfinderConfig
+from tests.helpers import load_benchmark
+
+pf = load_benchmark("pathfinder_mixers.py")
+
+
+def test_holm_equals_statsmodels() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        p = list(rng.uniform(0, 0.2, size=int(rng.integers(1, 12))))
+        expected = multipletests(p, alpha=0.05, method="holm")[1]
+        np.testing.assert_allclose(pf.holm(p), expected, rtol=1e-12)
+    assert math.isnan(pf.holm([0.01, math.nan])[1]) and pf.holm([0.01, math.nan])[0] == 0.01  # nan is not counted
+
+
+def test_bootstrap_interval_is_seeded_and_covers_the_mean() -> None:
+    values = [71.0, 74.5, 69.0, 80.0, 73.0]
+    lo, hi = pf.bootstrap_interval(values)
+    assert (lo, hi) == pf.bootstrap_interval(values)
+    assert min(values) <= lo < np.mean(values) < hi <= max(values)
+    # scipy's percentile bootstrap of the mean agrees to within resampling noise
+    ref = stats.bootstrap((np.array(values),), np.mean, n_resamples=20000, method="percentile", random_state=0)
+    assert abs(ref.confidence_interval.low - lo) < 0.5 and abs(ref.confidence_interval.high - hi) < 0.5
+    assert all(math.isnan(x) for x in pf.bootstrap_interval([70.0]))
+
+
+def test_paired_test_is_scipys_paired_t_test() -> None:
+    a = {0: 70.0, 1: 75.0, 2: 72.0, 3: 78.0, 4: 71.0}
+    b = {0: 60.0, 1: 66.0, 2: 65.0, 3: 61.0, 4: 64.0, 9: 99.0}  # seed 9 has no pair: left out
+    out = pf.paired_test(a, b)
+    assert out["n"] == 5 and out["mean"] == pytest.approx(np.mean([a[s] - b[s] for s in a]))
+    assert out["p"] == pytest.approx(stats.ttest_rel(list(a.values()), [b[s] for s in a]).pvalue)
+    assert out["ci"][0] < out["mean"] < out["ci"][1]
+    assert pf.paired_test({0: 1.0}, {0: 0.0})["n"] == 1
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict:
+    return pf.arm_rows()
+
+
+def test_mixer_arms_are_matched_and_controls_take_their_parents_width(rows: dict) -> None:
+    heat = rows["heat"]["params"]
+    for name in pf.MIXER_ARMS:
+        assert abs(rows[name]["params"] / heat - 1) <= 0.05, name
+        assert rows[name]["macs"] > 0 and rows[name]["parent"] is None
+    for name, arm in pf.ARMS.items():
+        if "parent" in arm:
+            assert rows[name]["model_args"]["dims"] == rows[arm["parent"]]["model_args"]["dims"]
+    assert rows["heat-pass-through"]["model_args"]["k_init"] == 0.0
+    assert {a for a, b, _ in pf.CLAIMS} | {b for _, b, _ in pf.CLAIMS} <= set(pf.ARMS)
+
+
+def _fake(rows: dict, arm: str, seed: int, lr: float, curve: list[float], test: float | None = None) -> tuple:
+    key = pf.run_key(arm, rows[arm]["model_args"], seed, lr)
+    rec = {
+        "status": "ok",
+        "final_val_top1": curve[-1],
+        "curve": [{"epoch": i + 1, "val_top1": v} for i, v in enumerate(curve)],
+        "cpu_seconds": 1.0,
+    }
+    if test is not None:
+        rec["test_top1"] = test
+    return key, rec
+
+
+def test_the_gate_comes_first_and_stops_everything_when_a_mixer_stays_at_chance(rows: dict) -> None:
+    results = {"runs": {}}
+    first = pf.plan(results, rows)
+    assert [p for p, _, _ in first] == ["gate"] * len(pf.MIXER_ARMS)
+    for name in pf.MIXER_ARMS:
+        curve = [50.0] * 12 if name == "identity" else [50.0, 55.0, 65.0] + [70.0] * 9
+        key, rec = _fake(rows, name, pf.SELECTION_SEED, pf.LRS[1], curve)
+        results["runs"][key] = rec
+    assert pf.gate(results, rows)["identity"] is False and pf.gate(results, rows)["heat"] is True
+    assert pf.plan(results, rows) == []  # the gate failed: nothing further
+    assert "The gate failed" in "\n".join(pf.gate_section(results, rows))
+    # leaving chance after GATE_EPOCH does not count
+    late = [50.0] * pf.GATE_EPOCH + [90.0] * 6
+    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], late)])
+    assert pf.gate(results, rows)["identity"] is False
+    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], [50.0] * 5 + [61.0] * 7)])
+    assert all(pf.gate(results, rows).values())
+    assert {p for p, _, _ in pf.plan(results, rows)} == {"rates"}
+
+
+def test_rates_then_reported_seeds_seed_by_seed_with_controls_at_their_parents_rate(rows: dict) -> None:
+    results = {"runs": {}}
+    for name in pf.MIXER_ARMS:
+        for lr, top in zip(pf.LRS, (70.0, 80.0, 80.0), strict=True):  # a tie: the smaller rate
+            results["runs"].update([_fake(rows, name, pf.SELECTION_SEED, lr, [65.0] * 11 + [top])])
+    assert pf.chosen_rate(results, rows, "heat") == pf.LRS[1]
+    assert pf.chosen_rate(results, rows, "heat-pass-through") == pf.LRS[1]
+    todo = pf.plan(results, rows)
+    assert {p for p, _, _ in todo} == {"report"} and len(todo) == len(pf.ARMS) * len(pf.REPORT_SEEDS)
+    seeds = [json.loads(k)["seed"] for _, _, k in todo]
+    assert seeds == sorted(seeds)  # every arm's seed 0 before any seed 1
+    assert all(json.loads(k)["lr"] == pf.LRS[1] for _, _, k in todo)
+    # the claims wait for all seeds; then heat over attention by a consistent margin is shown after Holm
+    for seed in pf.REPORT_SEEDS:
+        for name in pf.ARMS:
+            top = 90.0 + seed if name == "heat" else 70.0 + 2 * seed % 3
+            results["runs"].update([_fake(rows, name, seed, pf.LRS[1], [80.0], test=top)])
+    verdicts = {(t["better"], t["worse"]): t for t in pf.verdicts(results, rows)}
+    assert verdicts[("heat", "attention")]["verdict"] == "shown"
+    assert verdicts[("heat", "attention")]["p_holm"] >= verdicts[("heat", "attention")]["p"]
+    assert verdicts[("hcl", "attention")]["verdict"] == "not shown"  # equal runs
+    text = pf.report({**results, "rows": rows, "step0": {}, "machine": "test"})
+    assert "| heat |" in text and "shown" in text
+
+
+def test_filter_readings_against_numpy() -> None:
+    torch.manual_seed(0)
+    passthrough = pf.build({"mixer": "heat", "k_mode": "fixed", "k_init": 0.0, "dims": 16})
+    got = pf.filter_stats(passthrough, 32)
+    assert got["highest"] == pytest.approx(1.0) and got["from_pass_through"] == pytest.approx(0.0, abs=1e-7)
+    k1 = pf.filter_stats(pf.build({"mixer": "heat", "k_mode": "fixed", "k_init": 1.0, "dims": 16}), 32)
+    # one mixer per block: depths 1-1-3-1 on maps of 8, 4, 2 and 1 px at 32 px (the 1-px map is left out);
+    # |w|_max^2 = 2 (pi (n-1) / n)^2
+    expected = np.mean([np.exp(-2 * (np.pi * (n - 1) / n) ** 2) for n in (8, 4, 2, 2, 2)])
+    assert k1["highest"] == pytest.approx(expected, rel=1e-5)
+    assert pf.filter_stats(pf.build({"mixer": "sepconv", "dims": 16}), 32) is None
+    step0 = pf.step0_filters({"heat": {"model_args": {**pf.ARMS["heat"]["args"], "dims": 16}}})
+    assert 0.4 < step0["heat"]["highest"] < 0.8  # heat's own start damps the highest frequency
+
+
+def test_one_real_miniature_run(tmp_path) -> None:
+    PATHFINDER_SETS.setdefault("pathfinder-test-mini", PathfinderSetSpec(64, 32, 32, PathfinderConfig(n_dashes=4)))
+    key = json.dumps(
+        {
+            "arm": "heat",
+            "model": pf.MODEL,
+            "model_args": {"mixer": "heat", "dims": 16, "k_init": pf.K_HEAT},
+            "seed": 0,
+            "lr": 1e-3,
+            "data": "pathfinder-test-mini",
+            "epochs": 2,
+            "batch_size": 32,
+            "img_size": 32,
+            "recipe": "pathfinder",
+        }
+    )
+    rec = pf.train_run(key, str(tmp_path / "run"))
+    assert rec["status"] == "ok" and [e["epoch"] for e in rec["curve"]] == [1.0, 2.0]
+    assert 0 <= rec["test_top1"] <= 100 and rec["filters"]["from_pass_through"] > 0
+    assert rec["final_val_top1"] == rec["curve"][-1]["val_top1"]
