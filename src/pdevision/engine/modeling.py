@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import timm
+import torch
 from torch import nn
 
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError, check_finite_weights, checkpoint_kind
+from pdevision.fastpath import on_device
 from pdevision.models.factory import (
     ModelArgumentError,
     ModelNameError,
@@ -41,6 +43,7 @@ __all__ = [
     "checked_model_args",
     "classifier_from_meta",
     "load_checkpoint_model",
+    "load_classifier",
     "load_into_model",
     "load_released",
     "min_input_size",
@@ -240,3 +243,14 @@ def classifier_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Modul
     if not classes:
         raise CheckpointError("the checkpoint does not list its classes; it needs a classifier")
     return model_from_meta(meta, len(classes))
+
+
+def load_classifier(
+    checkpoint: str | Path, device: torch.device | str = "cpu", fused_kernels: bool = False
+) -> tuple[nn.Module, dict[str, Any], Path]:
+    """The eval-mode classifier of a classification checkpoint or run folder, its metadata and its folder:
+    :func:`load_checkpoint_model` for the ``classify`` kind, the model moved to ``device``; with ``fused_kernels``
+    on the CPU kernels there (:func:`pdevision.fastpath.on_device`: what ``eval`` and ``predict`` run), else the
+    plain modules (what the figures hook into)."""
+    model, meta, folder = load_checkpoint_model(checkpoint, ("classify",), classifier_from_meta)
+    return (on_device(model, device) if fused_kernels else model.to(device)), meta, folder
