@@ -39,7 +39,7 @@ def test_load_classifier_gives_the_saved_model_plain_or_on_the_kernels(classifie
 def test_load_classifier_refuses_another_kind(tmp_path: Path) -> None:
     model = build_model("hcnet_micro", num_classes=0, img_size=32)
     save_checkpoint(tmp_path, "best", model, {"model": "hcnet_micro", "kind": "encoder", "img_size": 32})
-    with pytest.raises(CheckpointError, match="is a encoder checkpoint .*this takes classify checkpoints"):
+    with pytest.raises(CheckpointError, match=r"is a encoder checkpoint .*this takes classify checkpoints"):
         load_classifier(tmp_path)
 
 

@@ -65,19 +65,26 @@ REQUIRES = (("segmentation_models_pytorch", "dense"), ("matplotlib", "train"))
 
 SEGMENT_RECIPES = {
     "light": DenseRecipe(
-        3e-3,
-        8,
-        0.05,
-        8,
-        1.0,
-        1e-5,
-        64,
-        "this library's CPU recipe (from scratch)",
+        lr=3e-3,
+        batch=8,
+        weight_decay=0.05,
+        epochs=8,
+        warmup_epochs=1.0,
+        min_lr=1e-5,
+        decoder_channels=64,
+        source="this library's CPU recipe (from scratch)",
         scale_range=(0.9, 1.25),
         photometric=False,
     ),
     "upernet_swin": DenseRecipe(
-        6e-5, 16, 0.01, 12, 1.0, 0.0, 512, "Swin arXiv:2103.14030 §4.3 (UPerNet, ADE20K), HcNet §4.3, vHeat"
+        lr=6e-5,
+        batch=16,
+        weight_decay=0.01,
+        epochs=12,
+        warmup_epochs=1.0,
+        min_lr=0.0,
+        decoder_channels=512,
+        source="Swin arXiv:2103.14030 §4.3 (UPerNet, ADE20K), HcNet §4.3, vHeat",
     ),
 }
 
