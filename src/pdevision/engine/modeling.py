@@ -25,6 +25,7 @@ from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError, check_finite_weights, checkpoint_kind
 from pdevision.fastpath import on_device
 from pdevision.models.factory import (
+    MAX_SIZE,
     ModelArgumentError,
     ModelNameError,
     build_model,
@@ -35,7 +36,6 @@ from pdevision.models.factory import (
 )
 
 __all__ = [
-    "MAX_IMAGE_SIZE",
     "ModelNameError",
     "build_model",
     "check_finite_weights",
@@ -50,8 +50,6 @@ __all__ = [
     "model_from_meta",
     "released_tag",
 ]
-
-MAX_IMAGE_SIZE = 16384
 
 
 def load_into_model(
@@ -129,7 +127,7 @@ def load_released(model: nn.Module, name: str) -> str:
 def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     """The model arguments of checkpoint metadata, refused with a :class:`CheckpointError` unless they are plain
     constructor arguments (see the module docstring); ``img_size`` (of the arguments and of the metadata) checked to
-    be an integer (pair) up to 16384."""
+    be an integer (pair) up to :data:`~pdevision.models.factory.MAX_SIZE`."""
     try:
         check_model_name(meta.get("model"), "in the checkpoint")
         args = dict(check_model_args(meta.get("model_args", {}), "in the checkpoint"))
@@ -139,11 +137,11 @@ def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     for value in [args[k] for k in ("img_size",) if k in args] + [meta[k] for k in ("img_size",) if k in meta]:
         if value is not None:
             sizes = value if isinstance(value, (list, tuple)) else [value]
-            ok = sizes and all(
-                isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_IMAGE_SIZE for v in sizes
-            )
+            ok = sizes and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE for v in sizes)
             if not ok:
-                raise CheckpointError(f"image size {value!r:.80} in the checkpoint is not an integer from 1 to 16384")
+                raise CheckpointError(
+                    f"image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE}"
+                )
     return args
 
 

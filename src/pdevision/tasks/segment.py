@@ -43,6 +43,7 @@ from pdevision.data.dense import (
 )
 from pdevision.engine.loop import fit
 from pdevision.models.dense import create_segmentation_model
+from pdevision.models.factory import MAX_SIZE
 from pdevision.tasks.dense import (
     DenseCommands,
     DenseConfig,
@@ -217,9 +218,9 @@ def train(config: DenseConfig) -> dict[str, Any]:
 def segmenter_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     """The segmentation model a segment checkpoint's metadata describes (weights not loaded)."""
     channels = meta.get("decoder_channels")
-    if not (isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= 16384):
+    if not (isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= MAX_SIZE):
         # a huge width asked the allocator for terabytes (a RuntimeError, exit 1)
-        raise ValueError(f"decoder_channels {channels!r:.40} is not an integer from 1 to 16384")
+        raise ValueError(f"decoder_channels {channels!r:.40} is not an integer from 1 to {MAX_SIZE}")
     return create_segmentation_model(
         meta["model"], len(meta["classes"]), head=meta["head"], decoder_channels=meta["decoder_channels"], **args
     )
