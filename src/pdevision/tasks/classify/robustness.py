@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from pdevision._files import not_a_regular_file
 from pdevision._optional import require_all
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.corruptions import (
@@ -41,7 +42,6 @@ from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.modeling import load_classifier
 from pdevision.engine.runtime import resolve_device
-from pdevision.models._weights import not_a_regular_file
 from pdevision.tasks.classify.evaluate import evaluate_model
 
 log = logging.getLogger(__name__)
