@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import io
 import json
-import math
 import os
 import pickle
 import pickletools
@@ -49,6 +48,7 @@ from safetensors import safe_open
 from torch import nn
 
 from pdevision._files import not_a_regular_file
+from pdevision._values import is_finite_number
 from pdevision.engine.hub import HUB_CONFIG, hub_config_bytes
 from pdevision.engine.metadata import MAX_METADATA_BYTES, MetadataError, parse_json
 from pdevision.engine.runtime import one_line
@@ -328,7 +328,7 @@ def _check_normalisation(meta: dict[str, Any], file: Path) -> None:
         ok = (
             isinstance(value, list)
             and len(value) in (1, chans)
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+            and all(is_finite_number(v) for v in value)
             and (name == "mean" or all(v > 1e-6 for v in value))
         )
         if not ok:

@@ -37,6 +37,7 @@ from safetensors import safe_open
 from torch import nn
 
 from pdevision._files import not_a_regular_file
+from pdevision._values import is_int
 from pdevision.engine import checkpoint as native
 from pdevision.engine.checkpoint import CheckpointError, regular_checkpoint_file
 from pdevision.engine.metadata import MetadataError, parse_json
@@ -229,7 +230,7 @@ def _hub_meta(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{file} names no architecture (a timm config.json has an 'architecture' field)")
     cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
     num_classes = config.get("num_classes", cfg.get("num_classes", 0))
-    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+    if not is_int(num_classes) or num_classes < 0:
         raise CheckpointError(f"{file}: num_classes must be a whole number, got {num_classes!r:.80}")
     labels = config.get("label_names", cfg.get("label_names"))
     if isinstance(labels, dict):  # timm allows {index: name}
@@ -300,7 +301,9 @@ def load_weights(path: str | Path, model: nn.Module) -> dict[str, torch.Tensor]:
             except Exception as exc:
                 raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc)})") from None
         else:
-            state = _tensors(_torch_file(regular_checkpoint_file(folder / "pytorch_model.bin")), folder / "pytorch_model.bin")
+            state = _tensors(
+                _torch_file(regular_checkpoint_file(folder / "pytorch_model.bin")), folder / "pytorch_model.bin"
+            )
     else:
         state = _tensors(_torch_file(path), path)
     fn = checkpoint_filter_of(model)

@@ -21,6 +21,7 @@ import timm
 import torch
 from torch import nn
 
+from pdevision._values import is_int
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError, check_finite_weights, checkpoint_kind
 from pdevision.fastpath import on_device
@@ -137,7 +138,7 @@ def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     for value in [args[k] for k in ("img_size",) if k in args] + [meta[k] for k in ("img_size",) if k in meta]:
         if value is not None:
             sizes = value if isinstance(value, (list, tuple)) else [value]
-            ok = sizes and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE for v in sizes)
+            ok = sizes and all(is_int(v) and 0 < v <= MAX_SIZE for v in sizes)
             if not ok:
                 raise CheckpointError(
                     f"image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE}"

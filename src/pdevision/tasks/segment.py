@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 from torchvision.utils import draw_segmentation_masks
 
 from pdevision._optional import require_all
+from pdevision._values import is_int
 from pdevision.data.dense import (
     IGNORE_INDEX,
     IMAGENET_MEAN,
@@ -218,7 +219,7 @@ def train(config: DenseConfig) -> dict[str, Any]:
 def segmenter_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     """The segmentation model a segment checkpoint's metadata describes (weights not loaded)."""
     channels = meta.get("decoder_channels")
-    if not (isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= MAX_SIZE):
+    if not (is_int(channels) and 0 < channels <= MAX_SIZE):
         # a huge width asked the allocator for terabytes (a RuntimeError, exit 1)
         raise ValueError(f"decoder_channels {channels!r:.40} is not an integer from 1 to {MAX_SIZE}")
     return create_segmentation_model(

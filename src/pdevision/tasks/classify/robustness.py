@@ -30,6 +30,7 @@ import numpy as np
 
 from pdevision._files import not_a_regular_file
 from pdevision._optional import require_all
+from pdevision._values import is_int
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.corruptions import (
     CORRUPTION_REQUIRES,
@@ -153,7 +154,7 @@ def _read_baseline(path: Path) -> dict[str, Any]:
         for key in ("checkpoint", "model", "clean_top1", "mean_corruption_top1", "images"):
             if key not in base:
                 raise KeyError(key)
-        if not isinstance(base["images"], int) or isinstance(base["images"], bool):
+        if not is_int(base["images"]):
             raise TypeError("'images' is not an integer")
         top1 = {str(c): {int(sev): float(acc) for sev, acc in per.items()} for c, per in dict(base["top1"]).items()}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
