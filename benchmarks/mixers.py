@@ -76,18 +76,18 @@ LEFT_CHANCE = 2 * ablations.CHANCE  # top-1 (%): twice chance on the 10 classes 
 
 
 # -- the parameter budget ---------------------------------------------------------------------------
-def count_params(mixer: str, dims: int, num_classes: int = 10) -> int:
+def mixer_params(mixer: str, dims: int, num_classes: int = 10) -> int:
+    """Parameters of the benchmark's model with ``mixer`` at width ``dims`` (:func:`pdevision.bench.count_params`)."""
     import timm
 
-    import pdevision  # noqa: F401  (registers the models)
+    from pdevision.bench import count_params  # importing pdevision registers the models
 
-    model = timm.create_model(MODEL, mixer=mixer, dims=dims, stem=STEM, num_classes=num_classes)
-    return sum(p.numel() for p in model.parameters())
+    return count_params(timm.create_model(MODEL, mixer=mixer, dims=dims, stem=STEM, num_classes=num_classes))
 
 
 def _count_or_none(mixer: str, dims: int) -> int | None:
     try:
-        return count_params(mixer, dims)
+        return mixer_params(mixer, dims)
     except ValueError:  # a width the mixer does not take (attention: multiples of its head size)
         return None
 
@@ -105,7 +105,7 @@ def match_dims(mixer: str, target: int, tolerance: float, widths: range = range(
 
 def rows(tolerance: float) -> list[dict[str, Any]]:
     """One row per mixer: name, model, model args (mixer and matched dims), parameter count."""
-    target = count_params("heat", 32)
+    target = mixer_params("heat", 32)
     out = []
     for mixer in MIXERS:
         dims, params = match_dims(mixer, target, tolerance)

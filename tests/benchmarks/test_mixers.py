@@ -11,11 +11,11 @@ mixers = load_benchmark("mixers.py")
 
 
 def test_widths_match_the_heat_models_parameters_within_5_percent() -> None:
-    target = mixers.count_params("heat", 32)
+    target = mixers.mixer_params("heat", 32)
     widths = range(28, 42, 2)
     for mixer in ("identity", "hcl"):
         dims, params = mixers.match_dims(mixer, target, 0.05, widths)
-        assert abs(params / target - 1) <= 0.05 and params == mixers.count_params(mixer, dims)
+        assert abs(params / target - 1) <= 0.05 and params == mixers.mixer_params(mixer, dims)
     assert mixers.match_dims("attention", target, 0.05, widths)[0] == 32  # the only width that tiles its heads
     with pytest.raises(ValueError, match="within 1%"):
         mixers.match_dims("attention", target, 0.01, widths)

@@ -15,10 +15,10 @@ import torch
 
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError
-from pdevision.engine.modeling import build_model, load_into_model
+from pdevision.engine.modeling import build_model, load_classifier, load_into_model
 from pdevision.fastpath import reference_kernels
 from pdevision.models.vheat import checkpoint_filter_fn
-from pdevision.tasks.classify.evaluate import evaluate_checkpoint, load_classifier
+from pdevision.tasks.classify.evaluate import evaluate_checkpoint
 from tests.helpers import digit_folder, exit_code
 
 FAST = ["--epochs", "1", "--max-train-batches", "1", "--batch-size", "8", "--no-progress", "--threads", "1"]
@@ -99,7 +99,7 @@ def test_run_best_is_a_timm_folder_with_its_class_names(run: Path) -> None:
     assert not {"url", "hf_hub_id", "file"} & set(cfg)  # no source: loading never downloads
     assert "architecture" not in json.loads((run / "config.json").read_text())  # the run's own settings, unchanged
 
-    ours, meta, _ = load_classifier(run)
+    ours, meta, _ = load_classifier(run, fused_kernels=True)
     theirs = timm.create_model(f"local-dir:{run / 'best'}", pretrained=True).eval()
     assert theirs.pretrained_cfg["label_names"] == meta["classes"]
     x = torch.randn(2, 3, 64, 64)

@@ -72,7 +72,7 @@ def test_every_format_of_every_family_matches_pytorch(
 
 def test_onnx_output_checked_independently(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     """The file itself, read back here with onnxruntime, against the checkpoint's PyTorch model."""
-    from pdevision.tasks.classify.evaluate import load_classifier
+    from pdevision.engine.modeling import load_classifier
 
     output = tmp_path / "m.onnx"
     export_checkpoint(checkpoints["hcnet_micro"], "onnx", output, dynamic=True)

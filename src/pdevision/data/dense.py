@@ -45,12 +45,12 @@ from torch.utils.data import Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from pdevision._files import not_a_regular_file
 from pdevision._optional import require
 from pdevision._values import is_finite_number, is_int
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import IMAGE_EXTENSIONS, MASK_MODES, read_header, read_mask_array, read_rgb_array
 from pdevision.data.scenes import CLASS_NAMES, SceneConfig, make_scene
-from pdevision.models._weights import not_a_regular_file
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from typing import IO, NamedTuple, TypeVar
 import numpy as np
 from PIL import Image, ImageOps
 
+from pdevision._files import file_kind
 from pdevision.data.errors import DataError
-from pdevision.models._weights import file_kind
 
 __all__ = [
     "IMAGE_EXTENSIONS",

@@ -37,10 +37,10 @@ import torch
 from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
+from pdevision._files import not_a_regular_file
 from pdevision._optional import require
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import decode_rgb
-from pdevision.models._weights import not_a_regular_file
 
 log = logging.getLogger(__name__)
 

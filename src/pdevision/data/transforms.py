@@ -14,7 +14,7 @@ from typing import Any
 from timm.data import create_transform
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     """Augmentation, regularisation and optimisation defaults; every field is a CLI flag."""
 
@@ -40,13 +40,13 @@ class Recipe:
     crop_pct: float = 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LightRecipe(Recipe):
     """Short runs on small data (the embedded 8x8 digits upsampled): AdamW, 30 epochs, light crops, no flips
     (digits are not mirror-symmetric). Chosen for this library's demos, not taken from a paper."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PathfinderRecipe(LightRecipe):
     """The light recipe without crops, with mirror flips: on Pathfinder a crop can cut a dot off or a path apart and
     so change the label, and a mirrored image keeps it. Chosen for this library's Pathfinder comparison
@@ -58,7 +58,7 @@ class PathfinderRecipe(LightRecipe):
     hflip: float = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PdeResNetRecipe(Recipe):
     """PDE-ResNet (PDE-ConvNet paper, arXiv:2308.01621, section 5). The paper trains with timm's ResNeXt-50 script
     (ResNet strikes back): SGD, cosine schedule, 5 warm-up epochs, batch 192, but a peak rate of 0.3 (not 0.6) and
@@ -84,7 +84,7 @@ class PdeResNetRecipe(Recipe):
     crop_pct: float = 0.875
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SwinImageNetRecipe(Recipe):
     """Swin's ImageNet-1K set-up (arXiv:2103.14030), which vHeat and HcNet follow: AdamW, 300 epochs with 20 of
     warm-up, cosine to 5e-6, gradient clip 5, RandAugment m9, mixup 0.8, cutmix 1.0, label smoothing 0.1, random
@@ -106,7 +106,7 @@ class SwinImageNetRecipe(Recipe):
     crop_pct: float = 0.875
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HcNetRecipe(SwinImageNetRecipe):
     """HcNet (HcNet paper, ImageNet-1K implementation details): the paper states AdamW for 300 epochs, cosine decay
     after 20 linear warm-up epochs, peak rate 1e-3 at batch 256 and weight decay 0.05, and says it keeps most of
@@ -118,7 +118,7 @@ class HcNetRecipe(SwinImageNetRecipe):
     weight_decay: float = 0.05
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VHeatRecipe(SwinImageNetRecipe):
     """vHeat on ImageNet-1K: Swin's set-up at 5e-4 per 512 images, weight decay 0.08, EMA 0.9999. The vHeat texts
     in the papers folder (CVPR version, article) do not list the ImageNet hyper-parameters; these are the values

@@ -10,7 +10,7 @@ from pdevision.engine.checkpoint import (
 )
 from pdevision.engine.config import RunConfig, resolve_run
 from pdevision.engine.loop import fit
-from pdevision.engine.modeling import ModelNameError, build_model, load_checkpoint_model
+from pdevision.engine.modeling import ModelNameError, build_model, load_checkpoint_model, load_classifier
 from pdevision.engine.runtime import NonFiniteLossError
 from pdevision.engine.state import RunState
 from pdevision.engine.task import RunContext, Task
@@ -27,6 +27,7 @@ __all__ = [
     "checkpoint_kind",
     "fit",
     "load_checkpoint_model",
+    "load_classifier",
     "read_meta",
     "resolve_checkpoint",
     "resolve_run",

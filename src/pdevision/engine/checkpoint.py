@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import io
 import json
-import math
 import os
 import pickle
 import pickletools
@@ -48,10 +47,11 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from pdevision._files import not_a_regular_file
+from pdevision._values import is_finite_number
 from pdevision.engine.hub import HUB_CONFIG, hub_config_bytes
 from pdevision.engine.metadata import MAX_METADATA_BYTES, MetadataError, parse_json
 from pdevision.engine.runtime import one_line
-from pdevision.models._weights import not_a_regular_file
 
 
 class CheckpointError(ValueError):
@@ -269,7 +269,7 @@ NO_CHECKPOINT_YET = (
 )
 
 
-def _regular(file: Path) -> Path:
+def regular_checkpoint_file(file: Path) -> Path:
     """``file``; a :class:`CheckpointError` if it is a FIFO, device or folder (reading one would block forever)."""
     what = not_a_regular_file(file)
     if what is not None:
@@ -280,7 +280,7 @@ def _regular(file: Path) -> Path:
 def read_meta(path: str | Path) -> dict[str, Any]:
     """The metadata stored with a checkpoint's weights (model name, classes, arguments, epoch)."""
     folder = resolve_checkpoint(path)
-    file = _regular(folder / "model.safetensors")
+    file = regular_checkpoint_file(folder / "model.safetensors")
     try:
         with safe_open(str(file), framework="pt") as f:
             raw = f.metadata() or {}
@@ -328,7 +328,7 @@ def _check_normalisation(meta: dict[str, Any], file: Path) -> None:
         ok = (
             isinstance(value, list)
             and len(value) in (1, chans)
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+            and all(is_finite_number(v) for v in value)
             and (name == "mean" or all(v > 1e-6 for v in value))
         )
         if not ok:
@@ -372,7 +372,7 @@ def load_weights(path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]
     """Weights of a checkpoint folder (the EMA copy with ``ema=True`` where present)."""
     folder = resolve_checkpoint(path)
     file = folder / ("ema.safetensors" if ema and (folder / "ema.safetensors").exists() else "model.safetensors")
-    _regular(file)
+    regular_checkpoint_file(file)
     try:
         return safetensors.torch.load_file(str(file))
     except Exception as exc:
@@ -395,7 +395,7 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
     file = folder / "trainer.pt"
     if not file.exists():
         raise CheckpointError(f"checkpoint {folder} has no trainer state (trainer.pt); it cannot be resumed")
-    _regular(file)
+    regular_checkpoint_file(file)
     # torch.save writes a zip archive; anything else (a raw pickle, which may carry code) is refused unread, before
     # torch's fallback to its legacy format, which warns on stderr and then fails on the pickle's first opcode
     if not zipfile.is_zipfile(file):

@@ -36,12 +36,13 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from pdevision._files import not_a_regular_file
+from pdevision._values import is_int
 from pdevision.engine import checkpoint as native
-from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.checkpoint import CheckpointError, regular_checkpoint_file
 from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models import FAMILIES, list_models
-from pdevision.models._weights import not_a_regular_file
 
 __all__ = [
     "FORMATS",
@@ -62,20 +63,13 @@ _HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight
 _WRAPPERS = ("state_dict", "model", "model_ema", "state_dict_ema")
 
 
-def _regular(file: Path) -> Path:
-    what = not_a_regular_file(file)
-    if what is not None:
-        raise CheckpointError(f"checkpoint file {file} is {what}, not a regular file")
-    return file
-
-
 def _native_meta(folder: Path) -> dict[str, Any] | None:
     """The safetensors metadata of ``folder/model.safetensors`` when it is pdevision's (names its model)."""
     file = folder / "model.safetensors"
     if not file.is_file():
         return None
     try:
-        with safe_open(str(_regular(file)), framework="pt") as f:
+        with safe_open(str(regular_checkpoint_file(file)), framework="pt") as f:
             raw = f.metadata() or {}
     except CheckpointError:
         raise
@@ -97,7 +91,7 @@ def checkpoint_format(path: str | Path) -> str:
         native.resolve_checkpoint(path)  # a run folder (its best / last), or its own message
         return "pdevision"
     if path.is_file():
-        _regular(path)
+        regular_checkpoint_file(path)
         obj = _torch_file(path)
         return "timm" if isinstance(obj.get("arch"), str) and isinstance(obj.get("state_dict"), dict) else "authors"
     what = not_a_regular_file(path)
@@ -227,7 +221,7 @@ def _foreign_meta(name: str, num_classes: int, fmt: str, **extra: Any) -> dict[s
 
 
 def _hub_meta(folder: Path) -> dict[str, Any]:
-    file = _regular(folder / "config.json")
+    file = regular_checkpoint_file(folder / "config.json")
     try:
         config = parse_json(file.read_text())  # untrusted: bounded in size and nesting
     except (OSError, UnicodeDecodeError, MetadataError) as exc:
@@ -236,7 +230,7 @@ def _hub_meta(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{file} names no architecture (a timm config.json has an 'architecture' field)")
     cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
     num_classes = config.get("num_classes", cfg.get("num_classes", 0))
-    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+    if not is_int(num_classes) or num_classes < 0:
         raise CheckpointError(f"{file}: num_classes must be a whole number, got {num_classes!r:.80}")
     labels = config.get("label_names", cfg.get("label_names"))
     if isinstance(labels, dict):  # timm allows {index: name}
@@ -303,11 +297,13 @@ def load_weights(path: str | Path, model: nn.Module) -> dict[str, torch.Tensor]:
         file = folder / "model.safetensors"
         if file.is_file():
             try:
-                state = safetensors.torch.load_file(str(_regular(file)))
+                state = safetensors.torch.load_file(str(regular_checkpoint_file(file)))
             except Exception as exc:
                 raise CheckpointError(f"checkpoint file {file} is corrupt or truncated ({one_line(exc)})") from None
         else:
-            state = _tensors(_torch_file(_regular(folder / "pytorch_model.bin")), folder / "pytorch_model.bin")
+            state = _tensors(
+                _torch_file(regular_checkpoint_file(folder / "pytorch_model.bin")), folder / "pytorch_model.bin"
+            )
     else:
         state = _tensors(_torch_file(path), path)
     fn = checkpoint_filter_of(model)

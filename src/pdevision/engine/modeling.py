@@ -18,11 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import timm
+import torch
 from torch import nn
 
+from pdevision._values import is_int
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError, check_finite_weights, checkpoint_kind
+from pdevision.fastpath import on_device
 from pdevision.models.factory import (
+    MAX_SIZE,
     ModelArgumentError,
     ModelNameError,
     build_model,
@@ -33,7 +37,6 @@ from pdevision.models.factory import (
 )
 
 __all__ = [
-    "MAX_IMAGE_SIZE",
     "ModelNameError",
     "build_model",
     "check_finite_weights",
@@ -41,14 +44,13 @@ __all__ = [
     "checked_model_args",
     "classifier_from_meta",
     "load_checkpoint_model",
+    "load_classifier",
     "load_into_model",
     "load_released",
     "min_input_size",
     "model_from_meta",
     "released_tag",
 ]
-
-MAX_IMAGE_SIZE = 16384
 
 
 def load_into_model(
@@ -126,7 +128,7 @@ def load_released(model: nn.Module, name: str) -> str:
 def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     """The model arguments of checkpoint metadata, refused with a :class:`CheckpointError` unless they are plain
     constructor arguments (see the module docstring); ``img_size`` (of the arguments and of the metadata) checked to
-    be an integer (pair) up to 16384."""
+    be an integer (pair) up to :data:`~pdevision.models.factory.MAX_SIZE`."""
     try:
         check_model_name(meta.get("model"), "in the checkpoint")
         args = dict(check_model_args(meta.get("model_args", {}), "in the checkpoint"))
@@ -136,11 +138,11 @@ def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     for value in [args[k] for k in ("img_size",) if k in args] + [meta[k] for k in ("img_size",) if k in meta]:
         if value is not None:
             sizes = value if isinstance(value, (list, tuple)) else [value]
-            ok = sizes and all(
-                isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_IMAGE_SIZE for v in sizes
-            )
+            ok = sizes and all(is_int(v) and 0 < v <= MAX_SIZE for v in sizes)
             if not ok:
-                raise CheckpointError(f"image size {value!r:.80} in the checkpoint is not an integer from 1 to 16384")
+                raise CheckpointError(
+                    f"image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE}"
+                )
     return args
 
 
@@ -240,3 +242,14 @@ def classifier_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Modul
     if not classes:
         raise CheckpointError("the checkpoint does not list its classes; it needs a classifier")
     return model_from_meta(meta, len(classes))
+
+
+def load_classifier(
+    checkpoint: str | Path, device: torch.device | str = "cpu", fused_kernels: bool = False
+) -> tuple[nn.Module, dict[str, Any], Path]:
+    """The eval-mode classifier of a classification checkpoint or run folder, its metadata and its folder:
+    :func:`load_checkpoint_model` for the ``classify`` kind, the model moved to ``device``; with ``fused_kernels``
+    on the CPU kernels there (:func:`pdevision.fastpath.on_device`: what ``eval`` and ``predict`` run), else the
+    plain modules (what the figures hook into)."""
+    model, meta, folder = load_checkpoint_model(checkpoint, ("classify",), classifier_from_meta)
+    return (on_device(model, device) if fused_kernels else model.to(device)), meta, folder

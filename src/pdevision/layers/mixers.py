@@ -24,6 +24,7 @@ import torch
 from timm.layers import trunc_normal_
 from torch import nn
 
+from pdevision._values import is_int
 from pdevision.layers.hcl import HeatConductionMixer
 from pdevision.layers.hco import HeatConductionOperator
 from pdevision.layers.hyperbolic import HyperbolicBlock
@@ -59,7 +60,7 @@ class _SpectralMixer(nn.Module):
 
     def __init__(self, dim: int, op: SpectralOperator, fve_size: int, proj_drop: float, fve_std: float) -> None:
         super().__init__()
-        if not (isinstance(fve_size, int) and not isinstance(fve_size, bool) and 1 <= fve_size <= MAX_FVE_SIZE):
+        if not (is_int(fve_size) and 1 <= fve_size <= MAX_FVE_SIZE):
             raise ValueError(f"fve_size must be an integer from 1 to {MAX_FVE_SIZE}, got {fve_size!r}")
         self.op = op
         self.freq_embed = nn.Parameter(torch.zeros(fve_size, fve_size, dim))

@@ -29,7 +29,9 @@ class UnsafeModelArgumentError(ModelArgumentError):
 
 _REFUSED_KEYS = re.compile(r"pretrain|checkpoint|path|url|uri|file|hub|cache|download|feature_cfg|_cls$", re.I)
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-MAX_INT_ARGUMENT = 16384  # widths, sizes: beyond this the allocation runs out of memory before anything useful
+# the largest width or side (channels, pixels) anything may ask for: integer model arguments that are not counts,
+# image and patch sizes, decoder widths; beyond it the allocation runs out of memory before anything useful
+MAX_SIZE = 16384
 MAX_COUNT_ARGUMENT = 1024  # depths, heads, layers, blocks per entry
 # 4 GB of float32 weights, 16 GB to train with AdamW: above every registered model at its default size
 MAX_PARAMETERS = 1_000_000_000
@@ -96,7 +98,7 @@ def _check_value(key: str, value: Any, source: str, depth: int = 0) -> None:
     if isinstance(value, bool) or value is None:
         return
     if isinstance(value, int):
-        limit = MAX_COUNT_ARGUMENT if _COUNT_KEYS.search(key) else MAX_INT_ARGUMENT
+        limit = MAX_COUNT_ARGUMENT if _COUNT_KEYS.search(key) else MAX_SIZE
         if abs(value) > limit:
             raise UnsafeModelArgumentError(f"model argument {key}={value} {source} is above {limit}; refused")
         return
@@ -121,7 +123,7 @@ def check_model_args(args: Any, source: str = "given") -> dict[str, Any]:
     """``args`` after refusing anything but plain constructor arguments: no name that makes timm fetch or read
     weights (``pretrained``, ``pretrained_cfg*``, ``checkpoint_path``, ...), no string that looks like a URL or a
     path, integers bounded (depths, heads, layers at most :data:`MAX_COUNT_ARGUMENT` each, other integers at most
-    :data:`MAX_INT_ARGUMENT`). ``source`` says where they came from in the message (``"in the checkpoint"``)."""
+    :data:`MAX_SIZE`). ``source`` says where they came from in the message (``"in the checkpoint"``)."""
     if not isinstance(args, dict):
         raise UnsafeModelArgumentError(f"model arguments {source} must be a JSON object, not {type(args).__name__}")
     for key, value in args.items():

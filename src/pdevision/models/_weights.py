@@ -4,42 +4,17 @@ a trained head is kept when weights load from a local file."""
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
-import stat
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import safe_open
 
+from pdevision._files import not_a_regular_file
+
 # Classifier weights of this library's models and of the vHeat authors' checkpoints.
 _HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
-
-
-def file_kind(mode: int) -> str:
-    """What a file that is not regular is, in words, from its ``st_mode``."""
-    if stat.S_ISDIR(mode):
-        return "folder"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
-
-
-def not_a_regular_file(path: str | Path) -> str | None:
-    """What ``path`` is in words (``"a FIFO"``, ``"a device"``, ``"a folder"``, ``"a socket"``) when it exists and is
-    not a regular file, else ``None``. Opening a FIFO for reading waits for a writer forever, a device may never end:
-    every path that opens a file it expects to be regular asks this first (a missing file: the caller's own message).
-    """
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    return None if stat.S_ISREG(mode) else f"a {file_kind(mode)}"
 
 
 def _file_num_classes(path: str) -> int | None:

@@ -39,9 +39,9 @@ from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHe
 from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
 from torchvision.ops.feature_pyramid_network import FeaturePyramidNetwork, LastLevelMaxPool
 
+from pdevision._files import not_a_regular_file
 from pdevision._optional import require
 from pdevision.models._arguments import ModelNameError, check_model_size
-from pdevision.models._weights import not_a_regular_file
 
 __all__ = [
     "DETECTION_HEADS",

@@ -12,8 +12,8 @@ from torch import nn
 
 from pdevision.models._arguments import (
     MAX_COUNT_ARGUMENT,
-    MAX_INT_ARGUMENT,
     MAX_PARAMETERS,
+    MAX_SIZE,
     MAX_STEP_ARGUMENT,
     ModelArgumentError,
     ModelNameError,
@@ -130,8 +130,8 @@ def fold_for_inference(
 __all__ = [
     "LARGE_INPUT",
     "MAX_COUNT_ARGUMENT",
-    "MAX_INT_ARGUMENT",
     "MAX_PARAMETERS",
+    "MAX_SIZE",
     "MAX_STEP_ARGUMENT",
     "ModelArgumentError",
     "ModelNameError",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from pdevision._values import is_finite_number
 from pdevision.ops.dct import DctMethod, _norm_dims, dct2, idct2
 from pdevision.ops.heat import frequency_energy
 
@@ -75,8 +76,7 @@ def wave_propagate(
         (``cosh`` / ``sinh`` where ``W^2 < 0``).
     """
     for name, value in (("t", t), ("c", c), ("alpha", alpha)):
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (number and value >= 0 and value == value and value != float("inf")):
+        if not (is_finite_number(value) and value >= 0):
             raise ValueError(f"wave_propagate needs a finite, non-negative number {name}, got {value!r}")
     if v0 is not None and not isinstance(v0, torch.Tensor):
         raise ValueError(f"v0 must be a torch.Tensor of the shape of u0 {tuple(u0.shape)}, got {type(v0).__name__}")

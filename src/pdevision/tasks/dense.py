@@ -34,7 +34,7 @@ from pdevision.tasks import args as A
 from pdevision.tasks.registry import TaskCommands
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DenseRecipe:
     """Optimiser and schedule of a dense task; ``lr`` is for ``batch`` images per update (scaled linearly)."""
 

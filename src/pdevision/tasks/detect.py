@@ -54,9 +54,26 @@ from pdevision.tasks.registry import register
 REQUIRES = (("torchmetrics", "dense"), ("pycocotools", "dense"), ("matplotlib", "train"))
 
 DETECT_RECIPES = {
-    "light": DenseRecipe(4e-4, 8, 0.05, 10, 1.0, 1e-6, 64, "this library's CPU recipe (from scratch)", 10.0),
+    "light": DenseRecipe(
+        lr=4e-4,
+        batch=8,
+        weight_decay=0.05,
+        epochs=10,
+        warmup_epochs=1.0,
+        min_lr=1e-6,
+        decoder_channels=64,
+        source="this library's CPU recipe (from scratch)",
+        clip_grad=10.0,
+    ),
     "mask_rcnn_swin_1x": DenseRecipe(
-        1e-4, 16, 0.05, 12, 0.0, 0.0, 256, "Swin arXiv:2103.14030 §4.2 (Mask R-CNN 1x, COCO), HcNet §4.2, vHeat"
+        lr=1e-4,
+        batch=16,
+        weight_decay=0.05,
+        epochs=12,
+        warmup_epochs=0.0,
+        min_lr=0.0,
+        decoder_channels=256,
+        source="Swin arXiv:2103.14030 §4.2 (Mask R-CNN 1x, COCO), HcNet §4.2, vHeat",
     ),
 }
 

@@ -51,6 +51,7 @@ from pdevision.engine.modeling import check_finite_weights, load_checkpoint_mode
 from pdevision.engine.runtime import one_line, resolve_device
 from pdevision.engine.task import Task
 from pdevision.fastpath import on_device
+from pdevision.models.factory import MAX_SIZE
 from pdevision.models.restoration import build_restoration_model
 from pdevision.tasks import args as A
 from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
@@ -432,7 +433,7 @@ def restoration_model_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> n
     if missing:
         raise CheckpointError(f"restoration checkpoint without {', '.join(missing)} in its metadata")
     in_chans, patch = meta["in_chans"], meta["patch_size"]
-    if in_chans not in (1, 3) or not isinstance(patch, int) or not 1 <= patch <= 16384:
+    if in_chans not in (1, 3) or not isinstance(patch, int) or not 1 <= patch <= MAX_SIZE:
         raise CheckpointError(f"restoration checkpoint with in_chans {in_chans!r} and patch size {patch!r}")
     return build_restoration_model(meta["model"], in_chans, patch, args)
 

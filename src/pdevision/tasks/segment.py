@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 from torchvision.utils import draw_segmentation_masks
 
 from pdevision._optional import require_all
+from pdevision._values import is_int
 from pdevision.data.dense import (
     IGNORE_INDEX,
     IMAGENET_MEAN,
@@ -43,6 +44,7 @@ from pdevision.data.dense import (
 )
 from pdevision.engine.loop import fit
 from pdevision.models.dense import create_segmentation_model
+from pdevision.models.factory import MAX_SIZE
 from pdevision.tasks.dense import (
     DenseCommands,
     DenseConfig,
@@ -65,19 +67,26 @@ REQUIRES = (("segmentation_models_pytorch", "dense"), ("matplotlib", "train"))
 
 SEGMENT_RECIPES = {
     "light": DenseRecipe(
-        3e-3,
-        8,
-        0.05,
-        8,
-        1.0,
-        1e-5,
-        64,
-        "this library's CPU recipe (from scratch)",
+        lr=3e-3,
+        batch=8,
+        weight_decay=0.05,
+        epochs=8,
+        warmup_epochs=1.0,
+        min_lr=1e-5,
+        decoder_channels=64,
+        source="this library's CPU recipe (from scratch)",
         scale_range=(0.9, 1.25),
         photometric=False,
     ),
     "upernet_swin": DenseRecipe(
-        6e-5, 16, 0.01, 12, 1.0, 0.0, 512, "Swin arXiv:2103.14030 §4.3 (UPerNet, ADE20K), HcNet §4.3, vHeat"
+        lr=6e-5,
+        batch=16,
+        weight_decay=0.01,
+        epochs=12,
+        warmup_epochs=1.0,
+        min_lr=0.0,
+        decoder_channels=512,
+        source="Swin arXiv:2103.14030 §4.3 (UPerNet, ADE20K), HcNet §4.3, vHeat",
     ),
 }
 
@@ -210,9 +219,9 @@ def train(config: DenseConfig) -> dict[str, Any]:
 def segmenter_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     """The segmentation model a segment checkpoint's metadata describes (weights not loaded)."""
     channels = meta.get("decoder_channels")
-    if not (isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels <= 16384):
+    if not (is_int(channels) and 0 < channels <= MAX_SIZE):
         # a huge width asked the allocator for terabytes (a RuntimeError, exit 1)
-        raise ValueError(f"decoder_channels {channels!r:.40} is not an integer from 1 to 16384")
+        raise ValueError(f"decoder_channels {channels!r:.40} is not an integer from 1 to {MAX_SIZE}")
     return create_segmentation_model(
         meta["model"], len(meta["classes"]), head=meta["head"], decoder_channels=meta["decoder_channels"], **args
     )

@@ -19,13 +19,13 @@ from torch import nn
 
 from pdevision.data import eval_transform_for
 from pdevision.engine.checkpoint import resolve_checkpoint
+from pdevision.engine.modeling import load_classifier
 from pdevision.engine.runtime import resolve_device
 from pdevision.viz.common import (
     VizError,
     build_named_model,
     family,
     folder_images,
-    load_checkpoint_model,
     load_image_files,
     model_transform,
     photo_images,
@@ -97,7 +97,7 @@ def erf(
     results: list[ErfResult] = []
     sources: dict[str, str] = {}
     for ckpt in checkpoints:
-        model, meta, folder = load_checkpoint_model(ckpt, dev)
+        model, meta, folder = load_classifier(ckpt, dev)
         x, _, _, source = _checkpoint_images(meta, folder, data, images)
         label = f"{meta['model']} ({folder.parent.name}/{folder.name})"
         start = time.perf_counter()
@@ -131,7 +131,7 @@ def gradcam(
     """Grad-CAM of every stage of a trained checkpoint on image files (or its validation images)."""
 
     out = Path(output)
-    model, meta, folder = load_checkpoint_model(checkpoint, resolve_device(device))
+    model, meta, folder = load_classifier(checkpoint, resolve_device(device))
     classes = list(meta["classes"])
     if image_files:
         x = load_image_files(image_files, eval_transform_for(meta))
@@ -174,7 +174,7 @@ def heat(
     if (model is None) == (checkpoint is None):
         raise VizError("give either --model or --checkpoint")
     if checkpoint is not None:
-        net, meta, folder = load_checkpoint_model(checkpoint)
+        net, meta, folder = load_classifier(checkpoint)
         weights = f"trained ({folder.parent.name}/{folder.name}, epoch {meta.get('epoch', '?')})"
         name = meta["model"]
     else:
@@ -209,7 +209,7 @@ def symmetry(
 ) -> dict[str, Any]:
     """PDE-ResNet weights before / after a group element and after ``sparsify``, with the logits difference."""
     out = Path(output)
-    model, meta, folder = load_checkpoint_model(checkpoint)
+    model, meta, folder = load_classifier(checkpoint)
     if family(model) != "pderesnet":
         raise VizError(
             f"viz symmetry needs a PDE-ResNet checkpoint (its weight symmetry); {folder} holds {meta['model']!r}"
@@ -399,7 +399,7 @@ def report(
 
     out = Path(output)
     folder = resolve_checkpoint(checkpoint)
-    model, meta, _ = load_checkpoint_model(folder)
+    model, meta, _ = load_classifier(folder)
     out.mkdir(parents=True, exist_ok=True)
     kind = family(model)
     data = data if data is not None else run_data(folder)

@@ -18,8 +18,7 @@ from pdevision._optional import require
 from pdevision.data import ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.datasets import scan_folder
 from pdevision.engine.metadata import MetadataError, parse_json
-from pdevision.engine.modeling import build_model, classifier_from_meta
-from pdevision.engine.modeling import load_checkpoint_model as load_model
+from pdevision.engine.modeling import build_model
 from pdevision.models.hcnet import HcNet
 from pdevision.models.pderesnet import PDEResNet
 from pdevision.models.vheat import VHeat
@@ -102,13 +101,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
-
-
-def load_checkpoint_model(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict, Path]:
-    """The eval-mode classifier of a checkpoint or run folder (best, else last), its metadata and its folder, through
-    the library's one checkpoint-to-model path (:func:`pdevision.engine.modeling.load_checkpoint_model`)."""
-    model, meta, folder = load_model(checkpoint, ("classify",), classifier_from_meta)
-    return model.to(device), meta, folder
 
 
 def run_folder_of(folder: Path) -> Path | None:

@@ -8,7 +8,7 @@ from typing import Any
 from pdevision._optional import require_all
 from pdevision.engine.loop import fit
 from pdevision.tasks.classify.config import ClassifyConfig
-from pdevision.tasks.classify.evaluate import evaluate_checkpoint, evaluate_model, load_classifier, predict_images
+from pdevision.tasks.classify.evaluate import evaluate_checkpoint, evaluate_model, predict_images
 from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
 
 
@@ -23,7 +23,6 @@ __all__ = [
     "ClassifyTask",
     "evaluate_checkpoint",
     "evaluate_model",
-    "load_classifier",
     "predict_images",
     "train",
 ]

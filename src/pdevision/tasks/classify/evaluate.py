@@ -21,17 +21,10 @@ from pdevision.data.embedded import embedded_data_of
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.distributed import DistInfo, all_reduce_sum
-from pdevision.engine.modeling import classifier_from_meta, load_checkpoint_model
+from pdevision.engine.modeling import load_classifier
 from pdevision.engine.runtime import autocast, resolve_device
-from pdevision.fastpath import on_device
 
 log = logging.getLogger(__name__)
-
-
-def load_classifier(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict, Path]:
-    """Model (eval mode, on ``device``), metadata and folder of a classification checkpoint."""
-    model, meta, folder = load_checkpoint_model(checkpoint, ("classify",), classifier_from_meta)
-    return on_device(model, device), meta, folder
 
 
 @torch.no_grad()
@@ -171,7 +164,7 @@ def evaluate_checkpoint(
     if batch_size <= 0:
         raise ValueError(f"batch size must be a positive integer, got {batch_size}")
     dev = resolve_device(device)
-    model, meta, folder = load_classifier(checkpoint, dev)
+    model, meta, folder = load_classifier(checkpoint, dev, fused_kernels=True)
     if model_name is not None and model_name != meta.get("model"):
         raise CheckpointError(f"checkpoint {folder} holds a {meta.get('model')!r} model, not {model_name!r}")
     val_tf = eval_transform_for(meta)
@@ -222,7 +215,7 @@ def predict_images(
         raise ValueError(f"topk must be a positive integer, got {topk}")
     paths = expand_images(images)
     dev = resolve_device(device)
-    model, meta, _ = load_classifier(checkpoint, dev)
+    model, meta, _ = load_classifier(checkpoint, dev, fused_kernels=True)
     classes = formats.label_names(meta)
     tf = eval_transform_for(meta)
     results: list[dict[str, Any]] = []

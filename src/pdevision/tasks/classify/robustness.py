@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from pdevision._files import not_a_regular_file
 from pdevision._optional import require_all
+from pdevision._values import is_int
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.corruptions import (
     CORRUPTION_REQUIRES,
@@ -40,9 +41,9 @@ from pdevision.data.corruptions import (
 )
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.modeling import load_classifier
 from pdevision.engine.runtime import resolve_device
-from pdevision.models._weights import not_a_regular_file
-from pdevision.tasks.classify.evaluate import evaluate_model, load_classifier
+from pdevision.tasks.classify.evaluate import evaluate_model
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,6 @@ def parse_severities(text: str | None) -> list[int]:
     return values
 
 
-def _load(checkpoint: str | Path, device: torch.device) -> tuple[torch.nn.Module, dict[str, Any], Path]:
-    return load_classifier(checkpoint, device)
-
-
 def top1_errors(result: dict[str, Any]) -> dict[str, dict[int, float]]:
     """Top-1 error (%) per corruption and severity of a :func:`corruption_accuracy` result (the input of
     :func:`mean_corruption_error`)."""
@@ -110,7 +107,7 @@ def corruption_accuracy(
     """Clean top-1 and top-1 per corruption and severity of a classification checkpoint on the
     validation split of ``data`` (the first ``max_images`` images when given)."""
     dev = resolve_device(device)
-    model, meta, folder = _load(checkpoint, dev)
+    model, meta, folder = load_classifier(checkpoint, dev, fused_kernels=True)
     spatial, to_tensor = split_transform(eval_transform_for(meta))
     data = data if data is not None else embedded_data_of(meta)
     _, val_set = build_datasets(data, int(meta["img_size"]), val_split, None, None)
@@ -157,7 +154,7 @@ def _read_baseline(path: Path) -> dict[str, Any]:
         for key in ("checkpoint", "model", "clean_top1", "mean_corruption_top1", "images"):
             if key not in base:
                 raise KeyError(key)
-        if not isinstance(base["images"], int) or isinstance(base["images"], bool):
+        if not is_int(base["images"]):
             raise TypeError("'images' is not an integer")
         top1 = {str(c): {int(sev): float(acc) for sev, acc in per.items()} for c, per in dict(base["top1"]).items()}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
