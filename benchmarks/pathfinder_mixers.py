@@ -265,7 +265,8 @@ def score_on_test(checkpoint: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
     from pdevision.data import eval_transform_for
     from pdevision.data.embedded import PathfinderClassification
-    from pdevision.tasks.classify.evaluate import evaluate_model, load_classifier
+    from pdevision.engine.modeling import load_classifier
+    from pdevision.tasks.classify.evaluate import evaluate_model
 
     model, meta, _ = load_classifier(checkpoint)
     data = PathfinderClassification(spec["data"], "test", spec["img_size"], eval_transform_for(meta))
