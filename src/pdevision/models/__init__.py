@@ -1,5 +1,7 @@
 """Model families, registered in timm's registry on import; the restoration nets, in this library's own registry
-(:func:`list_restoration_models`); and the self-supervised models QB-Heat and MAE."""
+(:func:`list_restoration_models`); and the self-supervised models QB-Heat and MAE. A new family's model class
+subclasses :class:`StagedBackbone` and is built through timm's ``build_model_with_cfg`` with :func:`feature_cfg`
+(docs/adding-a-family.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pdevision.models import (
     pderesnet,  # noqa: F401  (registers pderesnet* in timm)
     waveformer,  # noqa: F401  (registers waveformer_* in timm)
 )
+from pdevision.models._staged import StagedBackbone, feature_cfg
 from pdevision.models.mae import MAE
 from pdevision.models.qbheat import QBHeat
 from pdevision.models.restoration import list_restoration_models  # vheatir_*, swinir_*, dncnn_*: not in timm
@@ -32,9 +35,11 @@ __all__ = [
     "FAMILIES",
     "MAE",
     "QBHeat",
+    "StagedBackbone",
     "VHeat",
     "WaveFormer",
     "checkpoint_filter_fn",
+    "feature_cfg",
     "list_models",
     "list_restoration_models",
 ]

@@ -4,16 +4,13 @@ and its helpers: argument and input validation, feature-map sizes."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from timm.layers import ClassifierHead, trunc_normal_
+from timm.layers import trunc_normal_
 from timm.models._features import FeatureHookNet, feature_take_indices
 from timm.models._features_fx import FeatureGraphNet
 from torch import nn
-
-from pdevision.layers import ConvStem
 
 
 def is_integral_scalar(v: object) -> bool:
@@ -180,11 +177,23 @@ def fold_submodules(module: nn.Module, sizes: dict[int, tuple[int, int]] | None 
 class StagedBackbone(nn.Module):
     """timm's model API for the families' common shape: ``stem -> stages -> norm -> head``.
 
-    Subclasses set ``stem``, ``stages`` (each with a ``grad_checkpointing`` flag), ``norm``, ``head``
-    (timm ``ClassifierHead``), ``in_chans``, ``min_input_size``, ``num_classes`` and ``output_fmt``:
-    ``"NHWC"`` when the stages run channels-last (the stem's NCHW output is permuted), else ``"NCHW"``.
-    ``forward_intermediates`` always returns NCHW maps unless asked for NHWC, and ``features_only`` wrappers
-    return NCHW maps whichever ``feature_cls`` is used (see :func:`feature_cfg`).
+    A family builds its modules one way, in its own ``__init__`` and in this order, as timm's ConvNeXt does::
+
+        super().__init__(in_chans, num_classes, global_pool, depths, dims, output_fmt="NHWC")
+        dpr = calculate_drop_path_rates(drop_path_rate, self.depths, stagewise=True)
+        self.stem = ConvStem(in_chans, self.dims[0])  # NCHW, stride 4
+        self.stages = nn.ModuleList(MyStage(...) for i in range(len(self.depths)))  # 2x down, then blocks
+        self.norm = nn.LayerNorm(self.num_features)
+        self.head = ClassifierHead(self.num_features, num_classes, pool_type=global_pool, input_fmt="NHWC")
+        self.apply(self.init_linear)
+
+    This ``__init__`` checks and records what every family shares: ``dims`` (the per-stage widths; an int doubles
+    per stage), ``depths``, ``in_chans``, ``num_classes``, ``global_pool``, ``num_features``, ``output_fmt``
+    (``"NHWC"`` when the stages run channels-last, the stem's NCHW output then permuted, else ``"NCHW"``),
+    ``min_input_size`` and ``feature_info`` (stride 4 after the stem, then 2 per stage, modules ``stages.<i>``).
+    Each stage has a ``grad_checkpointing`` flag; ``head`` is a timm ``ClassifierHead``. ``forward_intermediates``
+    always returns NCHW maps unless asked for NHWC, and ``features_only`` wrappers return NCHW maps whichever
+    ``feature_cls`` is used (see :func:`feature_cfg`). ``min_depth``: the fewest blocks a stage may have.
     """
 
     stem: nn.Module
@@ -197,54 +206,27 @@ class StagedBackbone(nn.Module):
     output_fmt: str = "NHWC"
     grad_checkpointing: bool = False
 
-    def _setup(
+    def __init__(
         self,
-        img_size: int | tuple[int, int],
         in_chans: int,
         num_classes: int,
         global_pool: str,
         depths: list[int] | tuple[int, ...],
         dims: int | list[int] | tuple[int, ...],
-    ) -> list[int]:
-        """Common attributes of a four-stage NHWC backbone (stride 4, then 2 per stage); returns the
-        per-stage widths (an int ``dims`` doubles per stage)."""
-        num_stages = len(depths)
-        dims = stage_widths(depths, dims, in_chans, num_classes)
-        self.img_size = to_2tuple_size(img_size)
+        output_fmt: str = "NHWC",
+        min_depth: int = 0,
+    ) -> None:
+        super().__init__()
+        self.dims = stage_widths(depths, dims, in_chans, num_classes, min_depth)
+        self.depths = [int(d) for d in depths]
         self.in_chans = in_chans
         self.num_classes = num_classes
         self.global_pool = global_pool
-        self.dims = list(dims)
-        self.depths = list(depths)
         self.num_features = self.head_hidden_size = self.dims[-1]
-        self.output_fmt = "NHWC"
-        self.min_input_size = 4 * 2 ** (num_stages - 1)
+        self.output_fmt = output_fmt
+        self.min_input_size = 4 * 2 ** (len(self.depths) - 1)
         self.grad_checkpointing = False
-        return self.dims
-
-    def _build(
-        self,
-        make_stage: Callable[[int, int | None, int, int, list[float]], nn.Module],
-        drop_path_rate: float,
-        drop_rate: float,
-    ) -> None:
-        """Conv stem (stride 4), one stage per depth from ``make_stage(index, in_dim, dim, depth,
-        drop_path_rates)``, final LayerNorm and an NHWC pooled linear head; linear layers initialised."""
-        depths = self.depths
-        self.stem = ConvStem(self.in_chans, self.dims[0])
-        dpr = torch.linspace(0, drop_path_rate, sum(depths), device="cpu").tolist()  # also under a meta device
-        self.stages = nn.ModuleList()
-        self.feature_info: list[dict[str, Any]] = []
-        for i, depth in enumerate(depths):
-            in_dim = self.dims[i - 1] if i > 0 else None
-            rates = dpr[sum(depths[:i]) : sum(depths[: i + 1])]
-            self.stages.append(make_stage(i, in_dim, self.dims[i], depth, rates))
-            self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
-        self.norm = nn.LayerNorm(self.num_features)
-        self.head = ClassifierHead(
-            self.num_features, self.num_classes, pool_type=self.global_pool, drop_rate=drop_rate, input_fmt="NHWC"
-        )
-        self.apply(self.init_linear)
+        self.feature_info = [dict(num_chs=d, reduction=4 * 2**i, module=f"stages.{i}") for i, d in enumerate(self.dims)]
 
     @staticmethod
     def init_linear(m: nn.Module) -> None:

@@ -64,12 +64,12 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from timm.layers import ClassifierHead, LayerNorm2d
+from timm.layers import ClassifierHead, LayerNorm2d, calculate_drop_path_rates
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.swin_transformer import PatchMerging
 from torch import nn
 
-from pdevision.layers import ConvDownsample, MixerBlock, run_block
+from pdevision.layers import ConvDownsample, ConvStem, MixerBlock, run_block
 from pdevision.layers.hcl import (
     DEFAULT_PARAMETRISATION,
     GroupNorm1,
@@ -85,7 +85,7 @@ from pdevision.layers.hcl import (
     matched_hidden,
     refinement_act_layer,
 )
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg, to_2tuple_size
 from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.models.vheat import _unwrap
 from pdevision.ops.fdm import Boundary
@@ -169,6 +169,31 @@ class HcNetStage(nn.Module):
         return x
 
 
+# the stem of each layout: the authors' conv stem, vHeat's two stride-2 convs, the paper's 4x4 patch merging
+_STEMS: dict[str, type[nn.Module]] = {"authors": HcStem, "library": ConvStem, "paper": PatchStem}
+
+
+def _check_layout_options(
+    layout: str,
+    parametrisation: Parametrisation | None,
+    boundary: Boundary | None,
+    steps: int | None,
+    post_norm: bool | None,
+    layer_scale: float | None,
+) -> None:
+    """``ValueError`` for an unknown layout or an option its blocks do not have."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    library = dict(parametrisation=parametrisation, boundary=boundary, steps=steps)
+    library.update(post_norm=post_norm, layer_scale=layer_scale)
+    if layout == "authors":
+        given = sorted(k for k, v in library.items() if v is not None and v is not False)
+        if given:
+            raise ValueError(f"{', '.join(given)}: options of layout='library' / 'paper', not of layout='authors'")
+    if layout == "paper" and post_norm:
+        raise ValueError("layout='paper' has no post-norm form (the HcL's own residual carries the stream)")
+
+
 class HcNet(StagedBackbone):
     """HcNet backbone: stem (stride 4), four stages of Hc-Ra blocks (downsampling 2x between stages), norm, pooled
     linear head.
@@ -225,25 +250,15 @@ class HcNet(StagedBackbone):
         layer_scale: float | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__()
         if kwargs:
             raise TypeError(f"HcNet got unexpected arguments: {sorted(kwargs)}")
         drop_path_rate = check_drop_path_rate(drop_path_rate)
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        library = dict(parametrisation=parametrisation, boundary=boundary, steps=steps)
-        library.update(post_norm=post_norm, layer_scale=layer_scale)
-        if layout == "authors":
-            given = sorted(k for k, v in library.items() if v is not None and v is not False)
-            if given:
-                raise ValueError(f"{', '.join(given)}: options of layout='library' / 'paper', not of layout='authors'")
-        if layout == "paper" and post_norm:
-            raise ValueError("layout='paper' has no post-norm form (the HcL's own residual carries the stream)")
+        _check_layout_options(layout, parametrisation, boundary, steps, post_norm, layer_scale)
+        authors = layout == "authors"  # the authors' network runs NCHW throughout
+        super().__init__(in_chans, num_classes, global_pool, depths, dims, output_fmt="NCHW" if authors else "NHWC")
         self.layout = layout
-        self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)
-        if layout == "authors":
-            self._build_authors(mlp_ratio, ra_filter, ra_filter_matched, k_mode, k_init, drop_path_rate, drop_rate)
-            return
+        self.img_size = to_2tuple_size(img_size)
+        dpr = calculate_drop_path_rates(drop_path_rate, self.depths, stagewise=True)
         hcl_kwargs = dict(
             k_mode=k_mode,
             k_init=k_init,
@@ -251,64 +266,32 @@ class HcNet(StagedBackbone):
             boundary=boundary or "insulated",
             steps=1 if steps is None else steps,
         )
-        self._build(
-            lambda i, in_dim, dim, depth, rates: HcNetStage(
-                in_dim=in_dim,
-                dim=dim,
-                depth=depth,
+
+        self.stem = _STEMS[layout](in_chans, self.dims[0])
+        self.stages = nn.ModuleList(
+            HcNetStage(
+                in_dim=self.dims[i - 1] if i > 0 else None,
+                dim=self.dims[i],
+                depth=self.depths[i],
                 mlp_ratio=mlp_ratio,
                 ra_filter=ra_filter,
                 ra_filter_matched=ra_filter_matched,
                 layout=layout,
                 post_norm=bool(post_norm),
                 layer_scale=layer_scale,
-                drop_path=rates,
+                drop_path=dpr[i],
                 **hcl_kwargs,
-            ),
-            drop_path_rate,
-            drop_rate,
-        )
-        if layout == "paper":
-            self.stem = PatchStem(in_chans, self.dims[0])
-
-    def _build_authors(
-        self,
-        mlp_ratio: float,
-        ra_filter: bool,
-        ra_filter_matched: bool,
-        k_mode: KMode,
-        k_init: float,
-        drop_path_rate: float,
-        drop_rate: float,
-    ) -> None:
-        """The authors' network, NCHW throughout: their stem, stages (the downsampling that closes their stage
-        ``i`` opens stage ``i + 1`` here), a final ``GroupNorm(1, C)``, average pooling and a linear head."""
-        self.output_fmt = "NCHW"
-        self.stem = HcStem(self.in_chans, self.dims[0])
-        dpr = torch.linspace(0, drop_path_rate, sum(self.depths), device="cpu").tolist()
-        self.stages = nn.ModuleList()
-        self.feature_info = []
-        for i, (dim, depth) in enumerate(zip(self.dims, self.depths, strict=True)):
-            start = sum(self.depths[:i])
-            stage = HcNetStage(
-                in_dim=self.dims[i - 1] if i > 0 else None,
-                dim=dim,
-                depth=depth,
-                mlp_ratio=mlp_ratio,
-                ra_filter=ra_filter,
-                ra_filter_matched=ra_filter_matched,
-                layout="authors",
-                drop_path=dpr[start : start + depth],
-                k_mode=k_mode,
-                k_init=k_init,
             )
-            self.stages.append(stage)
-            self.feature_info.append(dict(num_chs=dim, reduction=4 * 2**i, module=f"stages.{i}"))
-        self.norm = GroupNorm1(self.num_features)
-        self.head = ClassifierHead(
-            self.num_features, self.num_classes, pool_type=self.global_pool, drop_rate=drop_rate, input_fmt="NCHW"
+            for i in range(len(self.depths))
         )
-        self.head.apply(self.init_linear)
+        self.norm = GroupNorm1(self.num_features) if authors else nn.LayerNorm(self.num_features)
+        self.head = ClassifierHead(
+            self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate, input_fmt=self.output_fmt
+        )
+        if authors:  # the authors' blocks initialise themselves; only the head here
+            self.head.apply(self.init_linear)
+        else:
+            self.apply(self.init_linear)
 
     # -- timm model API -------------------------------------------------------------------------
     @torch.jit.ignore

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from timm.layers import ClassifierHead
+from timm.layers import ClassifierHead, calculate_drop_path_rates
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 
@@ -59,7 +59,7 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, check_image_batch, feature_cfg, stage_widths
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, check_image_batch, feature_cfg
 from pdevision.models._weights import default_cfg, resolve_local_head
 
 torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._staged)
@@ -177,7 +177,6 @@ class PDEResNet(StagedBackbone):
         check_finite: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__()
         if kwargs:
             raise TypeError(f"PDEResNet got unexpected arguments: {sorted(kwargs)}")
         drop_path_rate = check_drop_path_rate(drop_path_rate)
@@ -185,42 +184,28 @@ class PDEResNet(StagedBackbone):
             raise ValueError(f"equation must be one of {EQUATIONS}, got {equation!r}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        num_stages = len(depths)
-        dims = stage_widths(depths, dims, in_chans, num_classes, min_depth=1)  # each stage opens with its block
-        self.in_chans = in_chans
-        self.num_classes = num_classes
-        self.global_pool = global_pool
-        self.dims = list(dims)
-        self.depths = list(depths)
+        # each stage opens with its downsampling block, so every stage has one block at least
+        super().__init__(in_chans, num_classes, global_pool, depths, dims, output_fmt="NCHW", min_depth=1)
         self.equation, self.expansion, self.shared, self.activation = equation, expansion, shared, activation
-        self.num_features = self.head_hidden_size = self.dims[-1]
-        self.output_fmt = "NCHW"
-        self.min_input_size = 4 * 2 ** (num_stages - 1)
-        self.grad_checkpointing = False
-
         stem_width = stem_width or self.dims[0]
+        dpr = calculate_drop_path_rates(drop_path_rate, self.depths, stagewise=True)
+
         self.stem = ResNetStem(in_chans, stem_width)
-        dpr = torch.linspace(0, drop_path_rate, sum(depths), device="cpu").tolist()  # also under a meta device
-        self.stages = nn.ModuleList()
-        self.feature_info: list[dict[str, Any]] = []
-        prev = stem_width
-        for i, depth in enumerate(depths):
-            self.stages.append(
-                PDEResNetStage(
-                    i,
-                    prev,
-                    self.dims[i],
-                    depth,
-                    stride=1 if i == 0 else 2,
-                    equation=equation,
-                    expansion=expansion,
-                    shared=shared,
-                    activation=activation,
-                    drop_path=dpr[sum(depths[:i]) : sum(depths[: i + 1])],
-                )
+        self.stages = nn.ModuleList(
+            PDEResNetStage(
+                i,
+                self.dims[i - 1] if i > 0 else stem_width,
+                self.dims[i],
+                self.depths[i],
+                stride=1 if i == 0 else 2,
+                equation=equation,
+                expansion=expansion,
+                shared=shared,
+                activation=activation,
+                drop_path=dpr[i],
             )
-            prev = self.dims[i]
-            self.feature_info.append(dict(num_chs=self.dims[i], reduction=4 * 2**i, module=f"stages.{i}"))
+            for i in range(len(self.depths))
+        )
         self.norm = nn.Identity()  # no final norm: the last stage's BatchNorm ends the trunk
         self.head = ClassifierHead(self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate)
         init_hyperbolic_weights(self)

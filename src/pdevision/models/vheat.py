@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from timm.layers import trunc_normal_
+from timm.layers import ClassifierHead, calculate_drop_path_rates, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
-from pdevision.layers import ConvDownsample, HeatConductionOperator, MixerBlock, run_block
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, conv_out_size, feature_cfg
+from pdevision.layers import ConvDownsample, ConvStem, HeatConductionOperator, MixerBlock, run_block
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg, to_2tuple_size
 from pdevision.models._weights import default_cfg, resolve_local_head
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
@@ -148,27 +148,6 @@ class VHeatStage(nn.Module):
         for block in self.blocks:
             x = run_block(block, x, fve, checkpointing=self.grad_checkpointing)
         return x
-        size = (x.shape[1], x.shape[2])
-        if self.folded_only and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
-            _refuse_dynamic_size(size)  # no FVE to build another size's decay from
-        folded = self.folded_size()
-        use_folded = not self.training and folded is not None
-        if use_folded and not all(type(d) is int for d in size):
-            # a recorded graph with symbolic (torch.compile / torch.export dynamic) or traced (torch.jit.trace,
-            # the legacy ONNX exporter) sizes: the general path, which builds everything from the size
-            use_folded = self.folded_only
-        elif use_folded:
-            use_folded = folded == size
-        if self.folded_only and not use_folded:
-            raise ValueError(
-                f"this stage was loaded from a folded (inference) checkpoint without frequency embeddings; "
-                f"it runs only in eval mode at feature size {self.folded_size()}, got {size} "
-                f"(training={self.training})"
-            )
-        fve = None if use_folded else stage_fve(self.freq_embed, x, self.fve_resize)
-        for block in self.blocks:
-            x = run_block(block, x, fve, checkpointing=self.grad_checkpointing)
-        return x
 
 
 class VHeat(StagedBackbone):
@@ -216,33 +195,40 @@ class VHeat(StagedBackbone):
         k_mode: str = "fve",
         **kwargs: Any,
     ) -> None:
-        super().__init__()
         if kwargs:
             raise TypeError(f"VHeat got unexpected arguments: {sorted(kwargs)}")
         drop_path_rate = check_drop_path_rate(drop_path_rate)
         if fve_resize not in ("interp", "pad", "downstream"):
             raise ValueError(f"fve_resize must be 'interp' or 'pad' or 'downstream', got {fve_resize!r}")
-        self._setup(img_size, in_chans, num_classes, global_pool, depths, dims)
+        super().__init__(in_chans, num_classes, global_pool, depths, dims, output_fmt="NHWC")
+        self.img_size = to_2tuple_size(img_size)
+        dpr = calculate_drop_path_rates(drop_path_rate, self.depths, stagewise=True)
+        mixer = self.mixer_factory(dct_method, k_mode)
 
-        self._build(
-            lambda i, in_dim, dim, depth, rates: VHeatStage(
-                in_dim=in_dim,
-                dim=dim,
-                depth=depth,
-                feat_size=(conv_out_size(self.img_size[0], 2 + i), conv_out_size(self.img_size[1], 2 + i)),
+        self.stem = ConvStem(in_chans, self.dims[0])
+        self.stages = nn.ModuleList(
+            VHeatStage(
+                in_dim=self.dims[i - 1] if i > 0 else None,
+                dim=self.dims[i],
+                depth=self.depths[i],
+                feat_size=self.stage_feature_size(i, self.img_size),
                 mlp_ratio=mlp_ratio,
                 post_norm=post_norm,
                 layer_scale=layer_scale,
-                drop_path=rates,
+                drop_path=dpr[i],
                 fve_resize=fve_resize,
                 dct_method=dct_method,
                 k_mode=k_mode,
-                mixer=self.mixer_factory(dct_method, k_mode),
+                mixer=mixer,
                 fve_std=self.fve_std,
-            ),
-            drop_path_rate,
-            drop_rate,
+            )
+            for i in range(len(self.depths))
         )
+        self.norm = nn.LayerNorm(self.num_features)
+        self.head = ClassifierHead(
+            self.num_features, num_classes, pool_type=global_pool, drop_rate=drop_rate, input_fmt="NHWC"
+        )
+        self.apply(self.init_linear)
 
     def mixer_factory(self, dct_method: DctMethod, k_mode: str) -> Callable[[int], nn.Module]:
         """``dim -> token mixer`` of every block: vHeat's :class:`~pdevision.layers.HeatConductionOperator`."""
