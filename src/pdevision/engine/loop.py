@@ -243,7 +243,7 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
     task.train_set, task.val_set = train_set, val_set
     run = _fit_batch_size(train_set, run, info)
     assert run.batch_size is not None
-    ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn)
+    ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn, run=run)
     model = task.build_model().to(device)
     if run.fused_kernels and device.type == "cpu":
         accelerate(model)  # float32 training: forward and gradient products on oneDNN (pdevision.fastpath)

@@ -25,6 +25,7 @@ from pdevision.models.factory import ModelArgumentError, check_model_args
 
 __all__ = [
     "Bounded",
+    "TimmOptimizer",
     "auto_augment",
     "batch",
     "bounded",
@@ -172,17 +173,31 @@ def path(text: str) -> str:
     return text
 
 
-def optimizer(text: str) -> str:
+class TimmOptimizer:
     """A name of timm's optimizers (``timm.optim.create_optimizer_v2``): sgd, momentum, adamw, lamb, ...; an optional
-    ``lookahead_`` prefix adds Lookahead."""
-    try:  # timm's parse: an optional "lookahead_" prefix, the optimizer's name after the last "_"
-        get_optimizer_info(str(text).lower().split("_")[-1])
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not one of timm's optimizers (e.g. sgd, momentum, adamw, lamb, lion; "
-            "timm.optim.list_optimizers() lists them, a 'lookahead_' prefix adds Lookahead)"
-        ) from None
-    return text
+    ``lookahead_`` prefix adds Lookahead. Called on a text, an ``argparse`` type; :meth:`check` on a Python value."""
+
+    __name__ = "optimizer"
+
+    def __call__(self, text: str) -> str:
+        try:  # timm's parse: an optional "lookahead_" prefix, the optimizer's name after the last "_"
+            get_optimizer_info(str(text).lower().split("_")[-1])
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not one of timm's optimizers (e.g. sgd, momentum, adamw, lamb, lion; "
+                "timm.optim.list_optimizers() lists them, a 'lookahead_' prefix adds Lookahead)"
+            ) from None
+        return text
+
+    def check(self, value: Any, name: str) -> None:
+        """A ``ValueError`` naming ``name`` unless ``value`` is such a name."""
+        try:
+            self(value)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"{name} {exc}") from None
+
+
+optimizer = TimmOptimizer()
 
 
 def auto_augment(text: str) -> str:
