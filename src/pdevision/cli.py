@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,18 @@ from pdevision.engine.checkpoint import (
 )
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
+from pdevision.engine.metadata import MetadataError
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
 from pdevision.errors import UsageError
 from pdevision.models import list_models, list_restoration_models
-from pdevision.models.factory import ModelNameError, build_model
+from pdevision.models.factory import ModelArgumentError, ModelNameError, build_model
 from pdevision.models.restoration import build_restoration_model
 from pdevision.tasks import TaskCommands, get_task, task_for_kind, tasks
 from pdevision.tasks.args import add_run_arguments, is_rank0, run_config
 from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
 from pdevision.tasks.config_file import config_defaults, load_config_file
+from pdevision.viz.common import VizError
 
 
 def _models_rows(img_size: int | None, pattern: str = "") -> Iterator[str]:
@@ -527,52 +530,68 @@ def _task_defaults(sub: argparse.ArgumentParser) -> dict[str, Any]:
     )
 
 
-def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """``train --config FILE`` / ``pretrain --config FILE``: the file's values become the defaults of the command's
-    flags, so those on the command line win."""
+def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str], values: dict[str, Any] | None) -> None:
+    """``train --config FILE`` / ``pretrain --config FILE``: the file's values (read once, by :func:`_chosen`)
+    become the defaults of the command's flags, so those on the command line win."""
     command = next((a for a in argv if not a.startswith("-")), None)
-    path = _config_path(argv)
-    if command not in ("train", "pretrain") or not path or {"-h", "--help"} & set(argv):
+    if values is None:
         return
+    path = _config_path(argv)
     sub = _innermost(parser, argparse.Namespace(command=command))
-    values = load_config_file(path)
     task = values.get("task")
     given = "pretrain" if command == "pretrain" else _option_value(argv, "--task")
     if task is not None and given is not None and task != given:
         if command == "pretrain":
             raise UsageError(f"--config {path} is for --task {task}, not pretrain (run: pdevision train --config)")
         values = {k: v for k, v in values.items() if k != "task"}  # the command line's --task wins
-    defaults = config_defaults(sub, values, path, _task_defaults(sub))
+    defaults = config_defaults(sub, values, str(path), _task_defaults(sub))
     if command == "train" and task is not None and given is None:
         defaults["task"] = task
     sub.set_defaults(**defaults)
 
 
-def _chosen_tasks(argv: list[str]) -> tuple[str, str]:
-    """The task whose flags ``train`` takes (``--task``) and the one ``eval`` / ``predict`` take (the checkpoint's
-    kind); classification where they are not given (or not valid: the parser then says so)."""
+@dataclass(frozen=True)
+class Chosen:
+    """What the command line names before it is parsed, each file read once and passed on: the task whose flags
+    ``train`` takes (``--task``, else the ``--config`` file's), the one ``eval`` / ``predict`` take (the
+    checkpoint's kind), the ``--config`` file's values and the ``--checkpoint``'s metadata."""
+
+    train_task: str = "classify"
+    checkpoint_task: str = "classify"
+    config_values: dict[str, Any] | None = None
+    checkpoint_meta: dict[str, Any] | None = None
+
+
+def _chosen(argv: list[str]) -> Chosen:
+    """:class:`Chosen` of ``argv``; classification where no task is given (or not a valid one: the parser then
+    says so). Nothing is read for ``--help``."""
     command = next((a for a in argv if not a.startswith("-")), None)
-    train_task, checkpoint_task = "classify", "classify"
-    if command == "train":
-        name = _option_value(argv, "--task")
-        if name is None and _config_path(argv) and not {"-h", "--help"} & set(argv):
-            name = load_config_file(_config_path(argv)).get("task")  # type: ignore[arg-type]
+    if {"-h", "--help"} & set(argv):
+        return Chosen()
+    if command in ("train", "pretrain"):
+        path = _config_path(argv)
+        values = load_config_file(path) if path else None
+        name = _option_value(argv, "--task") if command == "train" else "pretrain"
+        if name is None and values is not None:
+            name = values.get("task")
             if name is not None and name not in tasks():
-                raise UsageError(f"--config {_config_path(argv)}: task {name!r} is not one of {', '.join(tasks())}")
-        if name in tasks():
-            train_task = name
-    elif command in ("eval", "predict"):
+                raise UsageError(f"--config {path}: task {name!r} is not one of {', '.join(tasks())}")
+        return Chosen(train_task=name if name in tasks() else "classify", config_values=values)
+    if command in ("eval", "predict"):
         path = _option_value(argv, "--checkpoint")
-        if path and path.strip() and not {"-h", "--help"} & set(argv):
-            try:
-                kind = checkpoint_kind(read_meta(path))
-            except CheckpointError:  # the command reports it, after the parser has checked the other flags
-                return train_task, checkpoint_task
-            owner = task_for_kind(kind)
-            if owner is None:
-                raise CheckpointError(f"{path} is a checkpoint of kind {kind!r}, which no registered task takes")
-            checkpoint_task = owner.name
-    return train_task, checkpoint_task
+        if not (path and path.strip()):
+            return Chosen()
+        try:
+            meta = read_meta(path)
+        except CheckpointError:  # the command reports it, after the parser has checked the other flags
+            return Chosen()
+        owner = task_for_kind(checkpoint_kind(meta))
+        if owner is None:
+            raise CheckpointError(
+                f"{path} is a checkpoint of kind {checkpoint_kind(meta)!r}, which no registered task takes"
+            )
+        return Chosen(checkpoint_task=owner.name, checkpoint_meta=meta)
+    return Chosen()
 
 
 def build_parser(train_task: str = "classify", checkpoint_task: str = "classify") -> argparse.ArgumentParser:
@@ -617,12 +636,27 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     return parser
 
 
+# what the user's input causes, each reported as one line with exit code 2; every other exception is the library's
+# fault: one line, exit code 1, its traceback with PDEVISION_TRACEBACK=1
+USER_ERRORS = (
+    UsageError,
+    DataError,
+    CheckpointError,
+    MetadataError,
+    ModelNameError,
+    ModelArgumentError,
+    VizError,
+    MissingDependencyError,
+    FileNotFoundError,
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        chosen = _chosen_tasks(argv)
-        parser = build_parser(*chosen)
-        _apply_config_file(parser, argv)
+        chosen = _chosen(argv)
+        parser = build_parser(chosen.train_task, chosen.checkpoint_task)
+        _apply_config_file(parser, argv, chosen.config_values)
     except (CheckpointError, UsageError, MissingDependencyError) as exc:
         command = next((a for a in argv if not a.startswith("-")), "pdevision")
         print(f"pdevision {command}: error: {one_line(exc)}", file=sys.stderr)
@@ -633,21 +667,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command in ("eval", "predict"):  # read before the parser ran: the task's commands need not read it again
+        args.checkpoint_meta = chosen.checkpoint_meta
     for stream in (sys.stdout, sys.stderr):  # names from the file system may not be UTF-8 (class folders)
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         return int(args.func(args))
-    except (
-        UsageError,
-        DataError,
-        CheckpointError,
-        ModelNameError,
-        MissingDependencyError,
-        FileNotFoundError,
-        ValueError,
-    ) as exc:
+    except USER_ERRORS as exc:  # the user's input: one line, exit 2 (any other ValueError is a fault: exit 1)
         print(f"pdevision {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except NonFiniteLossError as exc:

@@ -2,8 +2,9 @@
 
 A field left at ``None`` takes the task's default (its recipe: :meth:`pdevision.engine.task.Task.run_defaults`),
 then the library's (:data:`RUN_DEFAULTS`); :func:`resolve_run` does both, and the loop records the result in
-``config.json``. The command line fills a ``RunConfig`` from the same flags for every task
-(:func:`pdevision.tasks.args.add_run_arguments`).
+``config.json``. Each field is declared once, with :func:`setting`: its default, its value type
+(:mod:`pdevision.engine.validators`) and its :class:`Flag`; the command line's run flags of every task
+(:func:`pdevision.tasks.args.add_run_arguments`) and :func:`check_run` are made from the fields.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import resumed_run_folder
+from pdevision.errors import UsageError
 
 # what a field left at None becomes when neither the user nor the task's recipe sets it
 RUN_DEFAULTS: dict[str, Any] = {
@@ -162,7 +164,7 @@ class RunConfig:
             else:
                 folder = resumed_run_folder(self.resume)
                 if folder is None:
-                    raise ValueError(
+                    raise UsageError(
                         f"--resume {self.resume} is a checkpoint outside a run folder (not RUN/last): give --output, "
                         "a new or empty folder for the continued run"
                     )
@@ -206,7 +208,7 @@ def check_run(run: RunConfig) -> None:
         if hasattr(kind, "check"):
             kind.check(value, label)
         if flag is not None and flag.choices is not None and value not in flag.choices:
-            raise ValueError(f"{label} must be one of {', '.join(flag.choices)}, got {value!r}")
+            raise UsageError(f"{label} must be one of {', '.join(flag.choices)}, got {value!r}")
 
 
 __all__ = ["RUN_DEFAULTS", "Flag", "RunConfig", "check_run", "flag_fields", "flag_name", "resolve_run", "setting"]

@@ -21,6 +21,7 @@ from timm.optim import get_optimizer_info
 from pdevision._values import is_finite_number, is_int
 from pdevision.engine.checkpoint import checkpoint_folder_of
 from pdevision.engine.metadata import MetadataError, parse_json
+from pdevision.errors import UsageError
 from pdevision.models.factory import ModelArgumentError, check_model_args
 
 __all__ = [
@@ -106,7 +107,7 @@ class Bounded:
         )
         unbounded_infinity = kind_ok and math.isinf(value) and (self.high if value > 0 else self.low) is None
         if not (kind_ok and (unbounded_infinity or (is_finite_number(value) and self.within(value)))):
-            raise ValueError(f"{name} must be {self.expected}, got {value!r}")
+            raise UsageError(f"{name} must be {self.expected}, got {value!r}")
 
 
 def bounded(
@@ -194,7 +195,7 @@ class TimmOptimizer:
         try:
             self(value)
         except argparse.ArgumentTypeError as exc:
-            raise ValueError(f"{name} {exc}") from None
+            raise UsageError(f"{name} {exc}") from None
 
 
 optimizer = TimmOptimizer()

@@ -94,16 +94,16 @@ def parse_sigma(text: str | float) -> float | tuple[float, float]:
             except ValueError:
                 break
             if not (all(math.isfinite(v) for v in out) and 0 <= out[0] <= out[1] <= MAX_SIGMA and out[1] > 0):
-                raise ValueError(f"a blind sigma range needs 0 <= low <= high <= 255 and high > 0, got {text!r}")
+                raise UsageError(f"a blind sigma range needs 0 <= low <= high <= 255 and high > 0, got {text!r}")
             return out
     try:
         value = float(text)
     except ValueError as exc:
-        raise ValueError(f"sigma must be a number (e.g. 25) or a range (e.g. 0-55), got {text!r}") from exc
+        raise UsageError(f"sigma must be a number (e.g. 25) or a range (e.g. 0-55), got {text!r}") from exc
     if not (math.isfinite(value) and 0 <= value <= MAX_SIGMA):
-        raise ValueError(f"sigma must be in [0, 255] (the 0-255 scale), got {text!r}")
+        raise UsageError(f"sigma must be in [0, 255] (the 0-255 scale), got {text!r}")
     if value == 0:  # nothing to remove: the held-out PSNR of the noisy input is infinite and the run stops
-        raise ValueError("a fixed sigma must be above 0 (a blind range such as 0-55 may start at 0)")
+        raise UsageError("a fixed sigma must be above 0 (a blind range such as 0-55 may start at 0)")
     return value
 
 

@@ -103,7 +103,8 @@ class PretrainCommands(TaskCommands):
     def evaluate(self, args: argparse.Namespace) -> str:
         folder = resolve_checkpoint(args.checkpoint)
         output = args.output or str(default_eval_output(folder))
-        if checkpoint_kind(read_meta(folder)) == "pretrain":  # the whole pretraining state: evaluate its encoder
+        meta = getattr(args, "checkpoint_meta", None) or read_meta(folder)  # the command line read it already
+        if checkpoint_kind(meta) == "pretrain":  # the whole pretraining state: evaluate its encoder
             raise UsageError(f"checkpoint {folder} is a pretraining checkpoint; evaluate {folder.parent / 'encoder'}")
         r = knn_evaluate(args.checkpoint, args.data, args.k, args.batch_size, args.device, output=output)
         return (

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdevision.engine.config import RunConfig, resolve_run
+from pdevision.errors import UsageError
 from pdevision.models.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
 from pdevision.models.qbheat import QBHeat
 
@@ -135,7 +136,7 @@ def build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
         )
     if config.method == "mae":
         if config.decoder != "transformer":
-            raise ValueError("MAE decodes with mask tokens in a transformer decoder; --decoder conv is QB-Heat only")
+            raise UsageError("MAE decodes with mask tokens in a transformer decoder; --decoder conv is QB-Heat only")
         return MAE(name, mask_ratio=config.mask_ratio, **common)
     raise ValueError(f"pretraining method must be one of {METHODS}, got {config.method!r}")
 
