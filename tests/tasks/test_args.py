@@ -86,3 +86,30 @@ def test_a_skipped_flag_is_not_taken_and_its_field_keeps_its_default() -> None:
 def test_a_task_s_default_is_shown_in_the_help() -> None:
     help_text = _parser(defaults={"--epochs": 12}).format_help()
     assert "(default 12)" in help_text and "run folder (default runs/t;" in help_text
+
+
+def test_classify_s_own_flags_are_the_fields_of_its_config() -> None:
+    """A task's flags come from its config dataclass the same way: one field of ClassifyConfig, one flag."""
+    from pdevision.tasks.args import add_config_arguments, task_fields
+    from pdevision.tasks.classify.commands import ClassifyCommands
+    from pdevision.tasks.classify.config import AUGMENTATION, ClassifyConfig
+
+    p = argparse.ArgumentParser(prog="t", exit_on_error=False)
+    ClassifyCommands().add_arguments(p)
+    dests = {a.dest for a in p._actions if a.option_strings and a.dest != "help"}
+    assert dests == {f.name for f in flag_fields(ClassifyConfig)}
+    assert ClassifyConfig(**task_fields(p.parse_args([]), ClassifyConfig)) == ClassifyConfig()  # the same defaults
+
+    @dataclass
+    class WithJitter(ClassifyConfig):
+        jitter: float | None = setting(None, V.fraction, Flag(AUGMENTATION, "colour jitter strength"))
+
+    q = argparse.ArgumentParser(prog="t", exit_on_error=False)
+    add_config_arguments(q, WithJitter)
+    assert task_fields(q.parse_args(["--jitter", "0.4", "--no-verify-images"]), WithJitter) == {
+        **task_fields(q.parse_args([]), WithJitter),
+        "jitter": 0.4,
+        "verify_images": False,
+    }
+    with pytest.raises(argparse.ArgumentError, match="--jitter"):
+        q.parse_args(["--jitter", "2"])

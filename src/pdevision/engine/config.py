@@ -55,11 +55,17 @@ class Flag:
     off: tuple[str, Any, str] | None = None
 
 
-def setting(default: Any = None, type: Any = None, flag: Flag | None = None, check: Any = None) -> Any:
-    """A field of :class:`RunConfig`: its default, the value type that parses its flag's text
-    (:mod:`pdevision.engine.validators`), the flag (``None``: none; the task's recipe or the library sets it) and
-    what checks a value given in Python (:func:`check_run`; default: the type, where it has ``check(value, name)``)."""
-    return dataclasses.field(default=default, metadata={"type": type, "flag": flag, "check": check or type})
+def setting(
+    default: Any = None, type: Any = None, flag: Flag | None = None, check: Any = None, factory: Any = None
+) -> Any:
+    """A field of :class:`RunConfig` (or of a task's configuration): its default (or the ``factory`` that makes
+    it), the value type that parses its flag's text (:mod:`pdevision.engine.validators`), the flag (``None``: none;
+    the task's recipe or the library sets it) and what checks a value given in Python (:func:`check_run`; default:
+    the type, where it has ``check(value, name)``)."""
+    metadata = {"type": type, "flag": flag, "check": check or type}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def flag_name(f: dataclasses.Field) -> str:
@@ -68,7 +74,8 @@ def flag_name(f: dataclasses.Field) -> str:
 
 
 def flag_fields(cls: type | None = None) -> list[dataclasses.Field]:
-    """The fields of ``cls`` (:class:`RunConfig` or a subclass) that a flag sets, in the order of ``--help``."""
+    """The fields of the dataclass ``cls`` (default :class:`RunConfig`) that a flag sets, in the order of
+    ``--help``."""
     return [f for f in dataclasses.fields(cls or RunConfig) if f.metadata.get("flag") is not None]
 
 

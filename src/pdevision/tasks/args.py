@@ -6,6 +6,7 @@ parsers from these and from each task's own declaration (:mod:`pdevision.tasks.r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,6 +35,20 @@ def add_run_arguments(
     """The run settings as flags, one for each field of ``config`` that declares a :class:`Flag` (in field order,
     in its flag's group), but those in ``skip``; ``None`` defaults mean "the task's". ``output``: the task's default
     run folder; ``defaults``: help text for the task's defaults (flag -> value)."""
+    add_config_arguments(p, config, skip, defaults, {"{task_output}": output})
+    p.set_defaults(default_output=output)
+
+
+def add_config_arguments(
+    p: argparse.ArgumentParser,
+    config: type,
+    skip: Iterable[str] = (),
+    defaults: dict[str, Any] | None = None,
+    fill: dict[str, str] | None = None,
+) -> None:
+    """A flag for each field of the dataclass ``config`` that declares a :class:`Flag` (a task's configuration, or
+    :class:`RunConfig`), in field order, in its flag's group; each stores into the field's name, so
+    :func:`task_fields` reads them back. ``fill``: text put in place of each key in the help."""
     skip, shown = set(skip), dict(defaults or {})
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in flag_fields(config):
@@ -41,22 +56,23 @@ def add_run_arguments(
         group = groups.get(flag.group) or groups.setdefault(flag.group, p.add_argument_group(flag.group))
         name = flag_name(f)
         if name not in skip:
-            group.add_argument(name, **_flag_options(f, flag, output, shown.get(name)))
+            group.add_argument(name, **_flag_options(f, flag, fill or {}, shown.get(name)))
         if flag.off is not None and flag.off[0] not in skip:
             group.add_argument(flag.off[0], action="store_true", help=flag.off[2])
-    p.set_defaults(default_output=output)
 
 
-def _flag_options(f: Any, flag: Flag, output: str, shown: Any) -> dict[str, Any]:
+def _flag_options(f: Any, flag: Flag, fill: dict[str, str], shown: Any) -> dict[str, Any]:
     """``add_argument``'s keywords for the field ``f``: a switch for a ``bool``, else a value of the field's type."""
-    text = None if flag.help is None else flag.help.replace("{task_output}", output)
+    text = flag.help
+    for key, value in fill.items():
+        text = None if text is None else text.replace(key, value)
     if shown is not None:
         text = f"{text or ''} (default {shown})".strip()
     kw: dict[str, Any] = {"dest": f.name, "help": text}
     if isinstance(f.default, bool):
         kw["action"] = "store_false" if f.default else "store_true"
         return kw
-    kw["default"] = f.default
+    kw["default"] = f.default_factory() if f.default is dataclasses.MISSING else f.default
     if f.metadata["type"] is not None:
         kw["type"] = f.metadata["type"]
     if flag.choices is not None:

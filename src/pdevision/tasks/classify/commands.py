@@ -8,7 +8,6 @@ import json
 import logging
 from typing import Any
 
-from pdevision.data import RECIPES
 from pdevision.engine import formats
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import default_eval_output
@@ -26,17 +25,6 @@ from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
 log = logging.getLogger(__name__)
 
 
-def add_model_arguments(p: argparse.ArgumentParser, model: str | None, model_help: str) -> None:
-    """``--model`` and ``--model-args``, which every training task takes."""
-    p.add_argument("--model", default=model, help=model_help)
-    p.add_argument(
-        "--model-args",
-        type=V.json_dict,
-        default={},
-        help="JSON constructor arguments, e.g. '{\"depths\": [1, 1, 2, 1]}' (no weights, URLs or paths)",
-    )
-
-
 class ClassifyCommands(TaskCommands):
     name = "classify"
     requires = REQUIRES
@@ -44,44 +32,7 @@ class ClassifyCommands(TaskCommands):
     default_output = "runs/train"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group("classification: data and model")
-        add_model_arguments(g, "vheat_micro", "any registered model, ours or timm's (default vheat_micro)")
-        g.add_argument(
-            "--data",
-            type=V.path,
-            default=None,
-            help="ImageFolder root (train/ and val/, or one folder), WebDataset shards (train/*.tar, val/*.tar), "
-            "or an embedded set; default: the embedded digits",
-        )
-        g.add_argument("--shuffle-buffer", type=V.samples, default=1000, help="shards: shuffle buffer (samples)")
-        g.add_argument("--val-split", type=V.open_fraction, default=0.2, help="validation fraction for a single folder")
-        g.add_argument("--img-size", type=V.side, default=None, help="default: 64 on digits, else the model's")
-        g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
-        g.add_argument(
-            "--recipe",
-            default="light",
-            choices=sorted(RECIPES),
-            help="named preset: light (default), pderesnet, hcnet, vheat (alias imagenet): the papers' set-ups",
-        )
-        g.add_argument("--drop-path", type=V.rate_below_one, default=None, help="stochastic depth (default: model's)")
-        g.add_argument("--grad-checkpointing", action="store_true")
-        g.add_argument("--init-from", type=V.path, default=None, help="checkpoint to start from (fine-tuning)")
-        g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
-        g.add_argument(
-            "--pretrained",
-            action="store_true",
-            help="start from the model's released weights (e.g. vheat_tiny.in1k; downloaded once into timm's cache)",
-        )
-        g.add_argument(
-            "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
-        )
-        g = p.add_argument_group("classification: augmentation and regularisation (timm; default: the recipe's)")
-        g.add_argument("--auto-augment", type=V.auto_augment, default=None, help="e.g. rand-m9-mstd0.5-inc1")
-        g.add_argument("--mixup", type=V.non_negative, default=None, help="mixup alpha")
-        g.add_argument("--cutmix", type=V.non_negative, default=None, help="cutmix alpha")
-        g.add_argument("--label-smoothing", type=V.rate_below_one, default=None)
-        g.add_argument("--re-prob", type=V.fraction, default=None, help="random erasing probability")
-        g.add_argument("--hflip", type=V.fraction, default=None, help="horizontal flip probability")
+        A.add_config_arguments(p, ClassifyConfig)  # each field of ClassifyConfig with a Flag
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> ClassifyConfig:
         return ClassifyConfig(**A.task_fields(args, ClassifyConfig), run=run)
@@ -198,4 +149,4 @@ class PartialFailure(UsageError):
 
 register(ClassifyCommands())
 
-__all__ = ["ClassifyCommands", "PartialFailure", "add_model_arguments"]
+__all__ = ["ClassifyCommands", "PartialFailure"]
