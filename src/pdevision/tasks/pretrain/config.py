@@ -108,7 +108,18 @@ class PretrainConfig:
 
 
 def build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
-    """The QB-Heat or MAE model that :func:`pretrain` trains."""
+    """The QB-Heat or MAE model that :func:`pretrain` trains. A plain ``ValueError`` of its constructor (a size,
+    stride or block its encoder cannot take) is a :class:`~pdevision.errors.UsageError`: every argument it
+    checks is one of the user's settings."""
+    try:
+        return _build_pretrainer(config)
+    except ValueError as exc:
+        if type(exc) is not ValueError:  # already a named error (model name, model arguments, usage)
+            raise
+        raise UsageError(str(exc)) from exc
+
+
+def _build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
     name, args = config.encoder()
     common = dict(
         img_size=config.img_size,
