@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from pdevision.cli import _bounded, _positive_int  # the CLI's checks: a clear argparse error
+from pdevision.engine.validators import bounded, positive_int  # the CLI's checks: a clear argparse error
 from pdevision.models.factory import MAX_SIZE
 
 HERE = Path(__file__).resolve().parent
@@ -121,9 +121,9 @@ def write_report(rows: list[dict[str, Any]], args: argparse.Namespace, commit: s
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--authors-code", type=Path, required=True, help="root of a clone of MzeroMiko/vHeat")
-    p.add_argument("--sizes", type=_bounded(int, 32, MAX_SIZE), nargs="+", default=[224, 512, 768, 1024])
-    p.add_argument("--repeats", type=_positive_int, default=5)
-    p.add_argument("--threads", type=_positive_int, default=None)
+    p.add_argument("--sizes", type=bounded(int, 32, MAX_SIZE), nargs="+", default=[224, 512, 768, 1024])
+    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--commit", default="unknown", help="the clone's commit, for the record")
     p.add_argument("--md", type=Path, default=HERE / "authors_vheat.md")
     args = p.parse_args(argv)

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from pdevision.cli import _positive_int  # the CLI's check: a clear argparse error
+from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 
 HERE = Path(__file__).resolve().parent
 MODELS = ("vheat_tiny", "hcnet_tiny", "convnext_tiny", "swin_tiny_patch4_window7_224")
@@ -136,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=list(MODELS), help="the first is the reference of the ratios")
     p.add_argument("--sizes", nargs="+", type=parse_size, default=list(SIZES), help="HEIGHTxWIDTH")
-    p.add_argument("--batches", nargs="+", type=_positive_int, default=[1, 2])
-    p.add_argument("--repeats", type=_positive_int, default=5)
-    p.add_argument("--threads", type=_positive_int, default=None)
+    p.add_argument("--batches", nargs="+", type=positive_int, default=[1, 2])
+    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--md", type=Path, default=HERE / "dense_sizes.md")
     p.add_argument("--probe", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -18,7 +18,7 @@ import torch
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import interleaved_medians, machine_description
-from pdevision.cli import _positive_int  # the CLI's check: a clear argparse error
+from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 
 OUT = Path(__file__).with_name("optimizer_step.md")
 MODELS = ("vheat_tiny", "hcnet_tiny", "pderesnet50", "convnext_tiny", "swin_tiny_patch4_window7_224", "resnet50")
@@ -38,8 +38,8 @@ def step_times(name: str, rounds: int) -> tuple[int, float, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=_positive_int, default=2)
-    parser.add_argument("--rounds", type=_positive_int, default=7)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--rounds", type=positive_int, default=7)
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--md", type=Path, default=OUT)
     args = parser.parse_args(argv)

@@ -24,7 +24,7 @@ from timm.utils.model import reparameterize_model
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import inference_fn, interleaved_medians, machine_description, steady_allocator
 from pdevision.bench.models import build_for_bench
-from pdevision.cli import _positive_int  # the CLI's check: a clear argparse error
+from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 
 OUT = Path(__file__).with_name("reparameterize.md")
 
@@ -52,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="vheat_tiny")
     parser.add_argument("--peer", default="convnext_tiny")
-    parser.add_argument("--threads", type=_positive_int, default=2)
-    parser.add_argument("--batch", type=_positive_int, default=8)
-    parser.add_argument("--img-size", type=_positive_int, default=224)
-    parser.add_argument("--rounds", type=_positive_int, default=7)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--batch", type=positive_int, default=8)
+    parser.add_argument("--img-size", type=positive_int, default=224)
+    parser.add_argument("--rounds", type=positive_int, default=7)
     parser.add_argument("--md", type=Path, default=OUT)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -26,7 +26,7 @@ from torch import nn
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import interleaved_medians, machine_description, steady_allocator
-from pdevision.cli import _positive_int  # the CLI's check: a clear argparse error
+from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 from pdevision.fastpath import accelerate, reference_kernels
 
 OUT = Path(__file__).with_name("training_step.md")
@@ -68,10 +68,10 @@ def measure(name: str, dtype: torch.dtype | None, batch: int, rounds: int, img_s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=_positive_int, default=2)
-    parser.add_argument("--rounds", type=_positive_int, default=4)
-    parser.add_argument("--batch", type=_positive_int, default=8)
-    parser.add_argument("--img-size", type=_positive_int, default=224)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--rounds", type=positive_int, default=4)
+    parser.add_argument("--batch", type=positive_int, default=8)
+    parser.add_argument("--img-size", type=positive_int, default=224)
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     parser.add_argument("--md", type=Path, default=OUT)

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from pdevision.bench.measure import machine_description, matmul_gflops, steady_allocator
-from pdevision.cli import _positive_int  # the CLI's check: a clear argparse error
+from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 from pdevision.ops.dct import dct2, dct_matrix
 
 OUT = Path(__file__).with_name("dct_rate.md")
@@ -63,8 +63,8 @@ def even_odd_dct(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=_positive_int, default=2)
-    parser.add_argument("--repeats", type=_positive_int, default=15)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--repeats", type=positive_int, default=15)
     parser.add_argument("--shapes", nargs="+", default=[f"{h}x{w}x{c}" for h, w, c in SHAPES], help="HxWxC")
     parser.add_argument("--md", type=Path, default=OUT)
     args = parser.parse_args(argv)

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS,
 from pdevision.bench.run import DEFAULT_OURS, run_bench
 from pdevision.bench.runs import run_in_processes
 from pdevision.data import DataError
+from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import (
     NO_SPACE_ERRNOS,
     CheckpointError,
@@ -35,32 +37,18 @@ from pdevision.engine.checkpoint import (
 )
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
+from pdevision.engine.metadata import MetadataError
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
+from pdevision.errors import UsageError
 from pdevision.models import list_models, list_restoration_models
-from pdevision.models.factory import ModelNameError, build_model
+from pdevision.models.factory import ModelArgumentError, ModelNameError, build_model
 from pdevision.models.restoration import build_restoration_model
 from pdevision.tasks import TaskCommands, get_task, task_for_kind, tasks
-from pdevision.tasks.args import (
-    UsageError,
-    add_run_arguments,
-    is_rank0,
-    run_config,
-)
-from pdevision.tasks.args import batch as _batch
-from pdevision.tasks.args import bounded as _bounded
-from pdevision.tasks.args import count as _count
-from pdevision.tasks.args import device as _device
-from pdevision.tasks.args import figure_side as _figure_side
-from pdevision.tasks.args import output_folder as _output_folder
-from pdevision.tasks.args import path as _path
-from pdevision.tasks.args import positive_int as _positive_int  # noqa: F401  (the benchmark scripts' flags)
-from pdevision.tasks.args import repeats as _repeats
-from pdevision.tasks.args import samples as _samples
-from pdevision.tasks.args import seed as _seed
-from pdevision.tasks.args import side as _side
+from pdevision.tasks.args import add_run_arguments, is_rank0, run_config
 from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
 from pdevision.tasks.config_file import config_defaults, load_config_file
+from pdevision.viz.common import VizError
 
 
 def _models_rows(img_size: int | None, pattern: str = "") -> Iterator[str]:
@@ -286,49 +274,49 @@ def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("--checkpoint", nargs="+", default=None, help=f"trained models: {ckpt_help}")
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--img-size", type=_figure_side, default=128, help="input size for --models (default 128)")
-    q.add_argument("--images", type=_samples, default=16, help="images to average over (default 16)")
-    q.add_argument("--device", type=_device, default="cpu")
-    q.add_argument("--output", type=_output_folder, default="runs/viz/erf", help="folder for erf.png and erf.json")
+    q.add_argument("--img-size", type=V.figure_side, default=128, help="input size for --models (default 128)")
+    q.add_argument("--images", type=V.samples, default=16, help="images to average over (default 16)")
+    q.add_argument("--device", type=V.device, default="cpu")
+    q.add_argument("--output", type=V.output_folder, default="runs/viz/erf", help="folder for erf.png and erf.json")
     q = vsub.add_parser("gradcam", help="Grad-CAM per stage of a trained checkpoint (grad-cam package)")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("images", nargs="*", help="image files (default: validation images of the run's data)")
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--num-images", type=_samples, default=4, help="validation images without files (default 4)")
-    q.add_argument("--device", type=_device, default="cpu")
+    q.add_argument("--num-images", type=V.samples, default=4, help="validation images without files (default 4)")
+    q.add_argument("--device", type=V.device, default="cpu")
     q.add_argument(
-        "--output", type=_output_folder, default="runs/viz/gradcam", help="folder for gradcam.png and gradcam.json"
+        "--output", type=V.output_folder, default="runs/viz/gradcam", help="folder for gradcam.png and gradcam.json"
     )
     q = vsub.add_parser("heat", help="vHeat k(w) and point sources, HcNet k and stencils, PDE-ResNet point responses")
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--model", default=None, help="model name, random weights")
     g.add_argument("--checkpoint", default=None, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--img-size", type=_figure_side, default=64, help="input size for --model (default 64)")
-    q.add_argument("--images", type=_samples, default=32, help="images for HcNet / PDE-ResNet (default 32)")
+    q.add_argument("--img-size", type=V.figure_side, default=64, help="input size for --model (default 64)")
+    q.add_argument("--images", type=V.samples, default=32, help="images for HcNet / PDE-ResNet (default 32)")
     q.add_argument(
         "--times",
         nargs="+",
-        type=_bounded(float, 0, None, low_open=True),
+        type=V.bounded(float, 0, None, low_open=True),
         default=[0.25, 0.5, 1.0, 2.0, 4.0],
         help="point-source times",
     )
     q.add_argument("--gif", action="store_true", help="also vheat_point_source.gif")
-    q.add_argument("--output", type=_output_folder, default="runs/viz/heat")
+    q.add_argument("--output", type=V.output_folder, default="runs/viz/heat")
     q = vsub.add_parser("symmetry", help="PDE-ResNet weights under a group element and sparsify; logits difference")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--images", type=_samples, default=32, help="images for the logits difference (default 32)")
-    q.add_argument("--steps", type=_repeats, default=100, help="sparsify steps (default 100)")
-    q.add_argument("--seed", type=_seed, default=0, help="seed of the random group element")
-    q.add_argument("--output", type=_output_folder, default="runs/viz/symmetry")
+    q.add_argument("--images", type=V.samples, default=32, help="images for the logits difference (default 32)")
+    q.add_argument("--steps", type=V.repeats, default=100, help="sparsify steps (default 100)")
+    q.add_argument("--seed", type=V.seed, default=0, help="seed of the random group element")
+    q.add_argument("--output", type=V.output_folder, default="runs/viz/symmetry")
     q = vsub.add_parser("report", help="one index.html: curves, metrics, confusion matrix and the figures above")
     q.add_argument("--checkpoint", required=True, help=ckpt_help)
     q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--images", type=_samples, default=8, help="images for the figures (default 8)")
-    q.add_argument("--steps", type=_repeats, default=50, help="sparsify steps for PDE-ResNet (default 50)")
+    q.add_argument("--images", type=V.samples, default=8, help="images for the figures (default 8)")
+    q.add_argument("--steps", type=V.repeats, default=50, help="sparsify steps for PDE-ResNet (default 50)")
     q.add_argument(
-        "--output", type=_output_folder, default="runs/viz/report", help="folder for index.html and its files"
+        "--output", type=V.output_folder, default="runs/viz/report", help="folder for index.html and its files"
     )
 
 
@@ -336,21 +324,23 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="throughput, memory, FLOPs against timm's peers (Swin, ConvNeXt, DeiT, ResNet)")
     p.add_argument("--models", nargs="+", default=None, help="default: our tiny models and the four tiny peers")
     p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
-    p.add_argument("--resolutions", nargs="+", type=_side, default=[224, 512, 768, 1024])
-    p.add_argument("--batch", type=_batch, default=None, help="default: 8 at 224 and below, 1 above")
-    p.add_argument("--repeats", type=_repeats, default=5, help="timed repeats, median reported (default 5)")
+    p.add_argument("--resolutions", nargs="+", type=V.side, default=[224, 512, 768, 1024])
+    p.add_argument("--batch", type=V.batch, default=None, help="default: 8 at 224 and below, 1 above")
+    p.add_argument("--repeats", type=V.repeats, default=5, help="timed repeats, median reported (default 5)")
     p.add_argument(
         "--runs",
-        type=_bounded(int, 1, 20),
+        type=V.bounded(int, 1, 20),
         default=1,
         help="run the whole bench this many times, each in a fresh process (OUT/run1, ...); OUT's record is the "
         "median over the runs, each ratio with its range (default 1: one run, in this process)",
     )
-    p.add_argument("--train-resolutions", nargs="*", type=_side, default=[224], help="training-step sizes")
-    p.add_argument("--device", type=_device, default="cpu")
+    p.add_argument("--train-resolutions", nargs="*", type=V.side, default=[224], help="training-step sizes")
+    p.add_argument("--device", type=V.device, default="cpu")
     p.add_argument("--dtype", nargs="+", choices=["fp32", "bf16", "fp16"], default=["fp32"], help="autocast dtypes")
-    p.add_argument("--out", type=_output_folder, default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)")
-    p.add_argument("--threads", type=_count, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument(
+        "--out", type=V.output_folder, default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)"
+    )
+    p.add_argument("--threads", type=V.count, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--no-operators", action="store_true", help="skip the token-mixer microbenchmark")
     p.add_argument(
         "--fused-peers",
@@ -363,7 +353,7 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
         help="also measure each model through torch.compile (NAME+compiled; inference, weights frozen; needs a C++ "
         "compiler on the CPU)",
     )
-    p.add_argument("--operator-sides", nargs="+", type=_side, default=[14, 28, 56, 112, 160, 256], help="map sides")
+    p.add_argument("--operator-sides", nargs="+", type=V.side, default=[14, 28, 56, 112, 160, 256], help="map sides")
     p.add_argument(
         "--allocator",
         choices=["steady", "default"],
@@ -421,7 +411,7 @@ def _add_config_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-c",
         "--config",
-        type=_path,
+        type=V.path,
         default=None,
         metavar="FILE",
         help="YAML or JSON file of flag values (keys as a run's config.json names them: batch_size, lr, ...); a run's "
@@ -451,19 +441,22 @@ def _add_task_parsers(sub: argparse._SubParsersAction, train_task: str, checkpoi
     p.unknown_hint = _train_hint("pretrain")
     checkpoint = get_task(checkpoint_task)
     p = sub.add_parser("eval", help="evaluate a checkpoint (its flags follow the checkpoint's task; default classify)")
-    p.add_argument("--checkpoint", type=_path, required=True, help="checkpoint folder (or run folder: uses best)")
+    p.add_argument("--checkpoint", type=V.path, required=True, help="checkpoint folder (or run folder: uses best)")
     p.add_argument(
-        "--output", type=_output_folder, default=None, help="folder for the results (default: beside it, RUN/eval-best)"
+        "--output",
+        type=V.output_folder,
+        default=None,
+        help="folder for the results (default: beside it, RUN/eval-best)",
     )
-    p.add_argument("--device", type=_device, default="auto")
+    p.add_argument("--device", type=V.device, default="auto")
     if checkpoint.add_eval_arguments is not None:
         checkpoint.add_eval_arguments(p)
     p.set_defaults(func=cmd_eval, task_commands=checkpoint)
     p.unknown_hint = _checkpoint_hint(checkpoint.name, "eval")
     p = sub.add_parser("predict", help="apply a checkpoint to image files (its flags follow the checkpoint's task)")
-    p.add_argument("--checkpoint", type=_path, required=True, help="checkpoint folder (or run folder: uses best)")
-    p.add_argument("images", nargs="+", type=_path, help="image files or folders of images")
-    p.add_argument("--device", type=_device, default="auto")
+    p.add_argument("--checkpoint", type=V.path, required=True, help="checkpoint folder (or run folder: uses best)")
+    p.add_argument("images", nargs="+", type=V.path, help="image files or folders of images")
+    p.add_argument("--device", type=V.device, default="auto")
     if checkpoint.add_predict_arguments is not None:
         checkpoint.add_predict_arguments(p)
     p.set_defaults(func=cmd_predict, task_commands=checkpoint)
@@ -537,52 +530,68 @@ def _task_defaults(sub: argparse.ArgumentParser) -> dict[str, Any]:
     )
 
 
-def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """``train --config FILE`` / ``pretrain --config FILE``: the file's values become the defaults of the command's
-    flags, so those on the command line win."""
+def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str], values: dict[str, Any] | None) -> None:
+    """``train --config FILE`` / ``pretrain --config FILE``: the file's values (read once, by :func:`_chosen`)
+    become the defaults of the command's flags, so those on the command line win."""
     command = next((a for a in argv if not a.startswith("-")), None)
-    path = _config_path(argv)
-    if command not in ("train", "pretrain") or not path or {"-h", "--help"} & set(argv):
+    if values is None:
         return
+    path = _config_path(argv)
     sub = _innermost(parser, argparse.Namespace(command=command))
-    values = load_config_file(path)
     task = values.get("task")
     given = "pretrain" if command == "pretrain" else _option_value(argv, "--task")
     if task is not None and given is not None and task != given:
         if command == "pretrain":
             raise UsageError(f"--config {path} is for --task {task}, not pretrain (run: pdevision train --config)")
         values = {k: v for k, v in values.items() if k != "task"}  # the command line's --task wins
-    defaults = config_defaults(sub, values, path, _task_defaults(sub))
+    defaults = config_defaults(sub, values, str(path), _task_defaults(sub))
     if command == "train" and task is not None and given is None:
         defaults["task"] = task
     sub.set_defaults(**defaults)
 
 
-def _chosen_tasks(argv: list[str]) -> tuple[str, str]:
-    """The task whose flags ``train`` takes (``--task``) and the one ``eval`` / ``predict`` take (the checkpoint's
-    kind); classification where they are not given (or not valid: the parser then says so)."""
+@dataclass(frozen=True)
+class Chosen:
+    """What the command line names before it is parsed, each file read once and passed on: the task whose flags
+    ``train`` takes (``--task``, else the ``--config`` file's), the one ``eval`` / ``predict`` take (the
+    checkpoint's kind), the ``--config`` file's values and the ``--checkpoint``'s metadata."""
+
+    train_task: str = "classify"
+    checkpoint_task: str = "classify"
+    config_values: dict[str, Any] | None = None
+    checkpoint_meta: dict[str, Any] | None = None
+
+
+def _chosen(argv: list[str]) -> Chosen:
+    """:class:`Chosen` of ``argv``; classification where no task is given (or not a valid one: the parser then
+    says so). Nothing is read for ``--help``."""
     command = next((a for a in argv if not a.startswith("-")), None)
-    train_task, checkpoint_task = "classify", "classify"
-    if command == "train":
-        name = _option_value(argv, "--task")
-        if name is None and _config_path(argv) and not {"-h", "--help"} & set(argv):
-            name = load_config_file(_config_path(argv)).get("task")  # type: ignore[arg-type]
+    if {"-h", "--help"} & set(argv):
+        return Chosen()
+    if command in ("train", "pretrain"):
+        path = _config_path(argv)
+        values = load_config_file(path) if path else None
+        name = _option_value(argv, "--task") if command == "train" else "pretrain"
+        if name is None and values is not None:
+            name = values.get("task")
             if name is not None and name not in tasks():
-                raise UsageError(f"--config {_config_path(argv)}: task {name!r} is not one of {', '.join(tasks())}")
-        if name in tasks():
-            train_task = name
-    elif command in ("eval", "predict"):
+                raise UsageError(f"--config {path}: task {name!r} is not one of {', '.join(tasks())}")
+        return Chosen(train_task=name if name in tasks() else "classify", config_values=values)
+    if command in ("eval", "predict"):
         path = _option_value(argv, "--checkpoint")
-        if path and path.strip() and not {"-h", "--help"} & set(argv):
-            try:
-                kind = checkpoint_kind(read_meta(path))
-            except CheckpointError:  # the command reports it, after the parser has checked the other flags
-                return train_task, checkpoint_task
-            owner = task_for_kind(kind)
-            if owner is None:
-                raise CheckpointError(f"{path} is a checkpoint of kind {kind!r}, which no registered task takes")
-            checkpoint_task = owner.name
-    return train_task, checkpoint_task
+        if not (path and path.strip()):
+            return Chosen()
+        try:
+            meta = read_meta(path)
+        except CheckpointError:  # the command reports it, after the parser has checked the other flags
+            return Chosen()
+        owner = task_for_kind(checkpoint_kind(meta))
+        if owner is None:
+            raise CheckpointError(
+                f"{path} is a checkpoint of kind {checkpoint_kind(meta)!r}, which no registered task takes"
+            )
+        return Chosen(checkpoint_task=owner.name, checkpoint_meta=meta)
+    return Chosen()
 
 
 def build_parser(train_task: str = "classify", checkpoint_task: str = "classify") -> argparse.ArgumentParser:
@@ -601,7 +610,7 @@ def build_parser(train_task: str = "classify", checkpoint_task: str = "classify"
     )
     p.add_argument(
         "--img-size",
-        type=_figure_side,
+        type=V.figure_side,
         default=None,
         help="resolution for the MAC count, with --macs (default 224, at most 2048)",
     )
@@ -627,12 +636,27 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     return parser
 
 
+# what the user's input causes, each reported as one line with exit code 2; every other exception is the library's
+# fault: one line, exit code 1, its traceback with PDEVISION_TRACEBACK=1
+USER_ERRORS = (
+    UsageError,
+    DataError,
+    CheckpointError,
+    MetadataError,
+    ModelNameError,
+    ModelArgumentError,
+    VizError,
+    MissingDependencyError,
+    FileNotFoundError,
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        chosen = _chosen_tasks(argv)
-        parser = build_parser(*chosen)
-        _apply_config_file(parser, argv)
+        chosen = _chosen(argv)
+        parser = build_parser(chosen.train_task, chosen.checkpoint_task)
+        _apply_config_file(parser, argv, chosen.config_values)
     except (CheckpointError, UsageError, MissingDependencyError) as exc:
         command = next((a for a in argv if not a.startswith("-")), "pdevision")
         print(f"pdevision {command}: error: {one_line(exc)}", file=sys.stderr)
@@ -643,21 +667,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command in ("eval", "predict"):  # read before the parser ran: the task's commands need not read it again
+        args.checkpoint_meta = chosen.checkpoint_meta
     for stream in (sys.stdout, sys.stderr):  # names from the file system may not be UTF-8 (class folders)
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         return int(args.func(args))
-    except (
-        UsageError,
-        DataError,
-        CheckpointError,
-        ModelNameError,
-        MissingDependencyError,
-        FileNotFoundError,
-        ValueError,
-    ) as exc:
+    except USER_ERRORS as exc:  # the user's input: one line, exit 2 (any other ValueError is a fault: exit 1)
         print(f"pdevision {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except NonFiniteLossError as exc:

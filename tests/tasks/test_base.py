@@ -70,7 +70,7 @@ def test_threads_hold_for_the_run_and_are_given_back(tmp_path: Path) -> None:
     fit(CountThreads(), run)
     assert seen and set(seen) == {1} and torch.get_num_threads() == before
     assert json.loads((tmp_path / "r" / "config.json").read_text())["threads"] == 1
-    with pytest.raises(ValueError, match="threads must be an integer from 1 to 1024"):
+    with pytest.raises(ValueError, match=r"threads \(--threads\) must be an integer in \[1, 1024\], got 0"):
         fit(CountThreads(), RunConfig(output=str(tmp_path / "bad"), threads=0))
 
 

@@ -35,6 +35,7 @@ from pdevision.bench.measure import (
 )
 from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, build_for_bench, is_compiled, split_variant
 from pdevision.bench.operators import operator_benchmark, tokens_label
+from pdevision.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +129,12 @@ def check_bench_folder(out_dir: Path) -> None:
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
-        raise ValueError(f"--out {out_dir} exists and is not a folder")
+        raise UsageError(f"--out {out_dir} exists and is not a folder")
     clashes = sorted(e.name for e in out_dir.iterdir() if _BENCH_NAME.match(e.name))
     if not clashes or _is_bench_record(out_dir):
         return
     listed = ", ".join(clashes[:3]) + (f" and {len(clashes) - 3} more" if len(clashes) > 3 else "")
-    raise ValueError(
+    raise UsageError(
         f"--out {out_dir} holds files that are not a bench record but have the names of its outputs ({listed}); "
         "the bench would overwrite them: give another --out (a new or empty folder, or an earlier bench's)"
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 from pdevision.bench.operators import fit_exponent
 from pdevision.bench.run import check_bench_folder, run_bench, write_results
+from pdevision.errors import UsageError
 
 # per-row measurements that are medians over the runs; the rest (parameters, MACs, batch) are the same in every run
 _TIMED = ("infer_img_s", "infer_ms_per_batch", "train_img_s", "achieved_gflops", "fraction_of_matmul", "peak_mem_mib")
@@ -154,7 +155,7 @@ def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs
     series starts."""
 
     if runs < 1:
-        raise ValueError(f"runs must be a positive number, got {runs}")
+        raise UsageError(f"runs must be a positive number, got {runs}")
     check_bench_folder(out_dir)
     staging = out_dir / STAGING
     if staging.is_dir():  # the runs of an unfinished earlier series

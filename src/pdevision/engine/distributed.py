@@ -24,6 +24,8 @@ from typing import NoReturn, TypeVar
 import torch
 import torch.distributed as dist
 
+from pdevision.errors import UsageError
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 1800.0
@@ -44,9 +46,9 @@ def _env_seconds(name: str, default: float) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+        raise UsageError(f"{name} must be a number of seconds, got {text!r}") from None
     if not value > 0:
-        raise ValueError(f"{name} must be positive seconds, got {text!r}")
+        raise UsageError(f"{name} must be positive seconds, got {text!r}")
     return value
 
 

@@ -70,6 +70,7 @@ from pdevision.engine.runtime import (
 )
 from pdevision.engine.state import RunState
 from pdevision.engine.task import RunContext, Task
+from pdevision.errors import UsageError
 from pdevision.fastpath import accelerate, fused_update_supported
 
 log = logging.getLogger(__name__)
@@ -128,9 +129,9 @@ def _check_run_folder(run_dir: Path, task: Task, run: RunConfig) -> None:
     held = held_run(run_dir)
     if held:
         if not run.overwrite and resolve_or_none(run_dir) is None and (run_dir / "config.json").is_file():
-            raise ValueError(f"{run_dir} {NO_CHECKPOINT_YET}")
+            raise UsageError(f"{run_dir} {NO_CHECKPOINT_YET}")
         if not run.overwrite:  # a new run would replace that run's files one by one
-            raise ValueError(
+            raise UsageError(
                 f"{run_dir} already holds a run ({held}); continue it with --resume {run_dir}, start over in it with "
                 "--overwrite, or give another --output"
             )
@@ -144,11 +145,11 @@ def _check_run_folder(run_dir: Path, task: Task, run: RunConfig) -> None:
         return
     listed = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
     if clashes:
-        raise ValueError(
+        raise UsageError(
             f"{run_dir} holds files that are not a run's but have the names of its outputs ({listed}); a run would "
             "overwrite them: give another --output (a new or empty folder)"
         )
-    raise ValueError(
+    raise UsageError(
         f"{run_dir} holds files that are not a run's ({listed}); give another --output (a new or empty folder), or "
         "--overwrite to write the run beside them (they are left untouched)"
     )
@@ -173,7 +174,7 @@ def _check_resume_folder(run_dir: Path, run: RunConfig) -> None:
     if others:
         listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         where = f"its own folder {own}" if own is not None else "a new or empty --output"
-        raise ValueError(
+        raise UsageError(
             f"--resume {run.resume} would continue into {run_dir}, which holds files ({listed}); a resumed run "
             f"writes only into {where} or a new or empty --output, never over other files"
         )
@@ -189,7 +190,7 @@ def check_writable_run_folder(run_dir: Path) -> None:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         probe.unlink()
     except OSError as exc:
-        raise ValueError(
+        raise UsageError(
             f"run folder {run_dir} cannot be written ({exc.strerror or type(exc).__name__}); a resumed run continues "
             "in its own folder: resume a writable copy of it, or give --output a new folder for the continued run"
         ) from None
@@ -243,7 +244,7 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
     task.train_set, task.val_set = train_set, val_set
     run = _fit_batch_size(train_set, run, info)
     assert run.batch_size is not None
-    ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn)
+    ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn, run=run)
     model = task.build_model().to(device)
     if run.fused_kernels and device.type == "cpu":
         accelerate(model)  # float32 training: forward and gradient products on oneDNN (pdevision.fastpath)
@@ -256,7 +257,7 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
     loader, sampler = _train_loader(train_set, run, info, task.collate_fn)
     steps = len(loader) if run.max_train_batches is None else min(len(loader), run.max_train_batches)
     if steps == 0:
-        raise ValueError(f"the training set ({len(train_set)} samples) does not fill one batch of {run.batch_size}")
+        raise UsageError(f"the training set ({len(train_set)} samples) does not fill one batch of {run.batch_size}")
     ctx.train_loader, ctx.steps_per_epoch = loader, steps
     task.prepare(model, ctx)  # before the EMA copy and the optimizer
     state = build_state(model, run, steps, info)

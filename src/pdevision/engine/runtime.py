@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from pdevision.errors import UsageError
+
 
 def one_line(exc: BaseException, first: bool = False, limit: int = 2000) -> str:
     """An exception as one line for a message: its text with whitespace collapsed (``first``: only its first
@@ -97,7 +99,7 @@ def autocast(device: torch.device, amp: str):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     if amp == "fp16":
         if device.type != "cuda":
-            raise ValueError("--amp fp16 needs a CUDA device; use --amp bf16 on the CPU")
+            raise UsageError("--amp fp16 needs a CUDA device; use --amp bf16 on the CPU")
         return torch.autocast("cuda", dtype=torch.float16)
     raise ValueError(f"--amp must be none, bf16 or fp16, got {amp!r}")
 

@@ -81,13 +81,14 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from pdevision.engine.checkpoint import load_weights
+from pdevision.engine.config import RunConfig
 from pdevision.engine.distributed import DistInfo, all_reduce_sum
 from pdevision.engine.runtime import autocast
 
 
 @dataclass
 class RunContext:
-    """What a task sees of the run: device, ranks, precision, loaders."""
+    """What a task sees of the run: device, ranks, precision, loaders; ``run``, every setting as resolved."""
 
     device: torch.device
     info: DistInfo
@@ -98,6 +99,7 @@ class RunContext:
     collate_fn: Callable | None = None
     train_loader: DataLoader | None = None
     steps_per_epoch: int = 0
+    run: RunConfig | None = None  # the run's settings, recipe defaults filled in (None: a context made by hand)
 
     def loader(self, dataset: Dataset, batch_size: int | None = None) -> DataLoader:
         """This rank's shard of ``dataset`` (every ``world_size``-th sample), in order."""

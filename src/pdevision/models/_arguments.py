@@ -145,15 +145,21 @@ def check_model_size(build: Callable[[], nn.Module], name: str, args: Mapping[st
     parameters, before any memory is taken: ``build()`` runs on the meta device (shapes only) and its parameters are
     counted. Bounding each argument is not enough: widths multiply (``dims`` 16384 gives a model of 480 billion
     parameters) and vHeat's frequency embeddings grow with the square of the input size. A model that does not build
-    on the meta device is left to its real build, which reports whatever is wrong with its arguments."""
+    on the meta device is left to its real build, which reports whatever is wrong with its arguments; a constructor's
+    ``ValueError`` (its check of an argument: ``mixer must be one of ...``) is a :class:`ModelArgumentError` here."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
     try:
         with torch.device("meta"):
             model = build()
+    except ModelArgumentError:
+        raise
+    except ValueError as exc:  # the arguments the user gave are refused by the model itself
+        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ModelArgumentError(f"{name} cannot be built with {shown:.160}: {text}") from exc
     except Exception:  # the real build raises the error the user should see
         return
     count = sum(p.numel() for p in model.parameters())
     if count > MAX_PARAMETERS:
-        shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
         raise UnsafeModelArgumentError(
             f"{name} with {shown:.120} would have {count / 1e9:,.1f} billion parameters, above the limit of "
             f"{MAX_PARAMETERS / 1e9:.0f} billion; refused (check its widths, depths and image size)"

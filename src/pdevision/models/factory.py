@@ -10,6 +10,7 @@ import timm
 from timm.utils.model import reparameterize_model
 from torch import nn
 
+from pdevision.errors import UsageError
 from pdevision.models._arguments import (
     MAX_COUNT_ARGUMENT,
     MAX_PARAMETERS,
@@ -107,8 +108,9 @@ def min_input_size(model: nn.Module) -> int:
 
 
 def check_image_size(model: nn.Module, img_size: int) -> None:
+    """A :class:`~pdevision.errors.UsageError` for an image size below the model's total stride."""
     if img_size < min_input_size(model):
-        raise ValueError(
+        raise UsageError(
             f"image size {img_size} is below the model's minimum of {min_input_size(model)} (its total stride)"
         )
 

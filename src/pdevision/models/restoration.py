@@ -48,7 +48,7 @@ from timm.models.swin_transformer import SwinTransformerBlock
 from torch import nn
 
 from pdevision.layers import run_block
-from pdevision.models._arguments import check_model_args, check_model_size
+from pdevision.models._arguments import ModelArgumentError, ModelNameError, check_model_args, check_model_size
 from pdevision.models._staged import to_2tuple_size
 from pdevision.models.vheat import VHeatStage
 from pdevision.ops.dct import DctMethod
@@ -380,7 +380,9 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
     ``model_args`` says otherwise. The one builder the restoration tasks and their checkpoints use
     (:func:`create_restoration_model` builds by architecture and size)."""
     if not is_restoration_model(name):
-        raise ValueError(f"{name!r} is not a restoration model; choose one of {', '.join(list_restoration_models())}")
+        raise ModelNameError(
+            f"{name!r} is not a restoration model; choose one of {', '.join(list_restoration_models())}"
+        )
     args = {k: v for k, v in check_model_args(dict(model_args)).items() if not (k == "pretrained" and v is False)}
     if name.startswith("vheatir_"):
         args.setdefault("img_size", patch_size)
@@ -389,10 +391,12 @@ def build_restoration_model(name: str, in_chans: int, patch_size: int, model_arg
     try:
         return _RESTORATION_MODELS[name](in_chans=in_chans, **args)
     except TypeError as exc:  # an unknown or ill-typed model argument
-        raise ValueError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
+        raise ModelArgumentError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
     except (AssertionError, AttributeError, IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # missed
         text = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise ValueError(f"{name} cannot be built with the model arguments {model_args!r:.160} ({text})") from exc
+        raise ModelArgumentError(
+            f"{name} cannot be built with the model arguments {model_args!r:.160} ({text})"
+        ) from exc
 
 
 # -- the registry of restoration models -------------------------------------------------------------

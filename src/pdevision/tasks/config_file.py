@@ -23,7 +23,7 @@ import yaml
 
 from pdevision.engine.config import RunConfig
 from pdevision.engine.metadata import MetadataError, parse_json
-from pdevision.tasks.args import UsageError
+from pdevision.errors import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 
 from pdevision._optional import require
 from pdevision.data.imageio import read_rgb_array
+from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import (
     CheckpointError,
     check_finite_weights,
@@ -29,6 +30,7 @@ from pdevision.engine.config import RunConfig
 from pdevision.engine.modeling import load_checkpoint_model
 from pdevision.engine.runtime import resolve_device
 from pdevision.engine.task import Task
+from pdevision.errors import UsageError
 from pdevision.fastpath import on_device
 from pdevision.tasks import args as A
 from pdevision.tasks.registry import TaskCommands
@@ -228,17 +230,17 @@ class DenseCommands(TaskCommands):
         g = p.add_argument_group(f"{self.noun}: data and model")
         g.add_argument("--model", default="vheat_micro", help="backbone: any registered model (default vheat_micro)")
         g.add_argument(
-            "--model-args", type=A.json_dict, default={}, help="JSON backbone arguments (no weights, URLs or paths)"
+            "--model-args", type=V.json_dict, default={}, help="JSON backbone arguments (no weights, URLs or paths)"
         )
         g.add_argument("--head", default=None, choices=self.heads, help=f"default {self.heads[0]}")
-        g.add_argument("--data", type=A.path, default=None, help=self.data_help)
-        g.add_argument("--img-size", type=A.side, default=None, help=self.img_size_help)
+        g.add_argument("--data", type=V.path, default=None, help=self.data_help)
+        g.add_argument("--img-size", type=V.side, default=None, help=self.img_size_help)
         g.add_argument("--recipe", default="light", choices=sorted(self.recipes), help="default light (this library's)")
         g.add_argument("--fve-resize", default=None, choices=["interp", "pad", "downstream"], help="vHeat FVE rule")
-        g.add_argument("--drop-path", type=A.rate_below_one, default=None, help="stochastic depth (default: model's)")
-        g.add_argument("--init-from", type=A.path, default=None, help="backbone checkpoint (classification or encoder)")
-        g.add_argument("--train-scenes", type=A.scenes, default=None, help="embedded scenes: train set size")
-        g.add_argument("--val-scenes", type=A.scenes, default=None, help="embedded scenes: val set size")
+        g.add_argument("--drop-path", type=V.rate_below_one, default=None, help="stochastic depth (default: model's)")
+        g.add_argument("--init-from", type=V.path, default=None, help="backbone checkpoint (classification or encoder)")
+        g.add_argument("--train-scenes", type=V.scenes, default=None, help="embedded scenes: train set size")
+        g.add_argument("--val-scenes", type=V.scenes, default=None, help="embedded scenes: val set size")
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> DenseConfig:
         return DenseConfig(**A.task_fields(args, DenseConfig), run=run)
@@ -255,10 +257,10 @@ class DenseCommands(TaskCommands):
 
     @staticmethod
     def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--output", type=A.output_folder, default="runs/predict", help="folder (default runs/predict)")
+        p.add_argument("--output", type=V.output_folder, default="runs/predict", help="folder (default runs/predict)")
 
     def evaluate(self, args: argparse.Namespace) -> str:
-        raise A.UsageError(
+        raise UsageError(
             f"{args.checkpoint} is a {self.name} checkpoint: its validation scores are in the run's metrics.csv and "
             f"summary.json; `pdevision predict --checkpoint {args.checkpoint} IMAGES` applies it to images"
         )

@@ -32,10 +32,10 @@ from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
 
 from pdevision._optional import require, require_all
 from pdevision.data.dense import build_dense_datasets, check_scene_img_size, detection_collate
+from pdevision.engine import validators as V
 from pdevision.engine.loop import fit
 from pdevision.models.dense import create_detection_model
 from pdevision.models.factory import check_model_args
-from pdevision.tasks import args as A
 from pdevision.tasks.dense import (
     DenseCommands,
     DenseConfig,
@@ -308,7 +308,7 @@ class DetectCommands(DenseCommands):
     @staticmethod
     def add_predict_arguments(p: Any) -> None:
         DenseCommands.add_predict_arguments(p)
-        p.add_argument("--score-threshold", type=A.fraction, default=0.5, help="lowest score kept (default 0.5)")
+        p.add_argument("--score-threshold", type=V.fraction, default=0.5, help="lowest score kept (default 0.5)")
 
     def predict(self, args: Any) -> tuple[str, int]:
         r = predict_detect(args.checkpoint, args.images, args.output, args.device, args.score_threshold)

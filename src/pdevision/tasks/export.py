@@ -38,10 +38,10 @@ from pdevision._optional import MissingDependencyError
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine import formats
+from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.modeling import load_checkpoint_model, min_input_size, model_from_meta
-from pdevision.tasks import args as A
-from pdevision.tasks.args import UsageError
+from pdevision.errors import UsageError
 
 __all__ = ["EXPORT_FORMATS", "add_export_arguments", "export_checkpoint", "quantize_linears", "run_export"]
 
@@ -234,13 +234,13 @@ def export_checkpoint(
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", type=A.path, help="run or checkpoint folder, timm / HF folder, .pth.tar or .pth")
+    p.add_argument("checkpoint", type=V.path, help="run or checkpoint folder, timm / HF folder, .pth.tar or .pth")
     p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="onnx, pt2 (torch.export) or hub (timm)")
-    p.add_argument("--output", required=True, type=A.path, help="the file (onnx, pt2) or folder (hub); never replaced")
+    p.add_argument("--output", required=True, type=V.path, help="the file (onnx, pt2) or folder (hub); never replaced")
     p.add_argument("--int8", action="store_true", help="dynamic int8 quantization, accuracy before and after")
     p.add_argument("--dynamic", action="store_true", help="dynamic batch, height and width (onnx, pt2)")
-    p.add_argument("--data", type=A.path, default=None, help="validation data for --int8 (default: the run's)")
-    p.add_argument("--val-split", type=A.open_fraction, default=0.2, help="validation fraction of a single folder")
+    p.add_argument("--data", type=V.path, default=None, help="validation data for --int8 (default: the run's)")
+    p.add_argument("--val-split", type=V.open_fraction, default=0.2, help="validation fraction of a single folder")
 
 
 def run_export(args: argparse.Namespace) -> tuple[str, int]:

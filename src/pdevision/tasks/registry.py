@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from pdevision.engine.config import RunConfig
 from pdevision.engine.runtime import one_line
-from pdevision.tasks.args import UsageError, add_run_arguments
+from pdevision.errors import UsageError
+from pdevision.tasks.args import add_run_arguments
 
 log = logging.getLogger(__name__)
 

@@ -44,12 +44,14 @@ from pdevision.data.restoration import (
     ssim,
     to_tensor,
 )
+from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, load_weights, read_meta
 from pdevision.engine.config import RunConfig
 from pdevision.engine.loop import fit
 from pdevision.engine.modeling import check_finite_weights, load_checkpoint_model
 from pdevision.engine.runtime import one_line, resolve_device
 from pdevision.engine.task import Task
+from pdevision.errors import UsageError
 from pdevision.fastpath import on_device
 from pdevision.models.factory import MAX_SIZE
 from pdevision.models.restoration import build_restoration_model
@@ -93,16 +95,16 @@ def parse_sigma(text: str | float) -> float | tuple[float, float]:
             except ValueError:
                 break
             if not (all(math.isfinite(v) for v in out) and 0 <= out[0] <= out[1] <= MAX_SIGMA and out[1] > 0):
-                raise ValueError(f"a blind sigma range needs 0 <= low <= high <= 255 and high > 0, got {text!r}")
+                raise UsageError(f"a blind sigma range needs 0 <= low <= high <= 255 and high > 0, got {text!r}")
             return out
     try:
         value = float(text)
     except ValueError as exc:
-        raise ValueError(f"sigma must be a number (e.g. 25) or a range (e.g. 0-55), got {text!r}") from exc
+        raise UsageError(f"sigma must be a number (e.g. 25) or a range (e.g. 0-55), got {text!r}") from exc
     if not (math.isfinite(value) and 0 <= value <= MAX_SIGMA):
-        raise ValueError(f"sigma must be in [0, 255] (the 0-255 scale), got {text!r}")
+        raise UsageError(f"sigma must be in [0, 255] (the 0-255 scale), got {text!r}")
     if value == 0:  # nothing to remove: the held-out PSNR of the noisy input is infinite and the run stops
-        raise ValueError("a fixed sigma must be above 0 (a blind range such as 0-55 may start at 0)")
+        raise UsageError("a fixed sigma must be above 0 (a blind range such as 0-55 may start at 0)")
     return value
 
 
@@ -594,19 +596,19 @@ class RestoreCommands(TaskCommands):
         g.add_argument(
             "--model", default="vheatir_micro", help="vheatir_*, swinir_* or dncnn_* (default vheatir_micro)"
         )
-        g.add_argument("--model-args", type=A.json_dict, default={}, help="JSON model arguments")
-        g.add_argument("--data", type=A.path, default=None, help="folder of clean training images (default: photos)")
-        g.add_argument("--val-data", type=A.path, default=None, help="folder of held-out clean images (e.g. Set12)")
-        g.add_argument("--init-from", type=A.path, default=None, help="a restoration checkpoint of the same network")
+        g.add_argument("--model-args", type=V.json_dict, default={}, help="JSON model arguments")
+        g.add_argument("--data", type=V.path, default=None, help="folder of clean training images (default: photos)")
+        g.add_argument("--val-data", type=V.path, default=None, help="folder of held-out clean images (e.g. Set12)")
+        g.add_argument("--init-from", type=V.path, default=None, help="a restoration checkpoint of the same network")
         if self.name == "denoise":
             g.add_argument(
                 "--sigma", type=_sigma, default=25.0, help="noise level on 0-255 (15, 25, 50) or a range 0-55"
             )
         else:
-            g.add_argument("--quality", type=A.bounded(int, 1, 100), default=10, help="JPEG quality (default 10)")
+            g.add_argument("--quality", type=V.bounded(int, 1, 100), default=10, help="JPEG quality (default 10)")
         g.add_argument("--color", action="store_true", help="colour images (default grey); PSNR/SSIM on Y")
-        g.add_argument("--patch-size", type=A.bounded(int, 8, 1024), default=32, help="training patch side (32)")
-        g.add_argument("--patches-per-epoch", type=A.per_epoch, default=16384, help="default 16384")
+        g.add_argument("--patch-size", type=V.bounded(int, 8, 1024), default=32, help="training patch side (32)")
+        g.add_argument("--patches-per-epoch", type=V.per_epoch, default=16384, help="default 16384")
         g.add_argument("--loss", default="l1", choices=["l1", "charbonnier"], help="default l1")
         g.add_argument(
             "--baselines",
@@ -618,7 +620,7 @@ class RestoreCommands(TaskCommands):
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> RestoreConfig:
         if args.data is None and args.patch_size > 300:
-            raise A.UsageError(f"--patch-size {args.patch_size} is larger than the embedded photos allow (at most 300)")
+            raise UsageError(f"--patch-size {args.patch_size} is larger than the embedded photos allow (at most 300)")
         values = A.task_fields(args, RestoreConfig, skip=("task",))
         if values.get("baselines") is None:
             values.pop("baselines", None)
@@ -640,13 +642,13 @@ class RestoreCommands(TaskCommands):
         )
 
     def evaluate(self, args: argparse.Namespace) -> str:
-        raise A.UsageError(
+        raise UsageError(
             f"{args.checkpoint} is a {self.name} checkpoint; restore images with "
             f"`pdevision restore --checkpoint {args.checkpoint} IN OUT` (its held-out scores are in the run folder)"
         )
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
-        raise A.UsageError(
+        raise UsageError(
             f"{args.checkpoint} is a {self.name} checkpoint; restore images with "
             f"`pdevision restore --checkpoint {args.checkpoint} IN OUT`"
         )
@@ -663,19 +665,19 @@ class RestoreCommands(TaskCommands):
 
 def add_restore_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--checkpoint", type=A.path, required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg"
+        "--checkpoint", type=V.path, required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg"
     )
-    p.add_argument("input", type=A.path, help="image file (L, LA, RGB, RGBA or 16-bit grey)")
-    p.add_argument("output", type=A.output_file, help="output file (format from the extension); same size and mode")
-    p.add_argument("--tile", type=A.tile, default=512, help="tile side for large images (0: whole image; default 512)")
-    p.add_argument("--overlap", type=A.tile, default=32, help="tile overlap in pixels (default 32)")
-    p.add_argument("--device", type=A.device, default="auto")
+    p.add_argument("input", type=V.path, help="image file (L, LA, RGB, RGBA or 16-bit grey)")
+    p.add_argument("output", type=V.output_file, help="output file (format from the extension); same size and mode")
+    p.add_argument("--tile", type=V.tile, default=512, help="tile side for large images (0: whole image; default 512)")
+    p.add_argument("--overlap", type=V.tile, default=32, help="tile overlap in pixels (default 32)")
+    p.add_argument("--device", type=V.device, default="auto")
 
 
 def run_restore(args: argparse.Namespace) -> tuple[str, int]:
     """``pdevision restore``: one image through a restoration checkpoint."""
     if args.overlap < 0 or (args.tile and args.overlap >= args.tile):
-        raise A.UsageError(f"--overlap must be >= 0 and smaller than --tile, got {args.overlap} (tile {args.tile})")
+        raise UsageError(f"--overlap must be >= 0 and smaller than --tile, got {args.overlap} (tile {args.tile})")
     device = resolve_device(args.device)
     try:
         r = restore_file(args.checkpoint, args.input, args.output, args.tile or None, args.overlap, device)

@@ -8,11 +8,12 @@ import json
 import logging
 from typing import Any
 
-from pdevision.data import RECIPES
 from pdevision.engine import formats
+from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import default_eval_output
 from pdevision.engine.config import RunConfig
 from pdevision.engine.loop import fit
+from pdevision.errors import UsageError
 from pdevision.tasks import args as A
 from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
@@ -24,17 +25,6 @@ from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
 log = logging.getLogger(__name__)
 
 
-def add_model_arguments(p: argparse.ArgumentParser, model: str | None, model_help: str) -> None:
-    """``--model`` and ``--model-args``, which every training task takes."""
-    p.add_argument("--model", default=model, help=model_help)
-    p.add_argument(
-        "--model-args",
-        type=A.json_dict,
-        default={},
-        help="JSON constructor arguments, e.g. '{\"depths\": [1, 1, 2, 1]}' (no weights, URLs or paths)",
-    )
-
-
 class ClassifyCommands(TaskCommands):
     name = "classify"
     requires = REQUIRES
@@ -42,44 +32,7 @@ class ClassifyCommands(TaskCommands):
     default_output = "runs/train"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group("classification: data and model")
-        add_model_arguments(g, "vheat_micro", "any registered model, ours or timm's (default vheat_micro)")
-        g.add_argument(
-            "--data",
-            type=A.path,
-            default=None,
-            help="ImageFolder root (train/ and val/, or one folder), WebDataset shards (train/*.tar, val/*.tar), "
-            "or an embedded set; default: the embedded digits",
-        )
-        g.add_argument("--shuffle-buffer", type=A.samples, default=1000, help="shards: shuffle buffer (samples)")
-        g.add_argument("--val-split", type=A.open_fraction, default=0.2, help="validation fraction for a single folder")
-        g.add_argument("--img-size", type=A.side, default=None, help="default: 64 on digits, else the model's")
-        g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
-        g.add_argument(
-            "--recipe",
-            default="light",
-            choices=sorted(RECIPES),
-            help="named preset: light (default), pderesnet, hcnet, vheat (alias imagenet): the papers' set-ups",
-        )
-        g.add_argument("--drop-path", type=A.rate_below_one, default=None, help="stochastic depth (default: model's)")
-        g.add_argument("--grad-checkpointing", action="store_true")
-        g.add_argument("--init-from", type=A.path, default=None, help="checkpoint to start from (fine-tuning)")
-        g.add_argument("--reset-head", action="store_true", help="with --init-from: new classifier for the data")
-        g.add_argument(
-            "--pretrained",
-            action="store_true",
-            help="start from the model's released weights (e.g. vheat_tiny.in1k; downloaded once into timm's cache)",
-        )
-        g.add_argument(
-            "--linear-probe", action="store_true", help="freeze all but the classifier (e.g. on a pretrained encoder)"
-        )
-        g = p.add_argument_group("classification: augmentation and regularisation (timm; default: the recipe's)")
-        g.add_argument("--auto-augment", type=A.auto_augment, default=None, help="e.g. rand-m9-mstd0.5-inc1")
-        g.add_argument("--mixup", type=A.non_negative, default=None, help="mixup alpha")
-        g.add_argument("--cutmix", type=A.non_negative, default=None, help="cutmix alpha")
-        g.add_argument("--label-smoothing", type=A.rate_below_one, default=None)
-        g.add_argument("--re-prob", type=A.fraction, default=None, help="random erasing probability")
-        g.add_argument("--hflip", type=A.fraction, default=None, help="horizontal flip probability")
+        A.add_config_arguments(p, ClassifyConfig)  # each field of ClassifyConfig with a Flag
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> ClassifyConfig:
         return ClassifyConfig(**A.task_fields(args, ClassifyConfig), run=run)
@@ -100,21 +53,21 @@ class ClassifyCommands(TaskCommands):
     def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default=None, help="model name (default: the one stored in the checkpoint)")
         p.add_argument(
-            "--data", type=A.path, default=None, help="ImageFolder root or embedded set name (default: the run's)"
+            "--data", type=V.path, default=None, help="ImageFolder root or embedded set name (default: the run's)"
         )
-        p.add_argument("--batch-size", type=A.batch, default=64)
+        p.add_argument("--batch-size", type=V.batch, default=64)
         g = p.add_argument_group("corruption robustness (ImageNet-C corruptions, imagecorruptions package)")
         g.add_argument(
             "--corruptions", nargs="?", const="all", default=None, help="'all' (default) or comma-separated names"
         )
         g.add_argument("--severities", default=None, help="comma-separated severities 1-5 (default: all five)")
         g.add_argument("--baseline", default=None, help="checkpoint (or corruptions.json) that mCE is relative to")
-        g.add_argument("--max-images", type=A.samples, default=None, help="evaluate only the first N val images")
+        g.add_argument("--max-images", type=V.samples, default=None, help="evaluate only the first N val images")
 
     def evaluate(self, args: argparse.Namespace) -> str:
         output = args.output or str(default_eval_output(formats.resolve(args.checkpoint)))
         if args.corruptions is None and (args.severities or args.baseline or args.max_images):
-            raise A.UsageError("--severities, --baseline and --max-images go with --corruptions")
+            raise UsageError("--severities, --baseline and --max-images go with --corruptions")
         if args.corruptions is not None:  # corruption robustness (ImageNet-C protocol)
             r = robustness.evaluate_corruptions(
                 args.checkpoint,
@@ -143,7 +96,7 @@ class ClassifyCommands(TaskCommands):
 
     @staticmethod
     def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--topk", type=A.count, default=5)
+        p.add_argument("--topk", type=V.count, default=5)
         p.add_argument(
             "--json",
             action="store_true",
@@ -151,7 +104,7 @@ class ClassifyCommands(TaskCommands):
         )
         p.add_argument(
             "--json-out",
-            type=A.new_file,
+            type=V.new_file,
             default=None,
             metavar="FILE",
             help="also write the result as JSON to FILE (a new file: an existing one is never overwritten)",
@@ -186,7 +139,7 @@ class ClassifyCommands(TaskCommands):
         return {"export": ExtraCommand(help, add_export_arguments, run_export)}
 
 
-class PartialFailure(A.UsageError):
+class PartialFailure(UsageError):
     """Some inputs failed, the others were done: ``output`` is printed before the one-line error."""
 
     def __init__(self, output: str, message: str) -> None:
@@ -196,4 +149,4 @@ class PartialFailure(A.UsageError):
 
 register(ClassifyCommands())
 
-__all__ = ["ClassifyCommands", "PartialFailure", "add_model_arguments"]
+__all__ = ["ClassifyCommands", "PartialFailure"]

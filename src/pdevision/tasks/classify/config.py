@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdevision.data import RECIPES, Recipe
-from pdevision.engine.config import RunConfig, resolve_run
+from pdevision.engine import validators as V
+from pdevision.engine.config import Flag, RunConfig, resolve_run, setting
 
 # the run settings a recipe sets (RunConfig field -> Recipe field)
 RECIPE_RUN_FIELDS = {
@@ -35,30 +36,79 @@ def default_run() -> RunConfig:
     return RunConfig(output="runs/train")
 
 
+DATA_AND_MODEL = "classification: data and model"
+AUGMENTATION = "classification: augmentation and regularisation (timm; default: the recipe's)"
+
+
 @dataclass
 class ClassifyConfig:
-    """All knobs of classification training (:func:`pdevision.tasks.classify.train`). ``None``: the recipe's."""
+    """All knobs of classification training (:func:`pdevision.tasks.classify.train`). ``None``: the recipe's.
 
-    model: str = "vheat_micro"
-    data: str | None = None  # None: the embedded digits; a folder tree, or a folder of WebDataset shards
-    recipe: str = "light"  # light | pderesnet | hcnet | vheat (alias imagenet)
-    img_size: int | None = None  # None: an embedded set's own (64, Pathfinder 32/128), else the model's default
-    auto_augment: str | None = None
-    mixup: float | None = None
-    cutmix: float | None = None
-    label_smoothing: float | None = None
-    re_prob: float | None = None
-    hflip: float | None = None
-    drop_path: float | None = None
-    grad_checkpointing: bool = False
-    val_split: float = 0.2
-    verify_images: bool = True
-    shuffle_buffer: int = 1000  # WebDataset shards: samples in the shuffle buffer
-    init_from: str | None = None  # weights to start from (fine-tuning); an encoder checkpoint gets a new head
-    reset_head: bool = False  # with init_from: replace the classifier
-    pretrained: bool = False  # start from the model's released weights (timm's pretrained tag; downloads once)
-    linear_probe: bool = False  # freeze everything but the classifier (kept in eval mode), train the classifier
-    model_args: dict[str, Any] = field(default_factory=dict)
+    Each field with a :class:`~pdevision.engine.config.Flag` is a flag of ``pdevision train`` (in field order, in
+    its flag's group), made from the field by :func:`pdevision.tasks.args.add_config_arguments`."""
+
+    model: str = setting(
+        "vheat_micro", None, Flag(DATA_AND_MODEL, "any registered model, ours or timm's (default vheat_micro)")
+    )
+    model_args: dict[str, Any] = setting(  # noqa: RUF009  (a dataclasses.field with a default_factory)
+        factory=dict,
+        type=V.json_dict,
+        flag=Flag(
+            DATA_AND_MODEL, "JSON constructor arguments, e.g. '{\"depths\": [1, 1, 2, 1]}' (no weights, URLs or paths)"
+        ),
+    )
+    # None: the embedded digits; a folder tree, or a folder of WebDataset shards
+    data: str | None = setting(
+        None,
+        V.path,
+        Flag(
+            DATA_AND_MODEL,
+            "ImageFolder root (train/ and val/, or one folder), WebDataset shards (train/*.tar, val/*.tar), "
+            "or an embedded set; default: the embedded digits",
+        ),
+    )
+    # WebDataset shards: samples in the shuffle buffer
+    shuffle_buffer: int = setting(1000, V.samples, Flag(DATA_AND_MODEL, "shards: shuffle buffer (samples)"))
+    val_split: float = setting(0.2, V.open_fraction, Flag(DATA_AND_MODEL, "validation fraction for a single folder"))
+    # None: an embedded set's own (64, Pathfinder 32/128), else the model's default
+    img_size: int | None = setting(None, V.side, Flag(DATA_AND_MODEL, "default: 64 on digits, else the model's"))
+    verify_images: bool = setting(True, None, Flag(DATA_AND_MODEL, "skip the decode check", name="--no-verify-images"))
+    recipe: str = setting(  # light | pderesnet | hcnet | vheat (alias imagenet)
+        "light",
+        None,
+        Flag(
+            DATA_AND_MODEL,
+            "named preset: light (default), pderesnet, hcnet, vheat (alias imagenet): the papers' set-ups",
+            choices=tuple(sorted(RECIPES)),
+        ),
+    )
+    drop_path: float | None = setting(
+        None, V.rate_below_one, Flag(DATA_AND_MODEL, "stochastic depth (default: model's)")
+    )
+    grad_checkpointing: bool = setting(False, None, Flag(DATA_AND_MODEL))
+    # weights to start from (fine-tuning); an encoder checkpoint gets a new head
+    init_from: str | None = setting(None, V.path, Flag(DATA_AND_MODEL, "checkpoint to start from (fine-tuning)"))
+    # with init_from: replace the classifier
+    reset_head: bool = setting(False, None, Flag(DATA_AND_MODEL, "with --init-from: new classifier for the data"))
+    # start from the model's released weights (timm's pretrained tag; downloads once)
+    pretrained: bool = setting(
+        False,
+        None,
+        Flag(
+            DATA_AND_MODEL,
+            "start from the model's released weights (e.g. vheat_tiny.in1k; downloaded once into timm's cache)",
+        ),
+    )
+    # freeze everything but the classifier (kept in eval mode), train the classifier
+    linear_probe: bool = setting(
+        False, None, Flag(DATA_AND_MODEL, "freeze all but the classifier (e.g. on a pretrained encoder)")
+    )
+    auto_augment: str | None = setting(None, V.auto_augment, Flag(AUGMENTATION, "e.g. rand-m9-mstd0.5-inc1"))
+    mixup: float | None = setting(None, V.non_negative, Flag(AUGMENTATION, "mixup alpha"))
+    cutmix: float | None = setting(None, V.non_negative, Flag(AUGMENTATION, "cutmix alpha"))
+    label_smoothing: float | None = setting(None, V.rate_below_one, Flag(AUGMENTATION))
+    re_prob: float | None = setting(None, V.fraction, Flag(AUGMENTATION, "random erasing probability"))
+    hflip: float | None = setting(None, V.fraction, Flag(AUGMENTATION, "horizontal flip probability"))
     run: RunConfig = field(default_factory=default_run)
 
     def recipe_values(self) -> Recipe:

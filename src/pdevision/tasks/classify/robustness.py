@@ -43,6 +43,7 @@ from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.modeling import load_classifier
 from pdevision.engine.runtime import resolve_device
+from pdevision.errors import UsageError
 from pdevision.tasks.classify.evaluate import evaluate_model
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def mean_corruption_error(errors: dict[str, dict[int, float]], baseline: dict[st
     ce: dict[str, float] = {}
     for name, per_sev in errors.items():
         if name not in baseline or any(s not in baseline[name] for s in per_sev):
-            raise ValueError(f"the baseline has no error for corruption {name!r} at severities {sorted(per_sev)}")
+            raise UsageError(f"the baseline has no error for corruption {name!r} at severities {sorted(per_sev)}")
         denom = sum(baseline[name][s] for s in per_sev)
         ce[name] = 100.0 * sum(per_sev.values()) / denom if denom > 0 else float("inf")
     return {"ce": ce, "mce": float(np.mean(list(ce.values()))) if ce else float("nan")}
@@ -69,7 +70,7 @@ def parse_corruptions(text: str | None) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in CORRUPTIONS]
     if unknown or not names:
-        raise ValueError(f"unknown corruption(s) {unknown or text!r}; choose 'all' or from {', '.join(CORRUPTIONS)}")
+        raise UsageError(f"unknown corruption(s) {unknown or text!r}; choose 'all' or from {', '.join(CORRUPTIONS)}")
     return names
 
 
@@ -80,9 +81,9 @@ def parse_severities(text: str | None) -> list[int]:
     try:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError as exc:
-        raise ValueError(f"severities must be comma-separated integers 1-5, got {text!r}") from exc
+        raise UsageError(f"severities must be comma-separated integers 1-5, got {text!r}") from exc
     if not values or any(v not in SEVERITIES for v in values):
-        raise ValueError(f"severities must be in 1-5, got {text!r}")
+        raise UsageError(f"severities must be in 1-5, got {text!r}")
     return values
 
 
@@ -147,7 +148,7 @@ def _read_baseline(path: Path) -> dict[str, Any]:
     try:
         base = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--baseline {path} is not JSON ({type(exc).__name__}); expected {expected}") from None
+        raise UsageError(f"--baseline {path} is not JSON ({type(exc).__name__}); expected {expected}") from None
     try:
         if not isinstance(base, dict):
             raise TypeError(f"a JSON {type(base).__name__}, not an object")
@@ -159,7 +160,7 @@ def _read_baseline(path: Path) -> dict[str, Any]:
         top1 = {str(c): {int(sev): float(acc) for sev, acc in per.items()} for c, per in dict(base["top1"]).items()}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         why = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise ValueError(f"--baseline {path} does not hold corruption results ({why}); expected {expected}") from None
+        raise UsageError(f"--baseline {path} does not hold corruption results ({why}); expected {expected}") from None
     return {**base, "top1": top1}
 
 
@@ -192,7 +193,7 @@ def evaluate_corruptions(
     )
     what = None if baseline is None else not_a_regular_file(baseline)
     if what is not None and what != "a folder":  # before the evaluation: a FIFO would block after it
-        raise ValueError(f"--baseline {baseline} is {what}; give a checkpoint or a corruptions.json file")
+        raise UsageError(f"--baseline {baseline} is {what}; give a checkpoint or a corruptions.json file")
     stored = None
     if baseline is not None and Path(baseline).is_file() and Path(baseline).suffix == ".json":
         stored = _read_baseline(Path(baseline))  # before the evaluation: a bad file fails at once
@@ -200,7 +201,7 @@ def evaluate_corruptions(
     if baseline is not None:
         base = stored if stored is not None else corruption_accuracy(baseline, **args)  # type: ignore[arg-type]
         if base["images"] != result["images"] or base.get("seed") != seed:
-            raise ValueError(
+            raise UsageError(
                 f"the baseline was evaluated on {base['images']} images (seed {base.get('seed')}), "
                 f"this checkpoint on {result['images']} (seed {seed}); mCE needs the same corrupted images"
             )

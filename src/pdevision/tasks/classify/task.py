@@ -37,6 +37,7 @@ from pdevision.engine.modeling import (
 )
 from pdevision.engine.runtime import autocast
 from pdevision.engine.task import RunContext, Task
+from pdevision.errors import UsageError
 from pdevision.tasks.classify.config import ClassifyConfig
 from pdevision.tasks.classify.evaluate import evaluate_model
 
@@ -229,7 +230,7 @@ def _freeze_all_but_classifier(model: nn.Module) -> None:
     head = model.get_classifier() if hasattr(model, "get_classifier") else None
     trainable = {id(p) for p in head.parameters()} if isinstance(head, nn.Module) else set()
     if not trainable:
-        raise ValueError(f"--linear-probe needs a model with a linear classifier, {type(model).__name__} has none")
+        raise UsageError(f"--linear-probe needs a model with a linear classifier, {type(model).__name__} has none")
     for p in model.parameters():
         p.requires_grad_(id(p) in trainable)
     count = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, ClassVar
 
+from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import checkpoint_kind, default_eval_output, read_meta, resolve_checkpoint
 from pdevision.engine.config import RunConfig
+from pdevision.errors import UsageError
 from pdevision.tasks import args as A
 from pdevision.tasks.pretrain.config import PretrainConfig
 from pdevision.tasks.pretrain.knn import knn_evaluate
@@ -15,7 +17,7 @@ from pdevision.tasks.registry import TaskCommands, register
 
 
 def _max_rate(text: str) -> float | str | None:
-    return text if text == "auto" else A.rate(text)
+    return text if text == "auto" else V.rate(text)
 
 
 class PretrainCommands(TaskCommands):
@@ -37,23 +39,23 @@ class PretrainCommands(TaskCommands):
         g.add_argument(
             "--model", default=None, help="backbone (default: vheat_micro; mae: vit_tiny_patch16_224, patch 8, depth 4)"
         )
-        g.add_argument("--model-args", type=A.json_dict, default={}, help="JSON model arguments, e.g. '{\"depth\": 4}'")
+        g.add_argument("--model-args", type=V.json_dict, default={}, help="JSON model arguments, e.g. '{\"depth\": 4}'")
         g.add_argument(
             "--data",
-            type=A.path,
+            type=V.path,
             default=None,
             help="ImageFolder root or an embedded set (digits, scenes: its train split), labels unused; "
             "default: scikit-image photos",
         )
-        g.add_argument("--img-size", type=A.side, default=64, help="crop side in pixels (default 64)")
-        g.add_argument("--crops-per-epoch", type=A.per_epoch, default=2048)
-        g.add_argument("--warmup", type=A.rate_below_one, default=0.05, help="warm-up fraction of training (0.05)")
+        g.add_argument("--img-size", type=V.side, default=64, help="crop side in pixels (default 64)")
+        g.add_argument("--crops-per-epoch", type=V.per_epoch, default=2048)
+        g.add_argument("--warmup", type=V.rate_below_one, default=0.05, help="warm-up fraction of training (0.05)")
         g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
         g = p.add_argument_group("QB-Heat")
-        g.add_argument("--block-size", type=A.side, default=None, help="visible block side (default: half)")
+        g.add_argument("--block-size", type=V.side, default=None, help="visible block side (default: half)")
         g.add_argument("--block-position", default="center", choices=["center", "random"])
-        g.add_argument("--stride", type=A.count, default=8, help="feature stride of the prediction (default 8)")
-        g.add_argument("--pred-dim", type=A.width, default=128, help="channels of the predicted features")
+        g.add_argument("--stride", type=V.count, default=8, help="feature stride of the prediction (default 8)")
+        g.add_argument("--pred-dim", type=V.width, default=128, help="channels of the predicted features")
         g.add_argument("--predictor", default="discrete", choices=["discrete", "exact"], help="(I + dx A)^n or expm")
         g.add_argument(
             "--corner", default="mean", choices=["mean", "xy", "yx"], help="order of the corner extrapolation"
@@ -68,11 +70,11 @@ class PretrainCommands(TaskCommands):
         g.add_argument("--no-fuse-deeper", dest="fuse_deeper", action="store_false", help="only the stride's stage")
         g.add_argument("--decoder", default="transformer", choices=["transformer", "conv"])
         g = p.add_argument_group("MAE")
-        g.add_argument("--mask-ratio", type=A.open_fraction, default=0.75)
+        g.add_argument("--mask-ratio", type=V.open_fraction, default=0.75)
         g = p.add_argument_group("decoder and loss")
-        g.add_argument("--decoder-width", type=A.width, default=128)
-        g.add_argument("--decoder-depth", type=A.count, default=2)
-        g.add_argument("--decoder-heads", type=A.count, default=4)
+        g.add_argument("--decoder-width", type=V.width, default=128)
+        g.add_argument("--decoder-depth", type=V.count, default=2)
+        g.add_argument("--decoder-heads", type=V.count, default=4)
         g.add_argument("--loss-region", default="unseen", choices=["unseen", "all"], help="hidden cells or whole image")
         g.add_argument("--no-norm-pix", dest="norm_pix", action="store_false", help="raw instead of per-patch pixels")
 
@@ -93,16 +95,17 @@ class PretrainCommands(TaskCommands):
     @staticmethod
     def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--data", type=A.path, default=None, help="ImageFolder root or embedded set name (default: the digits)"
+            "--data", type=V.path, default=None, help="ImageFolder root or embedded set name (default: the digits)"
         )
-        p.add_argument("--batch-size", type=A.batch, default=64)
-        p.add_argument("--k", type=A.samples, default=20, help="neighbours of the k-NN vote (default 20)")
+        p.add_argument("--batch-size", type=V.batch, default=64)
+        p.add_argument("--k", type=V.samples, default=20, help="neighbours of the k-NN vote (default 20)")
 
     def evaluate(self, args: argparse.Namespace) -> str:
         folder = resolve_checkpoint(args.checkpoint)
         output = args.output or str(default_eval_output(folder))
-        if checkpoint_kind(read_meta(folder)) == "pretrain":  # the whole pretraining state: evaluate its encoder
-            raise A.UsageError(f"checkpoint {folder} is a pretraining checkpoint; evaluate {folder.parent / 'encoder'}")
+        meta = getattr(args, "checkpoint_meta", None) or read_meta(folder)  # the command line read it already
+        if checkpoint_kind(meta) == "pretrain":  # the whole pretraining state: evaluate its encoder
+            raise UsageError(f"checkpoint {folder} is a pretraining checkpoint; evaluate {folder.parent / 'encoder'}")
         r = knn_evaluate(args.checkpoint, args.data, args.k, args.batch_size, args.device, output=output)
         return (
             f"{r['model']} encoder ({r['method']} pretraining), no classifier: k-NN (k={r['k']}) top-1 "
@@ -110,7 +113,7 @@ class PretrainCommands(TaskCommands):
         )
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
-        raise A.UsageError(
+        raise UsageError(
             f"{args.checkpoint} is a pretraining checkpoint (an encoder without classifier); fine-tune it first: "
             f"pdevision train --init-from RUN/encoder"
         )

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdevision.engine.config import RunConfig, resolve_run
+from pdevision.errors import UsageError
 from pdevision.models.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
 from pdevision.models.qbheat import QBHeat
 
@@ -107,7 +108,18 @@ class PretrainConfig:
 
 
 def build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
-    """The QB-Heat or MAE model that :func:`pretrain` trains."""
+    """The QB-Heat or MAE model that :func:`pretrain` trains. A plain ``ValueError`` of its constructor (a size,
+    stride or block its encoder cannot take) is a :class:`~pdevision.errors.UsageError`: every argument it
+    checks is one of the user's settings."""
+    try:
+        return _build_pretrainer(config)
+    except ValueError as exc:
+        if type(exc) is not ValueError:  # already a named error (model name, model arguments, usage)
+            raise
+        raise UsageError(str(exc)) from exc
+
+
+def _build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
     name, args = config.encoder()
     common = dict(
         img_size=config.img_size,
@@ -135,7 +147,7 @@ def build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
         )
     if config.method == "mae":
         if config.decoder != "transformer":
-            raise ValueError("MAE decodes with mask tokens in a transformer decoder; --decoder conv is QB-Heat only")
+            raise UsageError("MAE decodes with mask tokens in a transformer decoder; --decoder conv is QB-Heat only")
         return MAE(name, mask_ratio=config.mask_ratio, **common)
     raise ValueError(f"pretraining method must be one of {METHODS}, got {config.method!r}")
 

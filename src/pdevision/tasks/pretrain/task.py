@@ -25,6 +25,7 @@ from pdevision.data.embedded import check_embedded_size, is_embedded
 from pdevision.engine.checkpoint import CheckpointError, load_weights
 from pdevision.engine.loop import fit
 from pdevision.engine.task import RunContext, Task
+from pdevision.errors import UsageError
 from pdevision.tasks.pretrain.config import METHODS, PretrainConfig, build_pretrainer
 from pdevision.tasks.pretrain.figures import save_reconstruction_grid
 
@@ -36,19 +37,19 @@ REQUIRES = (("matplotlib", "train"),)  # reconstruction grids, curves
 
 def _check(config: PretrainConfig) -> None:
     if config.method not in METHODS:
-        raise ValueError(f"pretraining method must be one of {METHODS}, got {config.method!r}")
+        raise UsageError(f"pretraining method must be one of {METHODS}, got {config.method!r}")
     for name in ("crops_per_epoch", "img_size"):
         if getattr(config, name) <= 0:
-            raise ValueError(f"{name.replace('_', ' ')} must be a positive integer, got {getattr(config, name)}")
+            raise UsageError(f"{name.replace('_', ' ')} must be a positive integer, got {getattr(config, name)}")
     if config.data is None and config.img_size > MAX_SIDE:  # before the encoder is built at that size
-        raise ValueError(
+        raise UsageError(
             f"image size {config.img_size} is more than the sample photographs (at most {MAX_SIDE} px) can give: "
             f"crops of at most {MAX_SIDE} px; give a smaller --img-size or --data"
         )
     if is_embedded(config.data):
         check_embedded_size(str(config.data), config.img_size)
     if not 0.0 <= config.warmup < 1.0:
-        raise ValueError(f"warm-up must be a fraction in [0, 1), got {config.warmup}")
+        raise UsageError(f"warm-up must be a fraction in [0, 1), got {config.warmup}")
 
 
 class PretrainTask(Task):
@@ -80,7 +81,7 @@ class PretrainTask(Task):
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         global_batch = (config.run.batch_size or 64) * world
         if config.crops_per_epoch < global_batch:
-            raise ValueError(
+            raise UsageError(
                 f"{config.crops_per_epoch} crops per epoch do not fill one global batch of {global_batch}; "
                 "raise --crops-per-epoch or lower --batch-size"
             )
