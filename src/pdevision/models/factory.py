@@ -29,7 +29,9 @@ from pdevision.models.restoration import is_restoration_model
 LARGE_INPUT = 1024  # above this side, build_model counts the parameters first (vHeat's FVEs grow with the input)
 
 
-def build_model(name: str, num_classes: int | None = None, img_size: int | None = None, **kwargs: Any) -> nn.Module:
+def build_model(
+    name: str, num_classes: int | None = None, img_size: int | tuple[int, int] | None = None, **kwargs: Any
+) -> nn.Module:
     """``timm.create_model`` for this library's models and timm's, never with pretrained weights: passes
     ``img_size`` where the model takes it (it sets vHeat's FVE size, Swin's and DeiT's grids), suggests close names
     for an unknown one, and refuses arguments that fetch or read weights or ask for absurd sizes
@@ -53,7 +55,8 @@ def build_model(name: str, num_classes: int | None = None, img_size: int | None 
         kwargs["num_classes"] = num_classes
         check_model_values({"num_classes": num_classes})
     shown = {k: v for k, v in kwargs.items() if k != "num_classes"}
-    if img_size is not None and img_size > LARGE_INPUT:
+    side = max(img_size) if isinstance(img_size, (tuple, list)) else img_size  # (height, width) or one side
+    if side is not None and side > LARGE_INPUT:
         shown["img_size"] = img_size
     if shown:  # a registered configuration at a usual size needs no check
         check_model_size(lambda: _create(name, kwargs, img_size), name, shown)
