@@ -25,13 +25,13 @@ from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS,
 from pdevision.bench.run import DEFAULT_OURS, run_bench
 from pdevision.bench.runs import run_in_processes
 from pdevision.data import DataError
+from pdevision.engine import formats
 from pdevision.engine.checkpoint import (
     NO_SPACE_ERRNOS,
     CheckpointError,
     NoSpaceError,
     checkpoint_kind,
     no_space_message,
-    read_meta,
 )
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
@@ -575,7 +575,7 @@ def _chosen_tasks(argv: list[str]) -> tuple[str, str]:
         path = _option_value(argv, "--checkpoint")
         if path and path.strip() and not {"-h", "--help"} & set(argv):
             try:
-                kind = checkpoint_kind(read_meta(path))
+                kind = checkpoint_kind(formats.read_meta(path))  # any format: a timm / HF folder too
             except CheckpointError:  # the command reports it, after the parser has checked the other flags
                 return train_task, checkpoint_task
             owner = task_for_kind(kind)

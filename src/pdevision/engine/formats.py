@@ -37,10 +37,11 @@ from safetensors import safe_open
 from torch import nn
 
 from pdevision.engine import checkpoint as native
-from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.checkpoint import CheckpointError, check_normalisation
 from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models import FAMILIES, list_models
+from pdevision.models._arguments import MAX_CLASSES
 from pdevision.models._weights import not_a_regular_file
 
 __all__ = [
@@ -92,8 +93,16 @@ def checkpoint_format(path: str | Path) -> str:
     if path.is_dir():
         if _native_meta(path) is not None:
             return "pdevision"
-        if (path / "config.json").is_file() and any((path / w).is_file() for w in _HUB_WEIGHTS):
+        config = path / "config.json"
+        if not_a_regular_file(config) is not None:  # a FIFO would block the reader, a folder is no config
+            _regular(config)
+        if config.is_file() and any((path / w).is_file() for w in _HUB_WEIGHTS):
             return "hub"
+        if (path / "model.safetensors").is_file():
+            raise CheckpointError(
+                f"{path / 'model.safetensors'} names no model: its header holds no pdevision metadata and no timm "
+                f"config.json is beside it (expected a checkpoint folder, or a timm / Hugging Face folder)"
+            )
         native.resolve_checkpoint(path)  # a run folder (its best / last), or its own message
         return "pdevision"
     if path.is_file():
@@ -226,6 +235,11 @@ def _foreign_meta(name: str, num_classes: int, fmt: str, **extra: Any) -> dict[s
     return meta
 
 
+def _is_count(value: Any) -> bool:
+    """Whether ``value`` is a number of classes a model can have (an int from 0 to ``MAX_CLASSES``)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CLASSES
+
+
 def _hub_meta(folder: Path) -> dict[str, Any]:
     file = _regular(folder / "config.json")
     try:
@@ -236,8 +250,10 @@ def _hub_meta(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{file} names no architecture (a timm config.json has an 'architecture' field)")
     cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
     num_classes = config.get("num_classes", cfg.get("num_classes", 0))
-    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
-        raise CheckpointError(f"{file}: num_classes must be a whole number, got {num_classes!r:.80}")
+    if not _is_count(num_classes):
+        raise CheckpointError(
+            f"{file}: num_classes must be a whole number from 0 to {MAX_CLASSES:,}, got {num_classes!r:.80}"
+        )
     labels = config.get("label_names", cfg.get("label_names"))
     if isinstance(labels, dict):  # timm allows {index: name}
         labels = [labels.get(str(i), labels.get(i)) for i in range(num_classes)]  # type: ignore[call-overload]
@@ -271,7 +287,9 @@ def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
     if fmt == "pdevision":
         return {**native.read_meta(path), "format": fmt}
     if fmt == "hub":
-        return _hub_meta(resolve(path))
+        meta = _hub_meta(resolve(path))
+        check_normalisation(meta, resolve(path) / "config.json")
+        return meta
     obj = _torch_file(path)
     state = _tensors(obj, path)
     rows = _head_rows(state)
@@ -282,10 +300,11 @@ def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
         for key in ("mean", "std"):
             value = getattr(args, key, None)
             if isinstance(value, (list, tuple)):
-                meta[key] = [float(v) for v in value]
+                meta[key] = list(value)
         in_chans = getattr(args, "in_chans", None)
         if isinstance(in_chans, int) and in_chans != 3:
             meta["model_args"] = {"in_chans": in_chans}
+        check_normalisation(meta, path)
         return meta
     return _foreign_meta(model or _find_architecture(state, rows, path), rows, fmt)
 
@@ -323,7 +342,11 @@ def label_names(meta: dict[str, Any]) -> list[str]:
     """The class names of a checkpoint: its own, else ImageNet-1K's synsets for 1000 classes, else the indices."""
     if meta.get("classes"):
         return list(meta["classes"])
-    count = int(meta.get("num_classes") or 0)
+    count = meta.get("num_classes") or 0
+    if not _is_count(count):  # a list of a trillion indices would fill the memory
+        raise CheckpointError(
+            f"the checkpoint's num_classes must be a whole number from 0 to {MAX_CLASSES:,}, got {count!r:.80}"
+        )
     if count == 1000:
         return list(timm.data.ImageNetInfo().label_names())
     return [str(i) for i in range(count)]
