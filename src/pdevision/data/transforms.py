@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timm.data import create_transform
+from torchvision.transforms import Compose, Grayscale
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ def build_transforms(
 
 
 def eval_transform_for(meta: dict[str, Any]) -> Callable:
-    """The evaluation transform of a checkpoint: its image size and normalisation, the ``light`` crop."""
+    """The evaluation transform of a checkpoint: its image size and normalisation, the ``light`` crop; images made
+    grey first for a model of one input channel (``model_args["in_chans"]``, as a timm file of a grey model has it)."""
     _, val = build_transforms(RECIPES["light"], int(meta["img_size"]), tuple(meta["mean"]), tuple(meta["std"]))
+    args = meta.get("model_args")
+    if isinstance(args, dict) and args.get("in_chans") == 1:
+        return Compose([Grayscale(1), val])
     return val

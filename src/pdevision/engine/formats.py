@@ -89,6 +89,11 @@ def checkpoint_format(path: str | Path) -> str:
     """Which of :data:`FORMATS` ``path`` is; a :class:`CheckpointError` when it is none of them."""
     path = Path(path)
     if path.is_file() and path.name.endswith(".safetensors"):
+        if path.name != "model.safetensors":  # its folder is not the checkpoint: say so, not "no checkpoint at .."
+            raise CheckpointError(
+                f"{path}: a .safetensors file is read as the model.safetensors of a checkpoint folder or of a timm / "
+                "Hugging Face folder (beside its config.json); name the folder"
+            )
         path = path.parent
     if path.is_dir():
         if _native_meta(path) is not None:
@@ -154,7 +159,7 @@ def _tensors(obj: dict[str, Any], file: Path) -> dict[str, torch.Tensor]:
     """The state dict inside a PyTorch checkpoint (``state_dict`` / ``model`` / ``model_ema`` or the dict itself),
     without DDP's ``module.`` prefix."""
     for key in _WRAPPERS:
-        if isinstance(obj.get(key), dict):
+        if isinstance(obj.get(key), dict) and obj[key]:  # an empty ``model`` beside a full ``model_ema``
             obj = obj[key]
             break
     state = {k.removeprefix("module."): v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
@@ -276,6 +281,28 @@ def _hub_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
+def _timm_meta(obj: dict[str, Any], rows: int, file: Path) -> dict[str, Any]:
+    """The metadata of a file of timm's ``train.py``: its ``arch``, and from its ``args`` (an ``argparse.Namespace``,
+    or a dict) the image size, mean, std and input channels; a mean and std left at their defaults become one value
+    for all channels when the model takes other than 3."""
+    args = obj.get("args")
+    get = args.get if isinstance(args, dict) else lambda key: getattr(args, key, None)
+    size = get("input_size")
+    img_size = get("img_size") or (size[-1] if isinstance(size, (list, tuple)) and size else None)
+    meta = _foreign_meta(obj["arch"], rows, "timm", img_size=img_size)
+    in_chans = get("in_chans")
+    if in_chans is not None and in_chans != 3:
+        meta["model_args"] = {"in_chans": in_chans}  # checked with the other model arguments
+    for key in ("mean", "std"):
+        value = get(key)
+        if isinstance(value, (list, tuple)):
+            meta[key] = list(value)
+        elif in_chans is not None and in_chans != 3:
+            meta[key] = [sum(meta[key]) / len(meta[key])]
+    check_normalisation(meta, file)
+    return meta
+
+
 def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
     """The metadata of any checkpoint :data:`FORMATS` names, in pdevision's vocabulary (``model``, ``kind``,
     ``classes`` or ``None`` with ``num_classes``, ``model_args``, ``img_size``, ``mean``, ``std``) plus ``format``.
@@ -294,18 +321,7 @@ def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
     state = _tensors(obj, path)
     rows = _head_rows(state)
     if fmt == "timm":
-        args = obj.get("args")
-        img_size = getattr(args, "img_size", None) or (getattr(args, "input_size", None) or [None])[-1]
-        meta = _foreign_meta(obj["arch"], rows, fmt, img_size=img_size)
-        for key in ("mean", "std"):
-            value = getattr(args, key, None)
-            if isinstance(value, (list, tuple)):
-                meta[key] = list(value)
-        in_chans = getattr(args, "in_chans", None)
-        if isinstance(in_chans, int) and in_chans != 3:
-            meta["model_args"] = {"in_chans": in_chans}
-        check_normalisation(meta, path)
-        return meta
+        return _timm_meta(obj, rows, path)
     return _foreign_meta(model or _find_architecture(state, rows, path), rows, fmt)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import timm
 from torch import nn
 
-from pdevision.engine import formats
+from pdevision.engine import formats, released
 from pdevision.engine.checkpoint import CheckpointError, check_finite_weights, checkpoint_kind
 from pdevision.models.factory import (
     ModelArgumentError,
@@ -113,6 +113,8 @@ def load_released(model: nn.Module, name: str) -> str:
     user asks for released weights (``--pretrained``). Returns the tag loaded."""
     tag = released_tag(name)
     cfg = timm.models.get_pretrained_cfg(tag).to_dict()
+    if cfg.get("url"):  # read (or downloaded) here, so that no network or a bad cached file is one line
+        cfg["state_dict"] = released.released_state(tag, cfg["url"])
     timm.models.load_pretrained(
         model,
         pretrained_cfg=cfg,
