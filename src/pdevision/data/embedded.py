@@ -249,6 +249,16 @@ class PathfinderClassification(Dataset):
         return (self.transform(img) if self.transform else img), self.targets[index]
 
 
+def embedded_classes(name: object) -> list[str] | None:
+    """The class names of the embedded set ``name`` without generating it (``None``: not an embedded set), so that a
+    checkpoint of other classes is refused before minutes of drawing (5,000 Pathfinder images)."""
+    if not is_embedded(name):
+        return None
+    if name in PATHFINDER_SETS:
+        return list(PathfinderClassification.classes)
+    return [str(c) for c in range(10)]  # the digits, and the scene sets' digit in a scene
+
+
 def build_embedded(
     name: str, img_size: int, train_transform: Callable | None, val_transform: Callable | None
 ) -> tuple[Dataset, Dataset]:
