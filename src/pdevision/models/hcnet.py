@@ -231,6 +231,9 @@ class HcNet(StagedBackbone):
         drop_path_rate = check_drop_path_rate(drop_path_rate)
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        for name, flag in (("ra_filter", ra_filter), ("ra_filter_matched", ra_filter_matched)):
+            if not isinstance(flag, bool):  # the string "false" is true: the filter would be kept without a word
+                raise ValueError(f"{name} must be true or false, got {flag!r:.40}")
         library = dict(parametrisation=parametrisation, boundary=boundary, steps=steps)
         library.update(post_norm=post_norm, layer_scale=layer_scale)
         if layout == "authors":

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, ClassVar
 
-from pdevision.engine.checkpoint import checkpoint_kind, default_eval_output, read_meta, resolve_checkpoint
+from pdevision.engine import formats
+from pdevision.engine.checkpoint import checkpoint_kind, default_eval_output
 from pdevision.engine.config import RunConfig
 from pdevision.tasks import args as A
 from pdevision.tasks.pretrain.config import PretrainConfig
@@ -99,9 +100,9 @@ class PretrainCommands(TaskCommands):
         p.add_argument("--k", type=A.samples, default=20, help="neighbours of the k-NN vote (default 20)")
 
     def evaluate(self, args: argparse.Namespace) -> str:
-        folder = resolve_checkpoint(args.checkpoint)
+        folder = formats.resolve(args.checkpoint)  # any format: an encoder's timm folder or .pth too
         output = args.output or str(default_eval_output(folder))
-        if checkpoint_kind(read_meta(folder)) == "pretrain":  # the whole pretraining state: evaluate its encoder
+        if checkpoint_kind(formats.read_meta(folder)) == "pretrain":  # the whole state: evaluate its encoder
             raise A.UsageError(f"checkpoint {folder} is a pretraining checkpoint; evaluate {folder.parent / 'encoder'}")
         r = knn_evaluate(args.checkpoint, args.data, args.k, args.batch_size, args.device, output=output)
         return (
