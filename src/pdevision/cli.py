@@ -26,6 +26,7 @@ from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS,
 from pdevision.bench.run import DEFAULT_OURS, run_bench
 from pdevision.bench.runs import run_in_processes
 from pdevision.data import DataError
+from pdevision.engine import formats
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import (
     NO_SPACE_ERRNOS,
@@ -33,7 +34,6 @@ from pdevision.engine.checkpoint import (
     NoSpaceError,
     checkpoint_kind,
     no_space_message,
-    read_meta,
 )
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
@@ -582,7 +582,7 @@ def _chosen(argv: list[str]) -> Chosen:
         if not (path and path.strip()):
             return Chosen()
         try:
-            meta = read_meta(path)
+            meta = formats.read_meta(path)  # any format: a timm / HF folder too
         except CheckpointError:  # the command reports it, after the parser has checked the other flags
             return Chosen()
         owner = task_for_kind(checkpoint_kind(meta))

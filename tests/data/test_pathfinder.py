@@ -130,7 +130,7 @@ def test_dot_distance_does_not_give_the_label(drawn) -> None:
 
 
 def test_bad_knobs_are_refused() -> None:
-    with pytest.raises(ValueError, match="at least 32"):
+    with pytest.raises(ValueError, match="size must be an integer from 32 to 1024"):
         make_pathfinder(0, "train", 1, replace(CFG, size=16))
     with pytest.raises(ValueError, match="separation"):
         make_pathfinder(0, "train", 1, replace(CFG, dash_gap=3.0))

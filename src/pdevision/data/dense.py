@@ -48,6 +48,7 @@ from torchvision.transforms import v2
 from pdevision._files import not_a_regular_file
 from pdevision._optional import require
 from pdevision._values import is_finite_number, is_int
+from pdevision.data.embedded import refuse_classification_set
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import IMAGE_EXTENSIONS, MASK_MODES, read_header, read_mask_array, read_rgb_array
 from pdevision.data.scenes import CLASS_NAMES, SceneConfig, make_scene
@@ -246,6 +247,7 @@ class MaskFolder(Dataset):
     """
 
     def __init__(self, root: str | Path, split: str = "train", transform: Callable | None = None) -> None:
+        refuse_classification_set(root, "a folder of images/ and masks/ (or the embedded scenes, without --data)")
         root = Path(root)
         if not root.is_dir():
             raise DataError(f"{root}: no such folder")
@@ -464,6 +466,7 @@ class CocoDetection(Dataset):
     ) -> None:
         COCO = require("pycocotools.coco", "dense").COCO  # pycocotools is only needed for COCO folders
 
+        refuse_classification_set(root, "a COCO folder (or the embedded scenes, without --data)")
         root = Path(root)
         self.root = root
         self.ann_file = root / "annotations" / f"instances_{split}.json"

@@ -26,6 +26,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -247,6 +248,27 @@ class PathfinderClassification(Dataset):
     def __getitem__(self, index: int) -> tuple[Any, int]:
         img = Image.fromarray(self.images[index]).convert("RGB")
         return (self.transform(img) if self.transform else img), self.targets[index]
+
+
+def refuse_classification_set(data: object, reads: str) -> None:
+    """A :class:`DataError` when ``data`` names an embedded classification set where a reader of ``reads`` (mask
+    folders, COCO folders, image folders) was given it: it was taken for a folder of that name ("pathfinder: no such
+    folder")."""
+    if is_embedded(data) and not Path(str(data)).exists():
+        raise DataError(
+            f"--data {data} is an embedded classification set (of {', '.join(embedded_names())}); this task reads "
+            f"{reads}"
+        )
+
+
+def embedded_classes(name: object) -> list[str] | None:
+    """The class names of the embedded set ``name`` without generating it (``None``: not an embedded set), so that a
+    checkpoint of other classes is refused before minutes of drawing (5,000 Pathfinder images)."""
+    if not is_embedded(name):
+        return None
+    if name in PATHFINDER_SETS:
+        return list(PathfinderClassification.classes)
+    return [str(c) for c in range(10)]  # the digits, and the scene sets' digit in a scene
 
 
 def build_embedded(

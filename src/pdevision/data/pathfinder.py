@@ -79,15 +79,27 @@ class PathfinderConfig:
         return math.floor(self.dash_gap * self.scale) + 1
 
     def check(self) -> None:
-        """Refuse (``ValueError``, one line) knobs the generator cannot honour."""
-        if not REFERENCE_SIZE <= self.size:
-            raise ValueError(f"pathfinder images are at least {REFERENCE_SIZE} px, got size {self.size}")
-        if self.n_dashes < 1 or self.distractor_dashes < 1 or self.tries < 1:
-            raise ValueError("pathfinder needs n_dashes, distractor_dashes and tries of at least 1")
-        if not 0 <= self.n_distractors <= MAX_PATHS - 2:
-            raise ValueError(f"pathfinder draws 0 to {MAX_PATHS - 2} distractors, got {self.n_distractors}")
-        if min(self.dash_length, self.dash_gap, self.thickness, self.dot_radius, self.separation) <= 0:
-            raise ValueError("pathfinder lengths (dash, gap, thickness, dot radius, separation) must be positive")
+        """Refuse (``ValueError``, one line) knobs the generator cannot honour: counts that are not integers in their
+        range, lengths that are not finite numbers within the 32-px reference image, and drawings that cannot keep
+        their paths apart (NaN, infinite or huge values ran into numpy's errors, terabyte allocations or hours)."""
+        for name, low, high in _COUNTS:
+            value = getattr(self, name)
+            if not (_is_int(value) and low <= value <= high):
+                raise ValueError(f"pathfinder {name} must be an integer from {low} to {high}, got {value!r:.40}")
+        for name, low in _LENGTHS:
+            value = getattr(self, name)
+            if not (_is_number(value) and low < value <= REFERENCE_SIZE):
+                raise ValueError(
+                    f"pathfinder {name} must be a finite number above {low} and at most {REFERENCE_SIZE} (pixels of "
+                    f"a 32-px image), got {value!r:.40}"
+                )
+        if not (_is_number(self.max_turn) and 0 < self.max_turn <= 180):
+            raise ValueError(f"pathfinder max_turn must be a number of degrees in (0, 180], got {self.max_turn!r:.40}")
+        if self.thickness > self.separation:
+            raise ValueError(
+                f"pathfinder thickness {self.thickness} must be at most the separation {self.separation}: thicker "
+                "paths would touch their neighbours in every drawing"
+            )
         if self.separation * self.scale < self.gap_px:
             raise ValueError(
                 f"separation {self.separation} must be at least the dash gap ({self.gap_px} px at {self.size} px), "
@@ -95,6 +107,29 @@ class PathfinderConfig:
             )
         if self.seed_distance <= 2 * self.dot_radius + self.separation:
             raise ValueError("seed_distance must exceed two dot radii plus the separation")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+MAX_SIZE = 1024  # a block of 256 images at this side is 256 MB of pixels before the path maps
+MAX_BYTES = 1 << 31  # the pixels of one call (n images of size x size)
+# (name, least, largest) of the integer knobs; dashes and tries are loops of the generator, bounded like its work
+_COUNTS = (
+    ("size", REFERENCE_SIZE, MAX_SIZE),
+    ("n_dashes", 1, 256),
+    ("n_distractors", 0, MAX_PATHS - 2),
+    ("distractor_dashes", 1, 256),
+    ("tries", 1, 256),
+)
+_LENGTHS = tuple(
+    (name, 0) for name in ("dash_length", "dash_gap", "thickness", "dot_radius", "separation", "seed_distance")
+)
 
 
 @dataclass
@@ -116,8 +151,15 @@ def make_pathfinder(seed: int, split: str, n: int, cfg: PathfinderConfig = Pathf
     """The first ``n`` images of ``split`` (``"train"``, ``"val"`` or ``"test"``) for ``seed``; see the module
     docstring."""
     if split not in SPLITS:
-        raise ValueError(f"pathfinder split must be one of {list(SPLITS)}, got {split!r}")
+        raise ValueError(f"pathfinder split must be one of {list(SPLITS)}, got {split!r:.40}")
+    if not (_is_int(seed) and seed >= 0):
+        raise ValueError(f"pathfinder seed must be an integer >= 0, got {seed!r:.40}")
     cfg.check()
+    if not (_is_int(n) and 0 <= n <= MAX_BYTES // cfg.size**2):
+        raise ValueError(
+            f"pathfinder draws 0 to {MAX_BYTES // cfg.size**2:,} images of {cfg.size} px in one call (2 GiB), got "
+            f"n={n!r:.40}"
+        )
     blocks = [_block(seed, SPLITS[split], b, cfg) for b in range(-(-max(n, 1) // BLOCK))]
     return PathfinderImages(*(np.concatenate([getattr(b, f.name) for b in blocks])[:n] for f in fields(blocks[0])))
 

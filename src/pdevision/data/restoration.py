@@ -38,6 +38,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from pdevision._optional import require
+from pdevision.data.embedded import refuse_classification_set
 from pdevision.data.errors import DataError
 from pdevision.data.imageio import IMAGE_EXTENSIONS, open_rgb
 
@@ -167,6 +168,7 @@ def folder_images(root: str | Path, val_root: str | Path | None = None, mode: st
     """Clean images of a folder at any nesting. Held-out images: ``val_root`` when given; else the
     folder's ``test``/``val``/``valid`` sub-folder next to a ``train`` one; else every tenth image
     (sorted by path, at least one)."""
+    refuse_classification_set(root, "a folder of clean images (or the embedded photos, without --data)")
     root = Path(root)
     if val_root is not None:
         return RestorationImages(_scan(root), _scan(Path(val_root)), mode, str(root))

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from timm.data import create_transform
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform
+from torchvision.transforms import Compose, Grayscale
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +169,12 @@ def build_transforms(
 
 
 def eval_transform_for(meta: dict[str, Any]) -> Callable:
-    """The evaluation transform of a checkpoint: its image size and normalisation, the ``light`` crop."""
-    _, val = build_transforms(RECIPES["light"], int(meta["img_size"]), tuple(meta["mean"]), tuple(meta["std"]))
+    """The evaluation transform of a checkpoint: its image size and normalisation, the ``light`` crop; images made
+    grey first for a model of one input channel (``model_args["in_chans"]``, as a timm file of a grey model has it)."""
+    mean = tuple(meta.get("mean") or IMAGENET_DEFAULT_MEAN)  # a checkpoint without them: timm's default, not KeyError
+    std = tuple(meta.get("std") or IMAGENET_DEFAULT_STD)
+    _, val = build_transforms(RECIPES["light"], int(meta["img_size"]), mean, std)
+    args = meta.get("model_args")
+    if isinstance(args, dict) and args.get("in_chans") == 1:
+        return Compose([Grayscale(1), val])
     return val

@@ -292,7 +292,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint file {file}: its classes must be a list of names, got {classes!r:.80}")
     if "kind" in meta and not isinstance(meta["kind"], str):
         raise CheckpointError(f"checkpoint file {file}: its kind must be a task name, got {meta['kind']!r:.80}")
-    _check_normalisation(meta, file)
+    check_normalisation(meta, file)
     if meta.get("kind") in ("segment", "detect") and not isinstance(meta.get("head"), str):
         raise CheckpointError(f"checkpoint file {file} is a {meta['kind']} checkpoint without its head in the metadata")
     return meta
@@ -316,7 +316,7 @@ def parse_checkpoint_metadata(raw: dict[str, str], file: str | Path) -> dict[str
     return meta
 
 
-def _check_normalisation(meta: dict[str, Any], file: Path) -> None:
+def check_normalisation(meta: dict[str, Any], file: str | Path) -> None:
     """A :class:`CheckpointError` unless the metadata's ``mean`` and ``std`` (where present) are lists of finite
     numbers, one per input channel (or one for all), with every ``std`` above zero."""
     args = meta.get("model_args")

@@ -39,10 +39,11 @@ from torch import nn
 from pdevision._files import not_a_regular_file
 from pdevision._values import is_int
 from pdevision.engine import checkpoint as native
-from pdevision.engine.checkpoint import CheckpointError, regular_checkpoint_file
+from pdevision.engine.checkpoint import CheckpointError, check_normalisation, regular_checkpoint_file
 from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models import FAMILIES, list_models
+from pdevision.models._arguments import MAX_CLASSES
 
 __all__ = [
     "FORMATS",
@@ -82,12 +83,25 @@ def checkpoint_format(path: str | Path) -> str:
     """Which of :data:`FORMATS` ``path`` is; a :class:`CheckpointError` when it is none of them."""
     path = Path(path)
     if path.is_file() and path.name.endswith(".safetensors"):
+        if path.name != "model.safetensors":  # its folder is not the checkpoint: say so, not "no checkpoint at .."
+            raise CheckpointError(
+                f"{path}: a .safetensors file is read as the model.safetensors of a checkpoint folder or of a timm / "
+                "Hugging Face folder (beside its config.json); name the folder"
+            )
         path = path.parent
     if path.is_dir():
         if _native_meta(path) is not None:
             return "pdevision"
-        if (path / "config.json").is_file() and any((path / w).is_file() for w in _HUB_WEIGHTS):
+        config = path / "config.json"
+        if not_a_regular_file(config) is not None:  # a FIFO would block the reader, a folder is no config
+            regular_checkpoint_file(config)
+        if config.is_file() and any((path / w).is_file() for w in _HUB_WEIGHTS):
             return "hub"
+        if (path / "model.safetensors").is_file():
+            raise CheckpointError(
+                f"{path / 'model.safetensors'} names no model: its header holds no pdevision metadata and no timm "
+                f"config.json is beside it (expected a checkpoint folder, or a timm / Hugging Face folder)"
+            )
         native.resolve_checkpoint(path)  # a run folder (its best / last), or its own message
         return "pdevision"
     if path.is_file():
@@ -139,7 +153,7 @@ def _tensors(obj: dict[str, Any], file: Path) -> dict[str, torch.Tensor]:
     """The state dict inside a PyTorch checkpoint (``state_dict`` / ``model`` / ``model_ema`` or the dict itself),
     without DDP's ``module.`` prefix."""
     for key in _WRAPPERS:
-        if isinstance(obj.get(key), dict):
+        if isinstance(obj.get(key), dict) and obj[key]:  # an empty ``model`` beside a full ``model_ema``
             obj = obj[key]
             break
     state = {k.removeprefix("module."): v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
@@ -220,6 +234,11 @@ def _foreign_meta(name: str, num_classes: int, fmt: str, **extra: Any) -> dict[s
     return meta
 
 
+def _is_count(value: Any) -> bool:
+    """Whether ``value`` is a number of classes a model can have (an int from 0 to ``MAX_CLASSES``)."""
+    return is_int(value) and 0 <= value <= MAX_CLASSES
+
+
 def _hub_meta(folder: Path) -> dict[str, Any]:
     file = regular_checkpoint_file(folder / "config.json")
     try:
@@ -230,8 +249,10 @@ def _hub_meta(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{file} names no architecture (a timm config.json has an 'architecture' field)")
     cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
     num_classes = config.get("num_classes", cfg.get("num_classes", 0))
-    if not is_int(num_classes) or num_classes < 0:
-        raise CheckpointError(f"{file}: num_classes must be a whole number, got {num_classes!r:.80}")
+    if not _is_count(num_classes):
+        raise CheckpointError(
+            f"{file}: num_classes must be a whole number from 0 to {MAX_CLASSES:,}, got {num_classes!r:.80}"
+        )
     labels = config.get("label_names", cfg.get("label_names"))
     if isinstance(labels, dict):  # timm allows {index: name}
         labels = [labels.get(str(i), labels.get(i)) for i in range(num_classes)]  # type: ignore[call-overload]
@@ -254,6 +275,28 @@ def _hub_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
+def _timm_meta(obj: dict[str, Any], rows: int, file: Path) -> dict[str, Any]:
+    """The metadata of a file of timm's ``train.py``: its ``arch``, and from its ``args`` (an ``argparse.Namespace``,
+    or a dict) the image size, mean, std and input channels; a mean and std left at their defaults become one value
+    for all channels when the model takes other than 3."""
+    args = obj.get("args")
+    get = args.get if isinstance(args, dict) else lambda key: getattr(args, key, None)
+    size = get("input_size")
+    img_size = get("img_size") or (size[-1] if isinstance(size, (list, tuple)) and size else None)
+    meta = _foreign_meta(obj["arch"], rows, "timm", img_size=img_size)
+    in_chans = get("in_chans")
+    if in_chans is not None and in_chans != 3:
+        meta["model_args"] = {"in_chans": in_chans}  # checked with the other model arguments
+    for key in ("mean", "std"):
+        value = get(key)
+        if isinstance(value, (list, tuple)):
+            meta[key] = list(value)
+        elif in_chans is not None and in_chans != 3:
+            meta[key] = [sum(meta[key]) / len(meta[key])]
+    check_normalisation(meta, file)
+    return meta
+
+
 def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
     """The metadata of any checkpoint :data:`FORMATS` names, in pdevision's vocabulary (``model``, ``kind``,
     ``classes`` or ``None`` with ``num_classes``, ``model_args``, ``img_size``, ``mean``, ``std``) plus ``format``.
@@ -265,22 +308,14 @@ def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
     if fmt == "pdevision":
         return {**native.read_meta(path), "format": fmt}
     if fmt == "hub":
-        return _hub_meta(resolve(path))
+        meta = _hub_meta(resolve(path))
+        check_normalisation(meta, resolve(path) / "config.json")
+        return meta
     obj = _torch_file(path)
     state = _tensors(obj, path)
     rows = _head_rows(state)
     if fmt == "timm":
-        args = obj.get("args")
-        img_size = getattr(args, "img_size", None) or (getattr(args, "input_size", None) or [None])[-1]
-        meta = _foreign_meta(obj["arch"], rows, fmt, img_size=img_size)
-        for key in ("mean", "std"):
-            value = getattr(args, key, None)
-            if isinstance(value, (list, tuple)):
-                meta[key] = [float(v) for v in value]
-        in_chans = getattr(args, "in_chans", None)
-        if isinstance(in_chans, int) and in_chans != 3:
-            meta["model_args"] = {"in_chans": in_chans}
-        return meta
+        return _timm_meta(obj, rows, path)
     return _foreign_meta(model or _find_architecture(state, rows, path), rows, fmt)
 
 
@@ -319,7 +354,11 @@ def label_names(meta: dict[str, Any]) -> list[str]:
     """The class names of a checkpoint: its own, else ImageNet-1K's synsets for 1000 classes, else the indices."""
     if meta.get("classes"):
         return list(meta["classes"])
-    count = int(meta.get("num_classes") or 0)
+    count = meta.get("num_classes") or 0
+    if not _is_count(count):  # a list of a trillion indices would fill the memory
+        raise CheckpointError(
+            f"the checkpoint's num_classes must be a whole number from 0 to {MAX_CLASSES:,}, got {count!r:.80}"
+        )
     if count == 1000:
         return list(timm.data.ImageNetInfo().label_names())
     return [str(i) for i in range(count)]

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from pdevision._values import is_int
-from pdevision.engine import formats
+from pdevision.engine import formats, released
 from pdevision.engine.checkpoint import CheckpointError, check_finite_weights, checkpoint_kind
 from pdevision.fastpath import on_device
 from pdevision.models.factory import (
@@ -115,6 +115,8 @@ def load_released(model: nn.Module, name: str) -> str:
     user asks for released weights (``--pretrained``). Returns the tag loaded."""
     tag = released_tag(name)
     cfg = timm.models.get_pretrained_cfg(tag).to_dict()
+    if cfg.get("url"):  # read (or downloaded) here, so that no network or a bad cached file is one line
+        cfg["state_dict"] = released.released_state(tag, cfg["url"])
     timm.models.load_pretrained(
         model,
         pretrained_cfg=cfg,

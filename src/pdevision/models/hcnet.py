@@ -254,6 +254,9 @@ class HcNet(StagedBackbone):
             raise TypeError(f"HcNet got unexpected arguments: {sorted(kwargs)}")
         drop_path_rate = check_drop_path_rate(drop_path_rate)
         _check_layout_options(layout, parametrisation, boundary, steps, post_norm, layer_scale)
+        for name, flag in (("ra_filter", ra_filter), ("ra_filter_matched", ra_filter_matched)):
+            if not isinstance(flag, bool):  # the string "false" is true: the filter would be kept without a word
+                raise ValueError(f"{name} must be true or false, got {flag!r:.40}")
         authors = layout == "authors"  # the authors' network runs NCHW throughout
         super().__init__(in_chans, num_classes, global_pool, depths, dims, output_fmt="NCHW" if authors else "NHWC")
         self.layout = layout

@@ -259,11 +259,22 @@ _AUTHOR_KEYS = (
 
 
 def _unwrap(state_dict: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint (inside ``model_ema`` / ``state_dict_ema`` / ``state_dict`` / ``model`` when
+    there), without DDP's ``module.``; entries that are not named tensors are left out. A ``TypeError`` naming what
+    was given when it is not a dict (a list, a tensor: an ``AttributeError`` from ``.get`` before)."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(
+            f"checkpoint_filter_fn takes a state dict (names to tensors), not a {type(state_dict).__name__}"
+        )
     for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
         if isinstance(state_dict.get(key), dict):
             state_dict = state_dict[key]
             break
-    return {k.removeprefix("module."): v for k, v in state_dict.items() if isinstance(v, torch.Tensor)}
+    return {
+        k.removeprefix("module."): v
+        for k, v in state_dict.items()
+        if isinstance(k, str) and isinstance(v, torch.Tensor)  # an integer key had no removeprefix
+    }
 
 
 def _map_author_key(key: str, value: torch.Tensor, depths: Sequence[int]) -> tuple[str, torch.Tensor] | None:

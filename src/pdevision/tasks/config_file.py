@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
+from pdevision._files import not_a_regular_file
 from pdevision.engine.config import RunConfig
-from pdevision.engine.metadata import MetadataError, parse_json
+from pdevision.engine.metadata import MAX_JSON_DEPTH, MetadataError, parse_json
 from pdevision.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -30,11 +31,17 @@ log = logging.getLogger(__name__)
 # keys of a run's config.json that no flag sets: the task's name (its flag is --task) and values derived from flags
 RECORDED_ONLY = frozenset({"task", "recipe_name", "recipe_values"})
 MAX_BYTES = 1 << 20  # a flag file is a few kilobytes; a larger one is not one
+MAX_DEPTH = MAX_JSON_DEPTH  # a flag's value is a list or a mapping of model arguments: two or three levels
+MAX_VALUES = 100_000
+_SHAPE = f"a file of flag values holds at most {MAX_VALUES:,} values nested at most {MAX_DEPTH} deep"
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """The mapping in ``path`` (``.yaml`` / ``.yml`` through PyYAML's safe loader, else JSON)."""
     file = Path(path)
+    what = not_a_regular_file(file)
+    if what is not None:  # a FIFO would wait for a writer forever
+        raise UsageError(f"--config {path} is {what}, not a file (expected a YAML or JSON file of flag values)")
     if not file.is_file():
         raise UsageError(f"--config {path}: no such file (expected a YAML or JSON file of flag values)")
     if file.stat().st_size > MAX_BYTES:
@@ -45,6 +52,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise UsageError(f"--config {path}: not YAML: {' '.join(str(exc).split())}") from None
+        except RecursionError:  # PyYAML builds nested values recursively
+            raise UsageError(f"--config {path}: nested deeper than Python can read; {_SHAPE}") from None
     else:
         try:
             value = parse_json(text)
@@ -56,7 +65,26 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"--config {path}: holds a {type(value).__name__}, expected a mapping of flag names to values")
     if not all(isinstance(k, str) for k in value):
         raise UsageError(f"--config {path}: every key must be a flag name, got {sorted(map(repr, value))[:3]}")
+    _check_shape(value, path)
+    if "task" in value and not isinstance(value["task"], str):
+        raise UsageError(f"--config {path}: task must be a task name, got {value['task']!r:.80}")
     return value
+
+
+def _check_shape(value: Any, path: str | Path) -> None:
+    """Refuse values nested deeper than :data:`MAX_DEPTH` or of more than :data:`MAX_VALUES` values once YAML's
+    aliases are expanded (a "billion laughs" file of a few hundred bytes names 10^9 of them), walked without
+    recursion and stopped at the limit."""
+    stack, count = [(value, 1)], 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if depth > MAX_DEPTH or count > MAX_VALUES:
+            raise UsageError(f"--config {path}: {_SHAPE}")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

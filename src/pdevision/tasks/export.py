@@ -36,7 +36,7 @@ from torch import nn
 
 from pdevision._optional import MissingDependencyError
 from pdevision.data import build_datasets, eval_transform_for
-from pdevision.data.embedded import embedded_data_of
+from pdevision.data.embedded import embedded_classes, embedded_data_of
 from pdevision.engine import formats
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError
@@ -106,14 +106,21 @@ def _val_set(meta: dict[str, Any], data: str | None, val_split: float) -> Any:
     source = data if data is not None else embedded_data_of(meta)
     if source is None:
         raise UsageError("--int8 reports accuracy on the checkpoint's validation data: name it with --data")
+    known = embedded_classes(source)
+    if known is not None:  # before the set is drawn: minutes for Pathfinder
+        _check_classes(meta, known)
     tf = eval_transform_for(meta)
     _, val = build_datasets(source, int(meta["img_size"]), val_split, tf, tf)
-    classes = formats.label_names(meta)
-    if meta.get("classes") and list(val.classes) != classes:
-        raise CheckpointError(f"the checkpoint's classes {classes[:10]} are not the data's {list(val.classes)[:10]}")
-    if len(val.classes) != len(classes):
-        raise CheckpointError(f"the checkpoint has {len(classes)} classes, the data {len(val.classes)}")
+    _check_classes(meta, list(val.classes))
     return val
+
+
+def _check_classes(meta: dict[str, Any], data_classes: list[str]) -> None:
+    classes = formats.label_names(meta)
+    if meta.get("classes") and data_classes != classes:
+        raise CheckpointError(f"the checkpoint's classes {classes[:10]} are not the data's {data_classes[:10]}")
+    if len(data_classes) != len(classes):
+        raise CheckpointError(f"the checkpoint has {len(classes)} classes, the data {len(data_classes)}")
 
 
 def _top1(run: Any, val_set: Any, batch_size: int = 32) -> float:
@@ -142,6 +149,9 @@ def _check_output(fmt: str, output: Path, int8: bool) -> None:
         )
     if fmt == "pt2" and output.suffix != ".pt2":
         raise UsageError(f"--output {output}: a torch.export program is a .pt2 file (torch.export.load reads no other)")
+    other = {s: f for f, s in _SUFFIX.items() if s and f != fmt}.get(output.suffix.lower())
+    if other is not None:  # an ONNX file named .pt2, a folder named .onnx: the name would say another format
+        raise UsageError(f"--output {output}: {output.suffix} names the {other} format, not {fmt}; give another name")
 
 
 def _differences(run: Callable[[torch.Tensor], np.ndarray], model: nn.Module, x: torch.Tensor, dynamic: bool) -> dict:
@@ -217,6 +227,11 @@ def export_checkpoint(
     model, meta, _ = load_checkpoint_model(checkpoint, ("classify", "encoder"), _build)  # plain: no CPU kernels
     val_set = _val_set(meta, data, val_split) if int8 else None
     size = int(meta["img_size"])
+    if size < min_input_size(model):  # traced, the model's own message would show the shape as tensors
+        raise CheckpointError(
+            f"checkpoint {checkpoint}: its image size {size} px is below the {min_input_size(model)} px that "
+            f"{meta.get('model')} takes at least; it cannot be exported at that size"
+        )
     # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
     trace = max(size, 2 * min_input_size(model)) if dynamic else size
     x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)

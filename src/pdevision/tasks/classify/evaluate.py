@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pdevision._optional import require
 from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
-from pdevision.data.embedded import embedded_data_of
+from pdevision.data.embedded import embedded_classes, embedded_data_of
 from pdevision.engine import formats
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.distributed import DistInfo, all_reduce_sum
@@ -150,6 +150,21 @@ def _plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
     plt.close(fig)
 
 
+def _data_classes(folder: Path, meta: dict[str, Any], data_classes: list[str]) -> list[str]:
+    """The classes of a checkpoint evaluated on data of ``data_classes``: its own, which must be the data's (a foreign
+    file that names none: the data's, when the counts agree)."""
+    classes = list(meta["classes"]) if meta.get("classes") else formats.label_names(meta)
+    if not meta.get("classes") and len(data_classes) == len(classes):  # a foreign file names no classes
+        log.info("%s names no classes; its %d outputs are read as the data's classes", folder, len(classes))
+        classes = data_classes
+    if data_classes != classes:
+        raise CheckpointError(
+            f"checkpoint {folder} was trained for classes {classes[:10]} ({len(classes)}), "
+            f"the data has {data_classes[:10]} ({len(data_classes)})"
+        )
+    return classes
+
+
 def evaluate_checkpoint(
     checkpoint: str | Path,
     model_name: str | None = None,
@@ -169,16 +184,11 @@ def evaluate_checkpoint(
         raise CheckpointError(f"checkpoint {folder} holds a {meta.get('model')!r} model, not {model_name!r}")
     val_tf = eval_transform_for(meta)
     data = data if data is not None else embedded_data_of(meta)
+    known = embedded_classes(data)
+    if known is not None:  # before the set is drawn: minutes for Pathfinder
+        _data_classes(folder, meta, known)
     _, val_set = build_datasets(data, int(meta["img_size"]), val_split, val_tf, val_tf)
-    classes = list(meta["classes"]) if meta.get("classes") else formats.label_names(meta)
-    if not meta.get("classes") and len(val_set.classes) == len(classes):  # a foreign file names no classes
-        log.info("%s names no classes; its %d outputs are read as the data's classes", folder, len(classes))
-        classes = list(val_set.classes)
-    if list(val_set.classes) != classes:
-        raise CheckpointError(
-            f"checkpoint {folder} was trained for classes {classes[:10]} ({len(classes)}), "
-            f"the data has {list(val_set.classes)[:10]} ({len(val_set.classes)})"
-        )
+    classes = _data_classes(folder, meta, list(val_set.classes))
     # warm-up pass so images/s reflects steady state
     with torch.no_grad():
         model(torch.stack([val_set[0][0]]).to(dev))
