@@ -52,7 +52,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +62,11 @@ from pdevision.data.pathfinder import PathfinderConfig
 
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger("pathfinder_mixers")
+
+# benchmarks/ablations.py's runner, imported by name so that the worker processes (spawned) can import it too
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import ablations  # noqa: E402
 
 # -- the testbed and the budget (fixed before the reported runs; see PROTOCOL_CHANGES) ------------------------------
 STUDY_SET = "pathfinder-study"
@@ -232,43 +236,12 @@ def read_curve(folder: Path) -> list[dict[str, float]]:
 
 
 def train_run(key: str, folder: str, threads: int = 1, test: bool = True) -> dict[str, Any]:
-    """Train one run, score its final checkpoint on the test split, and read its filters."""
-    import torch
-
-    from pdevision.engine import RunConfig
-    from pdevision.tasks.classify import ClassifyConfig, train
-
-    torch.set_num_threads(threads)
-    spec = json.loads(key)
-    config = ClassifyConfig(
-        model=spec["model"],
-        data=spec["data"],
-        recipe=spec["recipe"],
-        img_size=spec["img_size"],
-        model_args=dict(spec["model_args"]),
-        run=RunConfig(
-            output=folder,
-            overwrite=True,
-            epochs=spec["epochs"],
-            batch_size=spec["batch_size"],
-            seed=spec["seed"],
-            lr=spec["lr"],
-            progress=False,
-        ),
-    )
-    start, cpu_start = time.perf_counter(), time.process_time()
-    summary = train(config)
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    rec: dict[str, Any] = {
-        "status": "ok",
-        "best_val_top1": summary["best_val_top1"],
-        "final_val_top1": (summary["final"] or {}).get("val_top1"),
-        "curve": read_curve(Path(folder)),
-        "seconds": seconds,
-        "cpu_seconds": cpu_seconds,
-    }
+    """Train one run (``benchmarks/ablations.py``'s runner), keep its curve, score its final checkpoint on the test
+    split and read its filters."""
+    rec = ablations.run_training(key, folder, "cpu", 0, threads)
+    rec["curve"] = read_curve(Path(folder))
     if test:
-        rec.update(score_on_test(Path(folder) / "last", spec))
+        rec.update(score_on_test(Path(folder) / "last", json.loads(key)))
     return rec
 
 
@@ -574,6 +547,14 @@ def gate_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> li
 
 
 def reported_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
+    if not any(reported(results, rows, name) for name in ARMS):
+        return [
+            "## Reported runs (test split, final checkpoints)",
+            "",
+            "None yet: they start once every mixer has passed the gate and every rate has run.",
+            "",
+            *filters_section(results, rows),
+        ]
     out = [
         "## Reported runs (test split, final checkpoints)",
         "",
@@ -604,8 +585,20 @@ def reported_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -
             f"| {t['claim']} ({t['better']} vs {t['worse']}) | {_f(t['mean'])} {ci} | {_f(t['p'], 3)} | "
             f"{_f(t['p_holm'], 3)} | {t['verdict']} |"
         )
-    out += ["", "## Filters", "", "| arm | when | factor at the highest frequency | mean \\|T - 1\\| | bands |"]
-    out.append("|---|---|---:|---:|---|")
+    return [*out, "", *filters_section(results, rows)]
+
+
+def filters_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
+    out = [
+        "## Filters",
+        "",
+        "The spectral mixers' transfer factors on their maps at the training size (every block but the 1 x 1 map of "
+        "the last stage): the mean factor at the highest frequency, the mean distance from a pass-through, and the "
+        "mean factor in four bands of |w| from 0 to pi sqrt 2; at step 0 (seed 0) and, per arm, the reported runs.",
+        "",
+        "| arm | when | factor at the highest frequency | mean \\|T - 1\\| | bands |",
+        "|---|---|---:|---:|---|",
+    ]
     for name, stats in results.get("step0", {}).items():
         trained = [r["filters"] for r in reported(results, rows, name).values() if r.get("filters")]
         out.append(
