@@ -635,8 +635,12 @@ def plot_curves(results: dict[str, Any], path: Path) -> None:
         ax.axhline(50, color="grey", lw=0.5)
         ax.set_title(name, fontsize=9)
         ax.set_ylim(40, 100)
+        ax.set_xlim(1, BUDGET["epochs"])
     for ax in axes.flat[len(names) :]:
         ax.axis("off")
+    fig.suptitle(
+        "validation top-1 per epoch; solid: reported seeds, dotted: the unreported selection seed", fontsize=10
+    )
     fig.supxlabel("epoch")
     fig.supylabel("validation top-1 (%)")
     fig.tight_layout()
