@@ -12,6 +12,7 @@ from timm.models.metaformer import MetaFormer
 from pdevision.layers import HeatConductionMixer, HyperbolicBlock
 from pdevision.layers.mixers import HcLMixer, HeatMixer, HyperbolicMixer, WaveMixer, mixer_fve
 from pdevision.layers.spectral import spectral_filter
+from pdevision.models.factory import ModelArgumentError, build_model
 from pdevision.ops.heat import resize_spectrum
 
 PDE = [HeatMixer, WaveMixer, HcLMixer, HyperbolicMixer]
@@ -198,3 +199,21 @@ def test_hcl_mixer_takes_hcnets_k_modes() -> None:
     assert learnable.mixer.heat.k_logit.grad is not None and learnable.mixer.heat.k_logit.grad != 0
     with pytest.raises(ValueError, match="k_mode"):
         HcLMixer(dim=4, hcl_k_mode="wrong")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"mixer": "heat", "k_init": "x"},
+        {"mixer": "heat", "k_mode": "learnable", "k_init": 0},
+        {"mixer": "wave", "time_init": -1},
+        {"mixer": "hcl", "hcl_k_mode": "nope"},
+        {"mixer": "attention", "k_init": 0.1},  # an option of another mixer
+    ],
+    ids=lambda a: "-".join(map(str, a.values())),
+)
+def test_bad_mixer_options_are_one_model_argument_error(args: dict) -> None:
+    """What every task and command builds through: one line naming the argument, exit 2 at the CLI."""
+    with pytest.raises(ModelArgumentError) as info:
+        build_model("pdeformer_micro", num_classes=2, **args)
+    assert "\n" not in str(info.value) and next(iter(set(args) - {"mixer"})) in str(info.value)

@@ -14,15 +14,9 @@ from torch import nn
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.models import StagedBackbone, list_models
+from tests.helpers import STAGED_CASES
 
-LAYOUTS = [
-    ("vheat_micro", {}),
-    ("waveformer_micro", {}),
-    ("hcnet_micro", {}),
-    ("hcnet_micro", {"layout": "library"}),
-    ("hcnet_micro", {"layout": "paper"}),
-    ("pderesnet_micro", {}),
-]
+LAYOUTS = STAGED_CASES
 PARTS = ("stem", "stages", "norm", "head")
 
 

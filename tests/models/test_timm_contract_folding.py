@@ -14,15 +14,9 @@ from torch import nn
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.fastpath import is_accelerated
+from tests.helpers import STAGED_CASES
 
-CASES = [
-    ("vheat_micro", {}),
-    ("waveformer_micro", {}),
-    ("hcnet_micro", {}),
-    ("hcnet_micro", {"layout": "library"}),
-    ("hcnet_micro", {"layout": "paper"}),
-    ("pderesnet_micro", {}),
-]
+CASES = STAGED_CASES
 
 
 def summary(model: nn.Module) -> list[tuple[str, str, str]]:
