@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
@@ -47,33 +46,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small ImageFolder of real digits: train/ and val/, 10 classes x 1 image each."""
     return digit_folder(tmp_path_factory.mktemp("digits"), per_split=1, img_size=32)
-
-
-@pytest.fixture(scope="module")
-def digit_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("images") / "digit.png"
-    DigitsDataset("val", img_size=32)[0][0].save(path)
-    return path
-
-
-@pytest.fixture
-def no_network(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
-    """Every attempt to open a network connection is recorded and fails."""
-    attempts: list[tuple] = []
-
-    def refuse(self, address, *args, **kwargs):
-        attempts.append(("connect", address))
-        raise OSError("network access attempted in a test")
-
-    def refuse_create(address, *args, **kwargs):
-        attempts.append(("create_connection", address))
-        raise OSError("network access attempted in a test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse_create)
-    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: refuse_create(a))
-    return attempts
 
 
 def _one_error_line(err: str) -> str:

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,6 @@ import timm
 import torch
 from safetensors.torch import load_file, save_file
 
-from pdevision.data import DigitsDataset
 from pdevision.engine.modeling import build_model
 from tests.engine.test_formats import to_authors_layout
 from tests.helpers import exit_code
@@ -43,26 +41,8 @@ def hub(model: torch.nn.Module, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("image") / "digit.png"
-    DigitsDataset("val", img_size=32)[0][0].save(path)
-    return path
-
-
-@pytest.fixture
-def no_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Every attempt to open a connection is recorded and fails."""
-    attempts: list[object] = []
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        attempts.append(args)
-        raise OSError("network access attempted in a test")
-
-    for name in ("connect", "connect_ex"):
-        monkeypatch.setattr(socket.socket, name, refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    return attempts
+def image(digit_png: Path) -> Path:
+    return digit_png
 
 
 def _predict(checkpoint: Path, image: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
