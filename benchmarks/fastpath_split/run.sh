@@ -4,10 +4,12 @@
 # default pair; HcNet's authors' network landed later, so hcnet_tiny is the same architecture on both sides). The two
 # versions cannot share a process, so the same `pdevision bench` command runs in alternating fresh processes,
 # before / after / before / after, on the same machine; each run interleaves the models and their peers itself.
-#   usage: benchmarks/fastpath_split/run.sh [BEFORE AFTER]     (from the repository root, after `make install`)
+#   usage: [ROUNDS=3] benchmarks/fastpath_split/run.sh [BEFORE AFTER]   (from the repository root, after `make install`)
+# AFTER defaults to HEAD, the code as it is now.
 set -euo pipefail
 before=${1:-d2054b5}
-after=${2:-17a32bd}
+after=${2:-$(git rev-parse --short HEAD)}
+rounds=${ROUNDS:-3}
 here=benchmarks/fastpath_split
 old=$(mktemp -d)
 new=$(mktemp -d)
@@ -16,7 +18,8 @@ git worktree add --detach "$old" "$before" >/dev/null
 git worktree add --detach "$new" "$after" >/dev/null
 args=(bench --models vheat_tiny hcnet_tiny pderesnet50 convnext_tiny swin_tiny_patch4_window7_224 resnet50
       --fused-peers --resolutions 224 1024 --dtype fp32 bf16 --no-operators --train-resolutions --threads 2)
-for round in 1 2; do
+rm -rf $here/before[0-9] $here/after[0-9]
+for round in $(seq 1 "$rounds"); do
   for side in before after; do
     out=$here/$side$round
     rm -rf "$out"
