@@ -71,7 +71,7 @@ def _fake(rows: dict, arm: str, seed: int, lr: float, curve: list[float], test: 
     rec = {
         "status": "ok",
         "final_val_top1": curve[-1],
-        "curve": [{"epoch": i + 1, "val_top1": v} for i, v in enumerate(curve)],
+        "curve": [{"epoch": i + 1, "val_top1": v, "train_loss": 0.693} for i, v in enumerate(curve)],
         "cpu_seconds": 1.0,
     }
     if test is not None:
@@ -94,9 +94,25 @@ def test_the_gate_comes_first_and_stops_everything_when_a_mixer_stays_at_chance(
     late = [50.0] * pf.GATE_EPOCH + [90.0] * 6
     results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], late)])
     assert pf.gate(results, rows)["identity"] is False
-    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], [50.0] * 5 + [61.0] * 7)])
+    just = [50.0] * (pf.GATE_EPOCH - 1) + [61.0] * 7  # at the gate's epoch: passes
+    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], just)])
     assert all(pf.gate(results, rows).values())
     assert {p for p, _, _ in pf.plan(results, rows)} == {"rates"}
+
+
+def test_runs_of_an_earlier_testbed_are_voided_and_shown_apart(rows: dict) -> None:
+    key, rec = _fake(rows, "heat", pf.SELECTION_SEED, pf.LRS[1], [50.0] * 12)
+    assert pf.is_current(key)
+    old = json.loads(key)
+    old["epochs"], old["testbed"]["n"][0] = 16, 16000  # the first gate's budget and testbed
+    old_key = json.dumps(old, sort_keys=True)
+    assert not pf.is_current(old_key)
+    results = {"runs": {old_key: {**rec, "gate_epoch": 10}}}
+    assert pf.done(results, key) is None  # the voided pilot does not stand in for the current one
+    assert pf.plan(results, rows)[0][0] == "gate" and len(pf.plan(results, rows)) == len(pf.MIXER_ARMS)
+    section = "\n".join(pf.earlier_gates(results))
+    assert "| heat | 16,000 | 16 | 10 | 50 50" in section and "0.693 -> 0.693" in section
+    assert pf.earlier_gates({"runs": {key: rec}}) == []  # a current run is not an earlier one
 
 
 def test_rates_then_reported_seeds_seed_by_seed_with_controls_at_their_parents_rate(rows: dict) -> None:
