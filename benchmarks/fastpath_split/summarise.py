@@ -60,9 +60,8 @@ def main() -> None:
             continue
         change = sorted(after)[len(after) // 2] / sorted(before)[len(before) // 2]
         cells = " | ".join(f"{v:.2f}" for v in before + after)
-        lines.append(
-            f"| {key[0]} | {key[1]} | {key[3]} | {key[2]} | {cells} | {change:.2f} | {_mark(key, before, after, params)} |"
-        )
+        mark = _mark(key, before, after, params)
+        lines.append(f"| {key[0]} | {key[1]} | {key[3]} | {key[2]} | {cells} | {change:.2f} | {mark} |")
     (HERE / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
