@@ -260,6 +260,7 @@ def run_training(key: str, folder: str, device: str, workers: int, threads: int)
 
     torch.set_num_threads(threads)
     spec = json.loads(key)
+    resumed_from = unfinished_epochs(folder)  # a run cut off (a session's end) continues from its last epoch
     config = ClassifyConfig(
         model=spec["model"],
         data=spec["data"],
@@ -268,7 +269,8 @@ def run_training(key: str, folder: str, device: str, workers: int, threads: int)
         model_args=dict(spec["model_args"]),
         run=RunConfig(
             output=folder,
-            overwrite=True,
+            overwrite=resumed_from is None,
+            resume=folder if resumed_from is not None else None,
             epochs=spec["epochs"],
             batch_size=spec["batch_size"],
             seed=spec["seed"],
@@ -298,7 +300,23 @@ def run_training(key: str, folder: str, device: str, workers: int, threads: int)
         "params": params,
         "folder": folder,
         "device": device,
+        **({"resumed_after_epoch": resumed_from} if resumed_from is not None else {}),
     }
+
+
+def unfinished_epochs(folder: str | Path) -> int | None:
+    """The epochs a run folder's ``last/`` checkpoint holds when its run did not complete (``None``: nothing to
+    resume, the run starts afresh). The folder is named by the hash of the run's key, so a checkpoint in it is
+    of the same run."""
+    folder = Path(folder)
+    if not (folder / "last" / "trainer.pt").is_file():
+        return None
+    summary = folder / "summary.json"
+    if summary.is_file() and json.loads(summary.read_text()).get("status") == "completed":
+        return None
+    from pdevision.engine.checkpoint import read_meta
+
+    return int(read_meta(folder / "last")["epoch"])
 
 
 def _warm_data(data: str, img_size: int) -> None:

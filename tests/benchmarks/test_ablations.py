@@ -200,3 +200,22 @@ def test_a_group_run_at_a_second_budget_reports_both() -> None:
     assert "- **hcnet_filter at 32 px, 2 epochs**: measured" in md
     assert "- **hcnet_filter at 64 px, 15 epochs**: measured RA filter on (default) 61.0 > RA filter off" in md
     assert "12 distinct trainings" in md  # 2 rows x 3 seeds x 2 budgets
+
+
+def test_a_run_cut_off_after_an_epoch_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    from pdevision.engine import RunConfig
+    from pdevision.tasks.classify import ClassifyConfig, train
+
+    key = ablations.train_key({"model": "vheat_micro"}, 0, BUDGET)
+    folder = tmp_path / "run"
+    assert ablations.unfinished_epochs(folder) is None  # nothing there: a fresh start
+    spec = json.loads(key)
+    cut = RunConfig(output=str(folder), epochs=2, batch_size=8, seed=0, device="cpu", workers=0, progress=False,
+                    max_train_batches=1, stop_after_epochs=1)  # fmt: skip
+    train(ClassifyConfig(model=spec["model"], data="scenes", recipe="light", img_size=32, run=cut))
+    assert ablations.unfinished_epochs(folder) == 1
+    rec = ablations.run_training(key, str(folder), "cpu", 0, 1)
+    assert rec["resumed_after_epoch"] == 1
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs_run"] == 2
+    assert ablations.unfinished_epochs(folder) is None  # completed: a later call starts afresh, not resumes
