@@ -46,13 +46,15 @@ class Flag:
 
     The flag is ``--field-name`` unless ``name`` says otherwise; it stores into the field's name. A ``bool`` field
     takes no value: the flag sets it to the opposite of its default. ``off``: a second flag that sets the field to a
-    value, ``(flag, value, help)`` (``--no-ema``: EMA decay 0), whatever the first flag says."""
+    value, ``(flag, value, help)`` (``--no-ema``: EMA decay 0), whatever the first flag says. ``nargs``: argparse's,
+    for a field that holds several values (a tuple: the flag gives a list)."""
 
     group: str
     help: str | None = None
     name: str = ""
     choices: tuple[str, ...] | None = None
     off: tuple[str, Any, str] | None = None
+    nargs: str | None = None
 
 
 def setting(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,27 +45,37 @@ def add_config_arguments(
     skip: Iterable[str] = (),
     defaults: dict[str, Any] | None = None,
     fill: dict[str, str] | None = None,
+    flags: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """A flag for each field of the dataclass ``config`` that declares a :class:`Flag` (a task's configuration, or
     :class:`RunConfig`), in field order, in its flag's group; each stores into the field's name, so
-    :func:`task_fields` reads them back. ``fill``: text put in place of each key in the help."""
-    skip, shown = set(skip), dict(defaults or {})
+    :func:`task_fields` reads them back. ``fill``: text put in place of each key in the group titles and the help;
+    ``flags``: what a task changes of a field's :class:`Flag` (field name -> ``Flag`` keywords, e.g. the choices of
+    ``--head``, where the tasks that share a configuration differ)."""
+    skip, shown, fill = set(skip), dict(defaults or {}), dict(fill or {})
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in flag_fields(config):
-        flag: Flag = f.metadata["flag"]
-        group = groups.get(flag.group) or groups.setdefault(flag.group, p.add_argument_group(flag.group))
+        flag: Flag = dataclasses.replace(f.metadata["flag"], **(flags or {}).get(f.name, {}))
+        title = _filled(flag.group, fill)
+        group = groups.get(title) or groups.setdefault(title, p.add_argument_group(title))
         name = flag_name(f)
         if name not in skip:
-            group.add_argument(name, **_flag_options(f, flag, fill or {}, shown.get(name)))
+            group.add_argument(name, **_flag_options(f, flag, fill, shown.get(name)))
         if flag.off is not None and flag.off[0] not in skip:
             group.add_argument(flag.off[0], action="store_true", help=flag.off[2])
 
 
-def _flag_options(f: Any, flag: Flag, fill: dict[str, str], shown: Any) -> dict[str, Any]:
-    """``add_argument``'s keywords for the field ``f``: a switch for a ``bool``, else a value of the field's type."""
-    text = flag.help
+def _filled(text: str, fill: dict[str, str]) -> str:
+    """``text`` with each key of ``fill`` replaced by its value."""
     for key, value in fill.items():
-        text = None if text is None else text.replace(key, value)
+        text = text.replace(key, value)
+    return text
+
+
+def _flag_options(f: Any, flag: Flag, fill: dict[str, str], shown: Any) -> dict[str, Any]:
+    """``add_argument``'s keywords for the field ``f``: a switch for a ``bool``, else a value of the field's type
+    (several with ``nargs``: a list, as argparse gives them)."""
+    text = None if flag.help is None else _filled(flag.help, fill)
     if shown is not None:
         text = f"{text or ''} (default {shown})".strip()
     kw: dict[str, Any] = {"dest": f.name, "help": text}
@@ -73,6 +83,9 @@ def _flag_options(f: Any, flag: Flag, fill: dict[str, str], shown: Any) -> dict[
         kw["action"] = "store_false" if f.default else "store_true"
         return kw
     kw["default"] = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    if flag.nargs is not None:
+        kw["nargs"] = flag.nargs
+        kw["default"] = None if kw["default"] is None else list(kw["default"])
     if f.metadata["type"] is not None:
         kw["type"] = f.metadata["type"]
     if flag.choices is not None:

@@ -26,7 +26,7 @@ from pdevision.engine.checkpoint import (
     read_meta,
     resolve_checkpoint,
 )
-from pdevision.engine.config import RunConfig
+from pdevision.engine.config import Flag, RunConfig, setting
 from pdevision.engine.modeling import load_checkpoint_model
 from pdevision.engine.runtime import resolve_device
 from pdevision.engine.task import Task
@@ -59,23 +59,45 @@ class DenseRecipe:
 EMBEDDED_EPOCHS = {"segment": 15, "detect": 3}
 
 
+# the group of the dense tasks' flags; {noun}: the task's (DenseCommands.fill)
+DATA_AND_MODEL = "{noun}: data and model"
+
+
 @dataclass
 class DenseConfig:
-    """Knobs of ``pdevision train --task segment|detect`` (``None``: the recipe's or the task's default)."""
+    """Knobs of ``pdevision train --task segment|detect`` (``None``: the recipe's or the task's default).
 
-    model: str = "vheat_micro"
-    head: str | None = None  # segment: upernet | fpn | unet; detect: mask_rcnn | faster_rcnn
-    data: str | None = None  # None: the embedded scenes; a mask folder (segment) or a COCO folder (detect)
-    recipe: str = "light"
-    img_size: int | None = None  # training crop (segment) / detector shorter side (detect)
-    init_from: str | None = None
-    fve_resize: str | None = None  # vHeat: interp | pad | downstream
-    drop_path: float | None = None
-    model_args: dict[str, Any] = field(default_factory=dict)
-    train_scenes: int | None = None
-    val_scenes: int | None = None
+    Each field with a :class:`~pdevision.engine.config.Flag` is a flag of both tasks (made by
+    :meth:`DenseCommands.add_arguments`); the braces in its help are the task's words (:meth:`DenseCommands.fill`),
+    the heads and recipes to choose from the task's own (:meth:`DenseCommands.flags`)."""
+
+    model: str = setting(
+        "vheat_micro", None, Flag(DATA_AND_MODEL, "backbone: any registered model (default vheat_micro)")
+    )
+    model_args: dict[str, Any] = setting(  # noqa: RUF009  (a dataclasses.field with a default_factory)
+        factory=dict, type=V.json_dict, flag=Flag(DATA_AND_MODEL, "JSON backbone arguments (no weights, URLs or paths)")
+    )
+    # segment: upernet | fpn | unet; detect: mask_rcnn | faster_rcnn (the flag's choices: the task's heads)
+    head: str | None = setting(None, None, Flag(DATA_AND_MODEL, "default {head}"))
+    # None: the embedded scenes; a mask folder (segment) or a COCO folder (detect)
+    data: str | None = setting(None, V.path, Flag(DATA_AND_MODEL, "{data}; default: the embedded scenes"))
+    # training crop (segment) / detector shorter side (detect)
+    img_size: int | None = setting(None, V.side, Flag(DATA_AND_MODEL, "{img_size}"))
+    recipe: str = setting("light", None, Flag(DATA_AND_MODEL, "default light (this library's)"))
+    fve_resize: str | None = setting(  # vHeat: interp | pad | downstream
+        None, None, Flag(DATA_AND_MODEL, "vHeat FVE rule", choices=("interp", "pad", "downstream"))
+    )
+    drop_path: float | None = setting(
+        None, V.rate_below_one, Flag(DATA_AND_MODEL, "stochastic depth (default: model's)")
+    )
+    init_from: str | None = setting(
+        None, V.path, Flag(DATA_AND_MODEL, "backbone checkpoint (classification or encoder)")
+    )
+    train_scenes: int | None = setting(None, V.scenes, Flag(DATA_AND_MODEL, "embedded scenes: train set size"))
+    val_scenes: int | None = setting(None, V.scenes, Flag(DATA_AND_MODEL, "embedded scenes: val set size"))
     scene_seed: int = 0  # the embedded scenes' generator: a fixed split whatever the run's seed is
-    multi_scale: bool = False  # detect: shorter side drawn from 0.75-1.25 x img_size per batch
+    # detect only (segment skips the flag): shorter side drawn from 0.75-1.25 x img_size per batch
+    multi_scale: bool = setting(False, None, Flag(DATA_AND_MODEL, "multi-scale training (shorter side)"))
     run: RunConfig = field(default_factory=RunConfig)
 
 
@@ -220,30 +242,35 @@ def write_predictions(out: str | Path, results: list[Any]) -> None:
 
 
 class DenseCommands(TaskCommands):
-    """The flags segmentation and detection share; subclasses set ``recipes`` and ``heads``, and ``predict``."""
+    """The flags segmentation and detection share (the fields of ``config_class``); subclasses set ``recipes``,
+    ``heads``, the words of their help (``noun``, ``data_help``, ``img_size_help``) and ``predict``."""
 
+    config_class: type[DenseConfig] = DenseConfig
     recipes: ClassVar[dict[str, DenseRecipe]] = {}
     heads: tuple[str, ...] = ()
     noun = "dense"
+    data_help: str  # what --data names, e.g. "a mask folder (images/ and masks/ per split)"
+    img_size_help: str  # what --img-size is, with its default
+    skip_flags: tuple[str, ...] = ()  # flags of DenseConfig the task does not take
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group(f"{self.noun}: data and model")
-        g.add_argument("--model", default="vheat_micro", help="backbone: any registered model (default vheat_micro)")
-        g.add_argument(
-            "--model-args", type=V.json_dict, default={}, help="JSON backbone arguments (no weights, URLs or paths)"
-        )
-        g.add_argument("--head", default=None, choices=self.heads, help=f"default {self.heads[0]}")
-        g.add_argument("--data", type=V.path, default=None, help=self.data_help)
-        g.add_argument("--img-size", type=V.side, default=None, help=self.img_size_help)
-        g.add_argument("--recipe", default="light", choices=sorted(self.recipes), help="default light (this library's)")
-        g.add_argument("--fve-resize", default=None, choices=["interp", "pad", "downstream"], help="vHeat FVE rule")
-        g.add_argument("--drop-path", type=V.rate_below_one, default=None, help="stochastic depth (default: model's)")
-        g.add_argument("--init-from", type=V.path, default=None, help="backbone checkpoint (classification or encoder)")
-        g.add_argument("--train-scenes", type=V.scenes, default=None, help="embedded scenes: train set size")
-        g.add_argument("--val-scenes", type=V.scenes, default=None, help="embedded scenes: val set size")
+        A.add_config_arguments(p, self.config_class, self.skip_flags, fill=self.fill(), flags=self.flags())
+
+    def fill(self) -> dict[str, str]:
+        """The task's words in the group title and the help of the flags (the braces of :class:`DenseConfig`)."""
+        return {
+            "{noun}": self.noun,
+            "{head}": self.heads[0],
+            "{data}": self.data_help,
+            "{img_size}": self.img_size_help,
+        }
+
+    def flags(self) -> dict[str, dict[str, Any]]:
+        """The task's choices of ``--head`` and ``--recipe``."""
+        return {"head": {"choices": self.heads}, "recipe": {"choices": tuple(sorted(self.recipes))}}
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> DenseConfig:
-        return DenseConfig(**A.task_fields(args, DenseConfig), run=run)
+        return self.config_class(**A.task_fields(args, self.config_class), run=run)
 
     def report(self, s: dict[str, Any], config: DenseConfig) -> str:
         return (

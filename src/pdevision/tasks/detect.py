@@ -292,12 +292,8 @@ class DetectCommands(DenseCommands):
     noun = "detection"
     recipes = DETECT_RECIPES
     heads = ("mask_rcnn", "faster_rcnn")
-    data_help = "a COCO folder (annotations/instances_<split>.json, images); default: the embedded scenes"
+    data_help = "a COCO folder (annotations/instances_<split>.json, images)"
     img_size_help = "detector's shorter side (default 128 on the scenes, 800 on COCO)"
-
-    def add_arguments(self, p: Any) -> None:
-        super().add_arguments(p)
-        p.add_argument("--multi-scale", action="store_true", help="multi-scale training (shorter side)")
 
     def run(self, config: DenseConfig) -> dict[str, Any]:
         return train(config)

@@ -46,7 +46,7 @@ from pdevision.data.restoration import (
 )
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, load_weights, read_meta
-from pdevision.engine.config import RunConfig
+from pdevision.engine.config import Flag, RunConfig, setting
 from pdevision.engine.loop import fit
 from pdevision.engine.modeling import check_finite_weights, load_checkpoint_model
 from pdevision.engine.runtime import one_line, resolve_device
@@ -126,28 +126,58 @@ RESTORE_RUN_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _sigma(text: str) -> float | tuple[float, float]:
+    """``--sigma``: :func:`parse_sigma`, its refusal an argparse error."""
+    try:
+        return parse_sigma(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# the group of a restoration task's flags; {task}: denoise or dejpeg (RestoreCommands.add_arguments)
+DATA_AND_MODEL = "{task}: data and model"
+
+
 @dataclass
 class RestoreConfig:
     """A restoration run: the task's settings and the run's (:class:`RunConfig`, defaults
-    :data:`RESTORE_RUN_DEFAULTS`)."""
+    :data:`RESTORE_RUN_DEFAULTS`). Each field with a :class:`~pdevision.engine.config.Flag` is a flag of
+    ``train --task denoise|dejpeg`` (``--sigma`` of denoise only, ``--quality`` of dejpeg only)."""
 
     task: str = "denoise"  # denoise | dejpeg
-    sigma: float | tuple[float, float] = 25.0
-    quality: int = 10
-    model: str = "vheatir_micro"
-    model_args: dict[str, Any] = field(default_factory=dict)
-    color: bool = False  # grey by default (the papers' grey denoising setting)
-    data: str | None = None
-    val_data: str | None = None
-    patch_size: int = 32
-    patches_per_epoch: int = 16384
-    loss: str = "l1"  # l1 | charbonnier
+    model: str = setting(
+        "vheatir_micro", None, Flag(DATA_AND_MODEL, "vheatir_*, swinir_* or dncnn_* (default vheatir_micro)")
+    )
+    model_args: dict[str, Any] = setting(  # noqa: RUF009  (a dataclasses.field with a default_factory)
+        factory=dict, type=V.json_dict, flag=Flag(DATA_AND_MODEL, "JSON model arguments")
+    )
+    data: str | None = setting(None, V.path, Flag(DATA_AND_MODEL, "folder of clean training images (default: photos)"))
+    val_data: str | None = setting(None, V.path, Flag(DATA_AND_MODEL, "folder of held-out clean images (e.g. Set12)"))
+    # a restoration checkpoint of the same model and mode to start from (fine-tuning)
+    init_from: str | None = setting(None, V.path, Flag(DATA_AND_MODEL, "a restoration checkpoint of the same network"))
+    sigma: float | tuple[float, float] = setting(
+        25.0, _sigma, Flag(DATA_AND_MODEL, "noise level on 0-255 (15, 25, 50) or a range 0-55")
+    )
+    quality: int = setting(10, V.bounded(int, 1, 100), Flag(DATA_AND_MODEL, "JPEG quality (default 10)"))
+    # grey by default (the papers' grey denoising setting)
+    color: bool = setting(False, None, Flag(DATA_AND_MODEL, "colour images (default grey); PSNR/SSIM on Y"))
+    patch_size: int = setting(32, V.bounded(int, 8, 1024), Flag(DATA_AND_MODEL, "training patch side (32)"))
+    patches_per_epoch: int = setting(16384, V.per_epoch, Flag(DATA_AND_MODEL, "default 16384"))
+    loss: str = setting("l1", None, Flag(DATA_AND_MODEL, "default l1", choices=("l1", "charbonnier")))
     charbonnier_eps: float = 1e-3
-    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    baselines: tuple[str, ...] = setting(
+        DEFAULT_BASELINES,
+        None,
+        Flag(
+            DATA_AND_MODEL,
+            "classical baselines (default: noisy nlm wavelet tv bm3d)",
+            choices=DEFAULT_BASELINES,
+            nargs="*",
+        ),
+    )
     tile: int = 512
     overlap: int = 32
     eval_crop: int | None = None  # None: held-out images at full size; else their centre crop of this side
-    init_from: str | None = None  # a restoration checkpoint of the same model and mode to start from (fine-tuning)
     run: RunConfig = field(default_factory=default_run)
 
     def degradation(self) -> Degradation:
@@ -564,18 +594,12 @@ def restore_file(
 # -- the command line: train --task denoise | dejpeg, and pdevision restore ------------------------------------
 
 
-def _sigma(text: str) -> float | tuple[float, float]:
-    try:
-        return parse_sigma(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 class RestoreCommands(TaskCommands):
     """``train --task denoise`` and ``train --task dejpeg`` (one class, two registrations) and ``restore``."""
 
     default_output = "runs/train"
     requires = REQUIRES
+    config_class: type[RestoreConfig] = RestoreConfig  # its fields with a Flag are the task's flags
     run_flag_defaults: ClassVar[dict[str, Any]] = {
         "--epochs": 2,
         "--batch-size": 16,
@@ -592,41 +616,16 @@ class RestoreCommands(TaskCommands):
         )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group(f"{self.name}: data and model")
-        g.add_argument(
-            "--model", default="vheatir_micro", help="vheatir_*, swinir_* or dncnn_* (default vheatir_micro)"
-        )
-        g.add_argument("--model-args", type=V.json_dict, default={}, help="JSON model arguments")
-        g.add_argument("--data", type=V.path, default=None, help="folder of clean training images (default: photos)")
-        g.add_argument("--val-data", type=V.path, default=None, help="folder of held-out clean images (e.g. Set12)")
-        g.add_argument("--init-from", type=V.path, default=None, help="a restoration checkpoint of the same network")
-        if self.name == "denoise":
-            g.add_argument(
-                "--sigma", type=_sigma, default=25.0, help="noise level on 0-255 (15, 25, 50) or a range 0-55"
-            )
-        else:
-            g.add_argument("--quality", type=V.bounded(int, 1, 100), default=10, help="JPEG quality (default 10)")
-        g.add_argument("--color", action="store_true", help="colour images (default grey); PSNR/SSIM on Y")
-        g.add_argument("--patch-size", type=V.bounded(int, 8, 1024), default=32, help="training patch side (32)")
-        g.add_argument("--patches-per-epoch", type=V.per_epoch, default=16384, help="default 16384")
-        g.add_argument("--loss", default="l1", choices=["l1", "charbonnier"], help="default l1")
-        g.add_argument(
-            "--baselines",
-            nargs="*",
-            default=None,
-            choices=DEFAULT_BASELINES,
-            help="classical baselines (default: noisy nlm wavelet tv bm3d)",
-        )
+        other = "--quality" if self.name == "denoise" else "--sigma"  # the other task's degradation
+        A.add_config_arguments(p, self.config_class, skip=(other,), fill={"{task}": self.name})
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> RestoreConfig:
         if args.data is None and args.patch_size > 300:
             raise UsageError(f"--patch-size {args.patch_size} is larger than the embedded photos allow (at most 300)")
-        values = A.task_fields(args, RestoreConfig, skip=("task",))
-        if values.get("baselines") is None:
-            values.pop("baselines", None)
-        else:
-            values["baselines"] = tuple(values["baselines"])
-        return RestoreConfig(task=self.name, **values, run=run)
+        values = A.task_fields(args, self.config_class, skip=("task",))
+        if values.get("baselines") is not None:
+            values["baselines"] = tuple(values["baselines"])  # argparse's list
+        return self.config_class(task=self.name, **values, run=run)
 
     def run(self, config: RestoreConfig) -> dict[str, Any]:
         return train(config)

@@ -270,8 +270,9 @@ class SegmentCommands(DenseCommands):
     noun = "segmentation"
     recipes = SEGMENT_RECIPES
     heads = ("upernet", "fpn", "unet")
-    data_help = "a mask folder (images/ and masks/ per split); default: the embedded scenes"
+    data_help = "a mask folder (images/ and masks/ per split)"
     img_size_help = "training crop side (default 64)"
+    skip_flags = ("--multi-scale",)  # detection's
 
     def run(self, config: DenseConfig) -> dict[str, Any]:
         return train(config)

@@ -17,16 +17,13 @@ from pdevision.tasks.pretrain.task import REQUIRES, pretrain
 from pdevision.tasks.registry import TaskCommands, register
 
 
-def _max_rate(text: str) -> float | str | None:
-    return text if text == "auto" else V.rate(text)
-
-
 class PretrainCommands(TaskCommands):
     name = "pretrain"
     requires = REQUIRES
     help = "self-supervised pretraining (QB-Heat or MAE) on photos; writes an encoder checkpoint"
     default_output = "runs/pretrain"
     kinds = ("pretrain", "encoder")
+    config_class: type[PretrainConfig] = PretrainConfig  # its fields with a Flag are the task's flags
     skip_run_flags = ("--warmup-epochs",)  # --warmup: a fraction of training
     run_flag_defaults: ClassVar[dict[str, Any]] = {
         "--epochs": 10,
@@ -35,52 +32,10 @@ class PretrainCommands(TaskCommands):
     }
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group("pretraining: method, data and model")
-        g.add_argument("--method", default="qbheat", choices=["qbheat", "mae"], help="default: qbheat")
-        g.add_argument(
-            "--model", default=None, help="backbone (default: vheat_micro; mae: vit_tiny_patch16_224, patch 8, depth 4)"
-        )
-        g.add_argument("--model-args", type=V.json_dict, default={}, help="JSON model arguments, e.g. '{\"depth\": 4}'")
-        g.add_argument(
-            "--data",
-            type=V.path,
-            default=None,
-            help="ImageFolder root or an embedded set (digits, scenes: its train split), labels unused; "
-            "default: scikit-image photos",
-        )
-        g.add_argument("--img-size", type=V.side, default=64, help="crop side in pixels (default 64)")
-        g.add_argument("--crops-per-epoch", type=V.per_epoch, default=2048)
-        g.add_argument("--warmup", type=V.rate_below_one, default=0.05, help="warm-up fraction of training (0.05)")
-        g.add_argument("--no-verify-images", dest="verify_images", action="store_false", help="skip the decode check")
-        g = p.add_argument_group("QB-Heat")
-        g.add_argument("--block-size", type=V.side, default=None, help="visible block side (default: half)")
-        g.add_argument("--block-position", default="center", choices=["center", "random"])
-        g.add_argument("--stride", type=V.count, default=8, help="feature stride of the prediction (default 8)")
-        g.add_argument("--pred-dim", type=V.width, default=128, help="channels of the predicted features")
-        g.add_argument("--predictor", default="discrete", choices=["discrete", "exact"], help="(I + dx A)^n or expm")
-        g.add_argument(
-            "--corner", default="mean", choices=["mean", "xy", "yx"], help="order of the corner extrapolation"
-        )
-        g.add_argument("--constraint", default="skew", choices=["skew", "none"], help="A, B skew-symmetric or free")
-        g.add_argument(
-            "--max-rate",
-            type=_max_rate,
-            default="auto",
-            help="cap on dx ||A||_2 ('none': no cap; default 'auto': 0.25 for skew, none for --constraint none)",
-        )
-        g.add_argument("--no-fuse-deeper", dest="fuse_deeper", action="store_false", help="only the stride's stage")
-        g.add_argument("--decoder", default="transformer", choices=["transformer", "conv"])
-        g = p.add_argument_group("MAE")
-        g.add_argument("--mask-ratio", type=V.open_fraction, default=0.75)
-        g = p.add_argument_group("decoder and loss")
-        g.add_argument("--decoder-width", type=V.width, default=128)
-        g.add_argument("--decoder-depth", type=V.count, default=2)
-        g.add_argument("--decoder-heads", type=V.count, default=4)
-        g.add_argument("--loss-region", default="unseen", choices=["unseen", "all"], help="hidden cells or whole image")
-        g.add_argument("--no-norm-pix", dest="norm_pix", action="store_false", help="raw instead of per-patch pixels")
+        A.add_config_arguments(p, self.config_class)  # each field of PretrainConfig with a Flag
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> PretrainConfig:
-        return PretrainConfig(**A.task_fields(args, PretrainConfig), run=run)
+        return self.config_class(**A.task_fields(args, self.config_class), run=run)
 
     def run(self, config: PretrainConfig) -> dict[str, Any]:
         return pretrain(config)

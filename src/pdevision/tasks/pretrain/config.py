@@ -26,7 +26,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdevision.engine.config import RunConfig, resolve_run
+from pdevision.engine import validators as V
+from pdevision.engine.config import Flag, RunConfig, resolve_run, setting
 from pdevision.errors import UsageError
 from pdevision.models.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
 from pdevision.models.qbheat import QBHeat
@@ -43,38 +44,85 @@ def default_run() -> RunConfig:
 LR_PER_64 = 1e-3  # default learning rate for a global batch of 64, scaled linearly
 
 
+def parse_max_rate(text: str) -> float | str | None:
+    """``--max-rate``: ``auto``, ``none`` (no cap) or a positive number."""
+    return text if text == "auto" else V.rate(text)
+
+
+# the groups of the flags
+METHOD_GROUP = "pretraining: method, data and model"
+QBHEAT_GROUP = "QB-Heat"
+MAE_GROUP = "MAE"
+DECODER_GROUP = "decoder and loss"
+
+
 @dataclass
 class PretrainConfig:
-    """All knobs of :func:`pretrain`: the method's, and the run's (:class:`RunConfig`)."""
+    """All knobs of :func:`pretrain`: the method's, and the run's (:class:`RunConfig`).
 
-    method: str = "qbheat"  # qbheat | mae
-    model: str | None = None  # None: vheat_micro (qbheat), vit_tiny_patch16_224 with patch 8, depth 4 (mae);
+    Each field with a :class:`~pdevision.engine.config.Flag` is a flag of ``pdevision pretrain`` (in field order, in
+    its flag's group), made from the field by :func:`pdevision.tasks.args.add_config_arguments`."""
+
+    method: str = setting("qbheat", None, Flag(METHOD_GROUP, "default: qbheat", choices=METHODS))
+    # None: vheat_micro (qbheat), vit_tiny_patch16_224 with patch 8, depth 4 (mae);
     # QB-Heat takes any timm ViT (patch size = stride) or any backbone with forward_intermediates (e.g. resnet18)
-    model_args: dict[str, Any] = field(default_factory=dict)
-    data: str | None = None  # None: crops of scikit-image's sample photographs; an embedded set's name; a folder
-    img_size: int = 64
-    crops_per_epoch: int = 2048
-    warmup: float = 0.05  # fraction of training
-    # QB-Heat
-    block_size: int | None = None  # None: half the image side (a quarter of the area)
-    block_position: str = "center"  # center | random
-    stride: int = 8
-    pred_dim: int = 128
-    predictor: str = "discrete"  # discrete | exact
-    corner: str = "mean"  # mean | xy | yx
-    constraint: str = "skew"  # skew | none
-    max_rate: float | str | None = "auto"  # "auto": 0.25 for skew, no cap for none (the published form)
-    fuse_deeper: bool = True
-    decoder: str = "transformer"  # transformer | conv (MAE: transformer only)
-    # MAE
-    mask_ratio: float = 0.75
-    # decoder and loss (both)
-    decoder_width: int = 128
-    decoder_depth: int = 2
-    decoder_heads: int = 4
-    loss_region: str = "unseen"  # unseen | all
-    norm_pix: bool = True
-    verify_images: bool = True
+    model: str | None = setting(
+        None, None, Flag(METHOD_GROUP, "backbone (default: vheat_micro; mae: vit_tiny_patch16_224, patch 8, depth 4)")
+    )
+    model_args: dict[str, Any] = setting(  # noqa: RUF009  (a dataclasses.field with a default_factory)
+        factory=dict, type=V.json_dict, flag=Flag(METHOD_GROUP, "JSON model arguments, e.g. '{\"depth\": 4}'")
+    )
+    # None: crops of scikit-image's sample photographs; an embedded set's name; a folder
+    data: str | None = setting(
+        None,
+        V.path,
+        Flag(
+            METHOD_GROUP,
+            "ImageFolder root or an embedded set (digits, scenes: its train split), labels unused; "
+            "default: scikit-image photos",
+        ),
+    )
+    img_size: int = setting(64, V.side, Flag(METHOD_GROUP, "crop side in pixels (default 64)"))
+    crops_per_epoch: int = setting(2048, V.per_epoch, Flag(METHOD_GROUP))
+    warmup: float = setting(  # fraction of training
+        0.05, V.rate_below_one, Flag(METHOD_GROUP, "warm-up fraction of training (0.05)")
+    )
+    verify_images: bool = setting(True, None, Flag(METHOD_GROUP, "skip the decode check", name="--no-verify-images"))
+    block_size: int | None = setting(  # None: half the image side (a quarter of the area)
+        None, V.side, Flag(QBHEAT_GROUP, "visible block side (default: half)")
+    )
+    block_position: str = setting("center", None, Flag(QBHEAT_GROUP, choices=("center", "random")))
+    stride: int = setting(8, V.count, Flag(QBHEAT_GROUP, "feature stride of the prediction (default 8)"))
+    pred_dim: int = setting(128, V.width, Flag(QBHEAT_GROUP, "channels of the predicted features"))
+    predictor: str = setting(
+        "discrete", None, Flag(QBHEAT_GROUP, "(I + dx A)^n or expm", choices=("discrete", "exact"))
+    )
+    corner: str = setting(
+        "mean", None, Flag(QBHEAT_GROUP, "order of the corner extrapolation", choices=("mean", "xy", "yx"))
+    )
+    constraint: str = setting("skew", None, Flag(QBHEAT_GROUP, "A, B skew-symmetric or free", choices=("skew", "none")))
+    # "auto": 0.25 for skew, no cap for none (the published form)
+    max_rate: float | str | None = setting(
+        "auto",
+        parse_max_rate,
+        Flag(
+            QBHEAT_GROUP,
+            "cap on dx ||A||_2 ('none': no cap; default 'auto': 0.25 for skew, none for --constraint none)",
+        ),
+    )
+    fuse_deeper: bool = setting(True, None, Flag(QBHEAT_GROUP, "only the stride's stage", name="--no-fuse-deeper"))
+    decoder: str = setting(  # transformer | conv (MAE: transformer only)
+        "transformer", None, Flag(QBHEAT_GROUP, choices=("transformer", "conv"))
+    )
+    mask_ratio: float = setting(0.75, V.open_fraction, Flag(MAE_GROUP))
+    # both methods
+    decoder_width: int = setting(128, V.width, Flag(DECODER_GROUP))
+    decoder_depth: int = setting(2, V.count, Flag(DECODER_GROUP))
+    decoder_heads: int = setting(4, V.count, Flag(DECODER_GROUP))
+    loss_region: str = setting(
+        "unseen", None, Flag(DECODER_GROUP, "hidden cells or whole image", choices=("unseen", "all"))
+    )
+    norm_pix: bool = setting(True, None, Flag(DECODER_GROUP, "raw instead of per-patch pixels", name="--no-norm-pix"))
     run: RunConfig = field(default_factory=default_run)
 
     def resolved_run(self) -> RunConfig:
