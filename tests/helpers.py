@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -92,6 +93,23 @@ def make(config_cls: type, **settings: object) -> object:
     run = {k: v for k, v in settings.items() if k in run_fields}
     own = {k: v for k, v in settings.items() if k not in run_fields}
     return config_cls(**own, run=RunConfig(**run))
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> list[tuple]:
+    """The arguments of every call of ``module.name`` from now on (the test's end undoes it): the function is
+    replaced by one that records and passes on, in each loaded module that holds it under that name (an import of
+    ``from module import name`` too)."""
+    original = getattr(module, name)
+    calls: list[tuple] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    for loaded in list(sys.modules.values()):
+        if getattr(loaded, "__dict__", {}).get(name) is original:
+            monkeypatch.setattr(loaded, name, counted)
+    return calls
 
 
 def exit_code(argv: list[str]) -> int:

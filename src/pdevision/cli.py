@@ -508,13 +508,15 @@ def cmd_extra(args: argparse.Namespace) -> int:
 
 
 def _option_value(argv: list[str], flag: str) -> str | None:
-    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``), or ``None``; the parser checks it later."""
+    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``; the last one, as the parser keeps), or
+    ``None``; the parser checks it later."""
+    value = None
     for i, item in enumerate(argv):
         if item == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if item.startswith(flag + "="):
-            return item.split("=", 1)[1]
-    return None
+            value = argv[i + 1]
+        elif item.startswith(flag + "="):
+            value = item.split("=", 1)[1]
+    return value
 
 
 def _config_path(argv: list[str]) -> str | None:
@@ -554,12 +556,19 @@ def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str], values:
 class Chosen:
     """What the command line names before it is parsed, each file read once and passed on: the task whose flags
     ``train`` takes (``--task``, else the ``--config`` file's), the one ``eval`` / ``predict`` take (the
-    checkpoint's kind), the ``--config`` file's values and the ``--checkpoint``'s metadata."""
+    checkpoint's kind), the ``--config`` file's values and the metadata of the ``--checkpoint`` at
+    ``checkpoint_path``."""
 
     train_task: str = "classify"
     checkpoint_task: str = "classify"
     config_values: dict[str, Any] | None = None
     checkpoint_meta: dict[str, Any] | None = None
+    checkpoint_path: str | None = None
+
+    def meta_of(self, checkpoint: str | None) -> dict[str, Any] | None:
+        """The metadata read of ``checkpoint`` (the parsed ``--checkpoint``), or ``None`` where the one read was of
+        another path (a flag given twice: the parser keeps the last) or none was read."""
+        return self.checkpoint_meta if checkpoint is not None and checkpoint == self.checkpoint_path else None
 
 
 def _chosen(argv: list[str]) -> Chosen:
@@ -590,7 +599,7 @@ def _chosen(argv: list[str]) -> Chosen:
             raise CheckpointError(
                 f"{path} is a checkpoint of kind {checkpoint_kind(meta)!r}, which no registered task takes"
             )
-        return Chosen(checkpoint_task=owner.name, checkpoint_meta=meta)
+        return Chosen(checkpoint_task=owner.name, checkpoint_meta=meta, checkpoint_path=path)
     return Chosen()
 
 
@@ -667,8 +676,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if args.command in ("eval", "predict"):  # read before the parser ran: the task's commands need not read it again
-        args.checkpoint_meta = chosen.checkpoint_meta
+    if args.command in ("eval", "predict"):  # read before the parser ran: the task's commands do not read it again
+        args.checkpoint_meta = chosen.meta_of(args.checkpoint)
     for stream in (sys.stdout, sys.stderr):  # names from the file system may not be UTF-8 (class folders)
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")

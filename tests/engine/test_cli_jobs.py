@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from pdevision.cli import main
+from tests.helpers import count_calls
 
 FAST = ["--img-size", "32", "--batch-size", "32", "--max-train-batches", "3", "--no-progress"]
 
@@ -87,6 +88,40 @@ def test_predict_json_out_writes_a_new_file_and_never_overwrites(
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and "exists (it is not overwritten" in err[0], err
     assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "--checkpoint", "{run}", "--output", "{tmp}/eval"],
+        ["predict", "--checkpoint", "{run}/best", "{png}"],
+        ["predict", "--checkpoint", "{tmp}/other", "--checkpoint", "{run}", "{png}"],  # the last, as the parser keeps
+    ],
+)
+def test_eval_and_predict_read_the_checkpoint_once(
+    argv: list[str], run_dir: Path, tmp_path: Path, digit_png: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command line reads the --checkpoint's metadata before parsing (its kind chooses the task's flags); the
+    task's eval and predict take it from there: the metadata is read once, the weights once."""
+    from pdevision.engine import checkpoint, formats
+
+    metadata = count_calls(monkeypatch, formats, "read_meta")
+    header = count_calls(monkeypatch, checkpoint, "read_meta")  # the safetensors metadata behind formats.read_meta
+    weights = count_calls(monkeypatch, formats, "load_weights")
+    assert main([a.format(run=run_dir, tmp=tmp_path, png=digit_png) for a in argv]) == 0
+    assert (len(metadata), len(header), len(weights)) == (1, 1, 1)
+    assert Path(metadata[0][0]).resolve() in (run_dir.resolve(), (run_dir / "best").resolve())
+
+
+def test_predict_in_python_reads_the_metadata_itself_once(
+    run_dir: Path, digit_png: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pdevision.engine import formats
+    from pdevision.tasks.classify.evaluate import predict_images
+
+    metadata = count_calls(monkeypatch, formats, "read_meta")
+    (result,) = predict_images(run_dir, [digit_png], topk=1, device="cpu")  # no metadata given: the loader reads it
+    assert len(metadata) == 1 and result["image"] == str(digit_png)
 
 
 def test_eval_with_wrong_model_is_a_clear_error(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

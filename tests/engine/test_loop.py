@@ -12,12 +12,16 @@ import pytest
 import torch
 
 from pdevision.cli import main
+from pdevision.data import RECIPES
 from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import load_trainer_state, load_weights
+from pdevision.engine.config import check_resolved, resolve_run
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.loop import build_state
 from pdevision.engine.runtime import write_metrics
+from pdevision.engine.task import RunContext
 from pdevision.tasks.classify import ClassifyConfig, ClassifyTask
+from tests.helpers import count_calls
 
 FAST = ["--img-size", "32", "--batch-size", "32", "--max-train-batches", "2", "--no-progress"]
 
@@ -42,10 +46,10 @@ def test_recipes_resolve_to_their_optimizer_and_scaled_lr(
     recipe: str, opt: str, lr: float, batch: int, weight_decay: float
 ) -> None:
     config = ClassifyConfig(recipe=recipe, run=RunConfig(batch_size=64))
-    resolved = config.resolved_run()
+    resolved = resolve_run(config.run, config.run_defaults())
     assert (resolved.opt, resolved.lr_base, resolved.lr_base_batch) == (opt, lr, batch)
     assert resolved.weight_decay == weight_decay
-    state = build_state(torch.nn.Linear(4, 2), config.resolved_run(), steps=10, info=DistInfo())
+    state = build_state(torch.nn.Linear(4, 2), resolved, steps=10, info=DistInfo())
     assert type(state.optimizer).__name__ == "AdamW"
     assert state.optimizer.param_groups[0]["initial_lr"] == pytest.approx(lr * 64 / batch)
     assert ClassifyConfig(recipe="imagenet").resolved()["recipe_name"] == "vheat"  # the alias
@@ -63,7 +67,7 @@ def test_fused_update_is_used_and_gives_the_per_parameter_result(opt: str) -> No
     weights = []
     for fused in (True, False):
         model = copy.deepcopy(base)
-        config = RunConfig(opt=opt, lr=0.05, weight_decay=0.05, fused_opt=fused)
+        config = resolve_run(RunConfig(opt=opt, lr=0.05, weight_decay=0.05, fused_opt=fused))
         optimizer = build_state(model, config, steps=4, info=DistInfo()).optimizer
         assert optimizer.param_groups[0]["fused"] is (True if fused else None)
         for x, y in data:
@@ -78,16 +82,49 @@ def test_fused_update_is_used_and_gives_the_per_parameter_result(opt: str) -> No
 def test_an_optimizer_without_a_fused_update_is_built_without_one() -> None:
     from pdevision.engine import RunConfig
 
-    state = build_state(torch.nn.Linear(4, 2), RunConfig(opt="lamb", lr=1e-3), steps=4, info=DistInfo())
+    run = resolve_run(RunConfig(opt="lamb", lr=1e-3))
+    state = build_state(torch.nn.Linear(4, 2), run, steps=4, info=DistInfo())
     assert type(state.optimizer).__name__ == "Lamb" and "fused" not in state.optimizer.param_groups[0]
 
 
 def test_opt_and_momentum_flags_override_the_recipe() -> None:
     config = ClassifyConfig(run=RunConfig(opt="momentum", momentum=0.5, lr=0.1))
-    state = build_state(torch.nn.Linear(4, 2), config.resolved_run(), steps=10, info=DistInfo())
+    run = resolve_run(config.run, config.run_defaults())
+    state = build_state(torch.nn.Linear(4, 2), run, steps=10, info=DistInfo())
     group = state.optimizer.param_groups[0]
     assert type(state.optimizer).__name__ == "SGD" and group["momentum"] == 0.5 and group["nesterov"] is False
-    assert config.resolved_run().opt == "momentum"
+    assert run.opt == "momentum"
+
+
+def test_build_state_refuses_settings_that_are_not_resolved() -> None:
+    """``build_state`` takes the settings as ``fit`` resolved them: a setting still ``None`` is named, not filled
+    with the library's default in place of the task's."""
+    with pytest.raises(ValueError, match=r"^build_state takes resolved run settings .* still None: epochs, batch_size"):
+        build_state(torch.nn.Linear(4, 2), RunConfig(opt="adamw", lr=1e-3), steps=4, info=DistInfo())
+
+
+def test_a_run_resolves_its_settings_once_and_hands_them_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the command line to the first step the run settings are resolved once, by ``fit``: the task
+    (``task.run``), the run context (``ctx.run``) and the run state (``build_state``) take that one result."""
+    import pdevision.engine.config as config_module
+    import pdevision.engine.loop as loop_module
+
+    resolved = count_calls(monkeypatch, config_module, "resolve_run")
+    states = count_calls(monkeypatch, loop_module, "build_state")
+    seen = []
+    prepare = ClassifyTask.prepare
+
+    def spy(self: ClassifyTask, model: torch.nn.Module, ctx: RunContext) -> None:
+        seen.append((self.run, ctx.run))
+        prepare(self, model, ctx)
+
+    monkeypatch.setattr(ClassifyTask, "prepare", spy)
+    assert main(["train", "--epochs", "1", "--output", str(tmp_path / "run"), *FAST]) == 0
+    assert len(resolved) == 1
+    ((task_run, ctx_run),) = seen
+    assert task_run is ctx_run and states[0][1] is ctx_run  # the batch fits the data: no other copy made
+    check_resolved(ctx_run, "the run context")  # the recipe's values and the library's filled in
+    assert (ctx_run.epochs, ctx_run.batch_size, ctx_run.lr_base) == (1, 32, RECIPES["light"].lr)
 
 
 @pytest.mark.parametrize(("batches", "what"), [(1, "non-finite weights"), (2, "non-finite training loss")])

@@ -16,7 +16,7 @@ import safetensors.torch
 import torch
 
 from pdevision.cli import main
-from pdevision.engine import RunConfig
+from pdevision.engine import RunConfig, resolve_run
 from pdevision.engine.checkpoint import load_trainer_state, read_meta
 from pdevision.tasks.classify import ClassifyConfig, train
 from pdevision.tasks.pretrain import PretrainConfig, pretrain
@@ -158,8 +158,9 @@ def test_schedule_is_timms_warmup_then_cosine() -> None:
     from pdevision.engine.distributed import DistInfo
     from pdevision.engine.loop import build_state
 
-    config = PretrainConfig(warmup=0.1, run=RunConfig(epochs=10, lr=1.0, min_lr=1e-3)).resolved_run()
-    state = build_state(torch.nn.Linear(2, 2), config, steps=10, info=DistInfo())
+    config = PretrainConfig(warmup=0.1, run=RunConfig(epochs=10, lr=1.0, min_lr=1e-3))
+    run = resolve_run(config.run, config.run_defaults())
+    state = build_state(torch.nn.Linear(2, 2), run, steps=10, info=DistInfo())
     lrs = []
     for update in (0, 10, 100):
         state.scheduler.step_update(update)

@@ -1,10 +1,11 @@
 """The run settings every task shares: one :class:`RunConfig`, held (not copied) by each task's configuration.
 
 A field left at ``None`` takes the task's default (its recipe: :meth:`pdevision.engine.task.Task.run_defaults`),
-then the library's (:data:`RUN_DEFAULTS`); :func:`resolve_run` does both, and the loop records the result in
-``config.json``. Each field is declared once, with :func:`setting`: its default, its value type
-(:mod:`pdevision.engine.validators`) and its :class:`Flag`; the command line's run flags of every task
-(:func:`pdevision.tasks.args.add_run_arguments`) and :func:`check_run` are made from the fields.
+then the library's (:data:`RUN_DEFAULTS`); :func:`resolve_run` does both, once, in
+:func:`pdevision.engine.loop.fit`, which hands the result on (to the run state, the task, ``config.json``). Each field
+is declared once, with :func:`setting`: its default, its value type (:mod:`pdevision.engine.validators`) and its
+:class:`Flag`; the command line's run flags of every task (:func:`pdevision.tasks.args.add_run_arguments`) and
+:func:`check_run` are made from the fields.
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ class RunConfig:
         if self.lr is not None:
             return float(self.lr)
         assert self.lr_base is not None and self.lr_base_batch is not None and self.batch_size is not None
-        return self.lr_base * self.batch_size * world_size / self.lr_base_batch
+        return self.lr_base * (self.batch_size * world_size) / self.lr_base_batch  # the global batch
 
 
 def resolve_run(run: RunConfig, defaults: Mapping[str, Any] | None = None) -> RunConfig:
@@ -206,6 +207,17 @@ def resolve_run(run: RunConfig, defaults: Mapping[str, Any] | None = None) -> Ru
     return out
 
 
+def check_resolved(run: RunConfig, user: str) -> None:
+    """A ``ValueError`` when a setting that :func:`resolve_run` fills is still ``None`` in ``run``: ``user`` (a
+    function of the loop) takes the settings as resolved, once, by :func:`~pdevision.engine.loop.fit`."""
+    unset = [name for name in RUN_DEFAULTS if getattr(run, name) is None]
+    if unset:
+        raise ValueError(
+            f"{user} takes resolved run settings (resolve_run(run, task.run_defaults())); still None: "
+            + ", ".join(unset)
+        )
+
+
 def check_run(run: RunConfig) -> None:
     """A ``ValueError`` naming the first setting out of its range (the Python API gets the CLI's checks): each
     field's value type (:func:`setting`) checks it, the choices of its flag bound it."""
@@ -220,4 +232,14 @@ def check_run(run: RunConfig) -> None:
             raise UsageError(f"{label} must be one of {', '.join(flag.choices)}, got {value!r}")
 
 
-__all__ = ["RUN_DEFAULTS", "Flag", "RunConfig", "check_run", "flag_fields", "flag_name", "resolve_run", "setting"]
+__all__ = [
+    "RUN_DEFAULTS",
+    "Flag",
+    "RunConfig",
+    "check_resolved",
+    "check_run",
+    "flag_fields",
+    "flag_name",
+    "resolve_run",
+    "setting",
+]

@@ -50,7 +50,7 @@ from pdevision.engine.checkpoint import (
     resumed_run_folder,
     save_checkpoint,
 )
-from pdevision.engine.config import RunConfig, resolve_run
+from pdevision.engine.config import RunConfig, check_resolved, resolve_run
 from pdevision.engine.distributed import (
     DistInfo,
     all_reduce_sum,
@@ -78,7 +78,8 @@ log = logging.getLogger(__name__)
 
 def fit(task: Task, run: RunConfig) -> dict[str, Any]:
     """Train ``task`` as ``run`` says (``None`` settings from the task's defaults, then the library's); returns the
-    run summary (also in ``summary.json`` on rank 0)."""
+    run summary (also in ``summary.json`` on rank 0). The settings are resolved here, once: the task
+    (``task.run``, ``ctx.run``), the run state (:func:`build_state`) and ``config.json`` get the result."""
     run = resolve_run(run, task.run_defaults())
     require_all([("matplotlib", "train")])  # curves.png at the end: stop before the run, not after it
     device = resolve_device(run.device)
@@ -240,6 +241,7 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
     _check_run_folder(run_dir, task, run)
     assert run.batch_size is not None and run.epochs is not None  # resolved by fit
     seed_everything(run.seed, run.deterministic)
+    task.run = run  # the resolved settings, before the task builds anything (ctx.run: with the batch fitted below)
     train_set, val_set = task.datasets()
     task.train_set, task.val_set = train_set, val_set
     run = _fit_batch_size(train_set, run, info)
@@ -319,10 +321,12 @@ def fused_update_available(opt: str, model: nn.Module) -> bool:
 
 def build_state(model: nn.Module, run: RunConfig, steps: int, info: DistInfo) -> RunState:
     """Optimizer (timm's factory: parameter groups without weight decay for norms, biases and the model's
-    ``no_weight_decay()``; frozen parameters left out), timm's schedule stepped per update, scaler and EMA."""
-    run = resolve_run(run)
-    global_batch = run.batch_size * info.world_size
-    lr = run.lr if run.lr is not None else run.lr_base * global_batch / run.lr_base_batch
+    ``no_weight_decay()``; frozen parameters left out), timm's schedule stepped per update, scaler and EMA.
+
+    ``run`` is resolved (:func:`~pdevision.engine.config.resolve_run`, as :func:`fit` does once); one with a setting
+    still ``None`` that the resolution fills is a ``ValueError`` naming it, not a guess at the task's defaults."""
+    check_resolved(run, "build_state")
+    lr = run.peak_lr(info.world_size)
     kwargs: dict[str, Any] = {}
     if run.opt.lower() in ("sgd", "momentum", "nesterov", "rmsprop", "rmsproptf", "lars", "nlars"):
         kwargs["momentum"] = run.momentum

@@ -54,11 +54,18 @@ __all__ = [
 
 
 def load_into_model(
-    model: nn.Module, checkpoint: str | Path, model_name: str, classes: list[str] | None, reset_head: bool = False
+    model: nn.Module,
+    checkpoint: str | Path,
+    model_name: str,
+    classes: list[str] | None,
+    reset_head: bool = False,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load a checkpoint's weights into ``model`` after checking it was trained for the same model
-    and classes; ``reset_head`` keeps the model's own (new) classifier instead."""
-    meta = formats.read_meta(checkpoint, model=model_name)
+    and classes; ``reset_head`` keeps the model's own (new) classifier instead. ``meta``: the checkpoint's metadata
+    where it was read already (``formats.read_meta(checkpoint, model=model_name)``); ``None``: read here."""
+    if meta is None:
+        meta = formats.read_meta(checkpoint, model=model_name)
     if meta.get("model") and meta["model"] != model_name:
         raise CheckpointError(
             f"checkpoint {checkpoint} holds a {meta['model']!r} model, not {model_name!r} (use --model {meta['model']})"
@@ -153,15 +160,19 @@ def load_checkpoint_model(
     kinds: Sequence[str],
     build: Callable[[dict[str, Any], dict[str, Any]], nn.Module],
     load: bool = True,
+    meta: dict[str, Any] | None = None,
 ) -> tuple[nn.Module, dict[str, Any], Path]:
     """The model of the checkpoint at ``path`` (a checkpoint or run folder), its metadata and its folder.
 
     ``kinds``: the checkpoint kinds (task names) the caller takes; another kind is a :class:`CheckpointError`
     naming the task it belongs to. ``build(meta, args)`` makes the model from the metadata and the checked model
     arguments (``drop_path_rate`` removed: training only). With ``load``, the weights are loaded strictly and must be
-    finite; the model is returned in eval mode on the CPU."""
+    finite; the model is returned in eval mode on the CPU. ``meta``: the checkpoint's metadata where the caller has
+    read it already (``formats.read_meta(path)``: the command line reads a ``--checkpoint``'s once, to choose the
+    task); ``None``: read here. Either way it is checked here like any checkpoint's."""
     folder = formats.resolve(path)
-    meta = formats.read_meta(folder)
+    if meta is None:
+        meta = formats.read_meta(folder)
     kind = checkpoint_kind(meta)
     if kind not in kinds:
         raise CheckpointError(
@@ -247,11 +258,14 @@ def classifier_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Modul
 
 
 def load_classifier(
-    checkpoint: str | Path, device: torch.device | str = "cpu", fused_kernels: bool = False
+    checkpoint: str | Path,
+    device: torch.device | str = "cpu",
+    fused_kernels: bool = False,
+    meta: dict[str, Any] | None = None,
 ) -> tuple[nn.Module, dict[str, Any], Path]:
     """The eval-mode classifier of a classification checkpoint or run folder, its metadata and its folder:
-    :func:`load_checkpoint_model` for the ``classify`` kind, the model moved to ``device``; with ``fused_kernels``
-    on the CPU kernels there (:func:`pdevision.fastpath.on_device`: what ``eval`` and ``predict`` run), else the
-    plain modules (what the figures hook into)."""
-    model, meta, folder = load_checkpoint_model(checkpoint, ("classify",), classifier_from_meta)
+    :func:`load_checkpoint_model` for the ``classify`` kind (``meta``: its metadata if read already), the model moved
+    to ``device``; with ``fused_kernels`` on the CPU kernels there (:func:`pdevision.fastpath.on_device`: what
+    ``eval`` and ``predict`` run), else the plain modules (what the figures hook into)."""
+    model, meta, folder = load_checkpoint_model(checkpoint, ("classify",), classifier_from_meta, meta=meta)
     return (on_device(model, device) if fused_kernels else model.to(device)), meta, folder

@@ -19,6 +19,10 @@ A task says only what differs between classification, pretraining, restoration, 
 * ``checkpoint_meta()`` -> JSON-serialisable metadata stored with every checkpoint (model name, classes, image
   size, normalisation, ...): what is needed to rebuild the model without the task. The loop adds ``kind``.
 
+The loop sets ``run``, the run settings as :func:`~pdevision.engine.loop.fit` resolved them (the task's
+``run_defaults()`` filled in), before it calls ``datasets()``; ``ctx.run`` is the same, with the batch fitted to
+the training set. A task reads them there and resolves nothing itself.
+
 Optional members (defaults do nothing): ``run_defaults()`` -> the task's (recipe's) values for
 :class:`~pdevision.engine.config.RunConfig` fields the user left at ``None``; ``config_json()`` -> the task's own
 settings for ``config.json``; ``prepare(model, ctx)`` once before EMA and the optimizer are made;
@@ -134,6 +138,7 @@ class Task:
     higher_is_better: bool = False
     collate_fn: Callable | None = None
     run_files: tuple[str, ...] = ()  # names this task writes into the run folder (``finish``'s figures)
+    run: RunConfig | None = None  # set by the loop: the run settings as fit resolved them
     train_set: Dataset | None = None
     val_set: Dataset | None = None
 

@@ -216,12 +216,14 @@ def predict_files(
     images: list[str],
     output: str | Path,
     device: str = "cpu",
+    meta: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[Any]]:
     """Run a ``kind`` checkpoint on image files at their own size (read by the library's one reader): writes
     ``<stem>_overlay.png`` per image; ``predict_one(model, uint8, meta, colours, device, index, path, out)`` returns
-    the overlay and the image's records. Returns the metadata and the records of every image."""
+    the overlay and the image's records. Returns the metadata and the records of every image. ``meta``: the
+    checkpoint's metadata where it was read already."""
     dev = resolve_device(device)
-    model, meta, _ = load_checkpoint_model(checkpoint, (kind,), build)
+    model, meta, _ = load_checkpoint_model(checkpoint, (kind,), build, meta=meta)
     on_device(model, dev)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,7 @@ from pdevision.tasks.dense import (
     predict_files,
     write_predictions,
 )
-from pdevision.tasks.registry import register
+from pdevision.tasks.registry import checkpoint_meta, register
 
 # optional packages (module, extra) that training and evaluation need: checked before a run starts
 REQUIRES = (("torchmetrics", "dense"), ("pycocotools", "dense"), ("matplotlib", "train"))
@@ -235,18 +235,24 @@ def train(config: DenseConfig) -> dict[str, Any]:
 
 
 def predict_detect(
-    checkpoint: str | Path, images: list[str], output: str | Path, device: str = "cpu", score_threshold: float = 0.5
+    checkpoint: str | Path,
+    images: list[str],
+    output: str | Path,
+    device: str = "cpu",
+    score_threshold: float = 0.5,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Detections of image files at their own size: ``<stem>_overlay.png`` (boxes with class and score, masks) and
     ``predictions.json`` in the COCO result format (``image_id`` the image's position in the list, ``category_id``,
     ``bbox`` ``[x, y, w, h]``, ``score``, and ``segmentation`` as RLE for Mask R-CNN), detections with score below
-    ``score_threshold`` left out. Returns ``{"kind", "results", "output"}``."""
+    ``score_threshold`` left out. Returns ``{"kind", "results", "output"}``. ``meta``: the checkpoint's metadata
+    where it was read already."""
 
     def one(model, uint8, meta, colours, dev, index, path, out):
         overlay, found = _detect_image(model, uint8, meta, colours, dev, score_threshold)
         return overlay, [{"image_id": index, "file_name": str(path), **r} for r in found]
 
-    _, records = predict_files(checkpoint, "detect", detector_from_meta, one, images, output, device)
+    _, records = predict_files(checkpoint, "detect", detector_from_meta, one, images, output, device, meta)
     results = [r for found in records for r in found]
     write_predictions(output, results)
     return {"kind": "detect", "results": results, "output": str(output)}
@@ -307,7 +313,8 @@ class DetectCommands(DenseCommands):
         p.add_argument("--score-threshold", type=V.fraction, default=0.5, help="lowest score kept (default 0.5)")
 
     def predict(self, args: Any) -> tuple[str, int]:
-        r = predict_detect(args.checkpoint, args.images, args.output, args.device, args.score_threshold)
+        meta = checkpoint_meta(args)
+        r = predict_detect(args.checkpoint, args.images, args.output, args.device, args.score_threshold, meta)
         return f"detect: {len(args.images)} images, overlays and predictions.json in {r['output']}", 0
 
 

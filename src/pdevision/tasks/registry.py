@@ -71,13 +71,23 @@ class TaskCommands:
     add_predict_arguments: Callable[[argparse.ArgumentParser], None] | None = None
 
     def evaluate(self, args: argparse.Namespace) -> str:
+        """``pdevision eval``: ``args.checkpoint``, whose metadata the command line has read already
+        (:func:`checkpoint_meta`), and the task's eval flags; the text printed."""
         raise UsageError(f"{self.name} checkpoints have no evaluation")
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
+        """``pdevision predict``: as :meth:`evaluate`, on ``args.images``; the text printed and the exit code."""
         raise UsageError(f"{self.name} checkpoints have no prediction")
 
     def extra_commands(self) -> dict[str, ExtraCommand]:
         return {}
+
+
+def checkpoint_meta(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The metadata of ``args.checkpoint`` as ``pdevision eval`` and ``predict`` read it, once, before parsing (to
+    choose the task); ``None`` where it was not read (the loader reads it then:
+    :func:`~pdevision.engine.modeling.load_checkpoint_model`)."""
+    return getattr(args, "checkpoint_meta", None)
 
 
 _TASKS: dict[str, TaskCommands] = {}
@@ -169,4 +179,13 @@ def task_for_kind(kind: str | None) -> TaskCommands | None:
     return None
 
 
-__all__ = ["ExtraCommand", "TaskCommands", "get_task", "register", "task_for_kind", "tasks", "unregister"]
+__all__ = [
+    "ExtraCommand",
+    "TaskCommands",
+    "checkpoint_meta",
+    "get_task",
+    "register",
+    "task_for_kind",
+    "tasks",
+    "unregister",
+]

@@ -57,7 +57,7 @@ from pdevision.tasks.dense import (
     predict_files,
     write_predictions,
 )
-from pdevision.tasks.registry import register
+from pdevision.tasks.registry import checkpoint_meta, register
 
 log = logging.getLogger(__name__)
 
@@ -227,16 +227,22 @@ def segmenter_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module
     )
 
 
-def predict_segment(checkpoint: str | Path, images: list[str], output: str | Path, device: str = "cpu") -> dict:
+def predict_segment(
+    checkpoint: str | Path,
+    images: list[str],
+    output: str | Path,
+    device: str = "cpu",
+    meta: dict[str, Any] | None = None,
+) -> dict:
     """Class maps of image files at their own size: ``<stem>_overlay.png`` (classes coloured), ``<stem>_labels.png``
     (the class index per pixel) and ``predictions.json`` (a list of ``{image, size, label_png, pixels per class}``).
-    Returns ``{"kind", "results", "output"}``."""
+    Returns ``{"kind", "results", "output"}``. ``meta``: the checkpoint's metadata where it was read already."""
 
     def one(model, uint8, meta, colours, dev, index, path, out):
         overlay, found = _segment_image(model, uint8, meta, colours, dev, out / f"{path.stem}_labels.png")
         return overlay, {**found, "image": str(path)}
 
-    _, results = predict_files(checkpoint, "segment", segmenter_from_meta, one, images, output, device)
+    _, results = predict_files(checkpoint, "segment", segmenter_from_meta, one, images, output, device, meta)
     write_predictions(output, results)
     return {"kind": "segment", "results": results, "output": str(output)}
 
@@ -281,7 +287,7 @@ class SegmentCommands(DenseCommands):
         return f"best val mIoU {s['best_val_miou']:.2f}"
 
     def predict(self, args: Any) -> tuple[str, int]:
-        r = predict_segment(args.checkpoint, args.images, args.output, args.device)
+        r = predict_segment(args.checkpoint, args.images, args.output, args.device, checkpoint_meta(args))
         return f"segment: {len(args.images)} images, overlays and predictions.json in {r['output']}", 0
 
 

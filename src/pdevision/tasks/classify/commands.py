@@ -20,7 +20,7 @@ from pdevision.tasks.classify.config import ClassifyConfig
 from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
 from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
 from pdevision.tasks.export import add_export_arguments, run_export
-from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
+from pdevision.tasks.registry import ExtraCommand, TaskCommands, checkpoint_meta, register
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class ClassifyCommands(TaskCommands):
                 baseline=args.baseline,
                 output=output,
                 max_images=args.max_images,
+                meta=checkpoint_meta(args),
             )
             line = f"clean top-1 {r['clean_top1']:.2f}%  mean corruption top-1 {r['mean_corruption_top1']:.2f}%"
             if "mce" in r:
@@ -86,7 +87,9 @@ class ClassifyCommands(TaskCommands):
             table = robustness.format_table(r)
             head = f"{r['model']} on {r['images']} images, top-1 (%) per corruption and severity:"
             return f"{head}\n{table}\n{line}; {r['json']}"
-        r = evaluate_checkpoint(args.checkpoint, args.model, args.data, args.batch_size, output, args.device)
+        r = evaluate_checkpoint(
+            args.checkpoint, args.model, args.data, args.batch_size, output, args.device, meta=checkpoint_meta(args)
+        )
         per_class = ", ".join(f"{display_label(c)} {v:.1f}%" for c, v in r["per_class_top1"].items() if v is not None)
         return (
             f"{r['model']} on {r['images']} images: top-1 {r['top1']:.2f}%  top-5 {r['top5']:.2f}%  "
@@ -111,7 +114,9 @@ class ClassifyCommands(TaskCommands):
         )
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
-        results = predict_images(args.checkpoint, args.images, args.topk, args.device, errors="report")
+        results = predict_images(
+            args.checkpoint, args.images, args.topk, args.device, errors="report", meta=checkpoint_meta(args)
+        )
         lines = []
         for r in results:
             if "error" in r:

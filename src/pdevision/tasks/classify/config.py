@@ -13,7 +13,7 @@ from typing import Any
 
 from pdevision.data import RECIPES, Recipe
 from pdevision.engine import validators as V
-from pdevision.engine.config import Flag, RunConfig, resolve_run, setting
+from pdevision.engine.config import Flag, RunConfig, setting
 
 # the run settings a recipe sets (RunConfig field -> Recipe field)
 RECIPE_RUN_FIELDS = {
@@ -115,10 +115,6 @@ class ClassifyConfig:
         if self.recipe not in RECIPES:
             raise ValueError(f"unknown recipe {self.recipe!r}; choose one of {sorted(RECIPES)}")
         return RECIPES[self.recipe]
-
-    def resolved_run(self) -> RunConfig:
-        """The run settings as the loop will use them (this task's defaults filled in)."""
-        return resolve_run(self.run, self.run_defaults())
 
     def run_defaults(self) -> dict[str, Any]:
         """The recipe's values of the run settings (for those left at ``None``)."""

@@ -173,13 +173,15 @@ def evaluate_checkpoint(
     output: str | Path | None = None,
     device: str = "auto",
     val_split: float = 0.2,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Top-1/top-5, per-class accuracy, confusion matrix (PNG in ``output``) and images/s of a
-    checkpoint on the validation split of ``data`` (the embedded digits when ``None``)."""
+    checkpoint on the validation split of ``data`` (the embedded digits when ``None``). ``meta``: the checkpoint's
+    metadata where it was read already (:func:`~pdevision.engine.modeling.load_checkpoint_model`)."""
     if batch_size <= 0:
         raise ValueError(f"batch size must be a positive integer, got {batch_size}")
     dev = resolve_device(device)
-    model, meta, folder = load_classifier(checkpoint, dev, fused_kernels=True)
+    model, meta, folder = load_classifier(checkpoint, dev, fused_kernels=True, meta=meta)
     if model_name is not None and model_name != meta.get("model"):
         raise CheckpointError(f"checkpoint {folder} holds a {meta.get('model')!r} model, not {model_name!r}")
     val_tf = eval_transform_for(meta)
@@ -215,17 +217,19 @@ def predict_images(
     topk: int = 5,
     device: str = "auto",
     errors: str = "raise",
+    meta: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Top-``topk`` class names with probabilities for each image file (folders: each image in them).
     An image that cannot be read raises :class:`~pdevision.data.ImageReadError` (``errors="raise"``) or
-    gets an entry ``{"image": path, "error": reason}`` (``errors="report"``) and the others go on."""
+    gets an entry ``{"image": path, "error": reason}`` (``errors="report"``) and the others go on. ``meta``: the
+    checkpoint's metadata where it was read already."""
     if errors not in ("raise", "report"):
         raise ValueError(f"errors must be 'raise' or 'report', got {errors!r}")
     if topk <= 0:
         raise ValueError(f"topk must be a positive integer, got {topk}")
     paths = expand_images(images)
     dev = resolve_device(device)
-    model, meta, _ = load_classifier(checkpoint, dev, fused_kernels=True)
+    model, meta, _ = load_classifier(checkpoint, dev, fused_kernels=True, meta=meta)
     classes = formats.label_names(meta)
     tf = eval_transform_for(meta)
     results: list[dict[str, Any]] = []

@@ -104,11 +104,13 @@ def corruption_accuracy(
     seed: int = 0,
     val_split: float = 0.2,
     workers: int = 0,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Clean top-1 and top-1 per corruption and severity of a classification checkpoint on the
-    validation split of ``data`` (the first ``max_images`` images when given)."""
+    validation split of ``data`` (the first ``max_images`` images when given); ``meta``: the checkpoint's metadata
+    where it was read already."""
     dev = resolve_device(device)
-    model, meta, folder = load_classifier(checkpoint, dev, fused_kernels=True)
+    model, meta, folder = load_classifier(checkpoint, dev, fused_kernels=True, meta=meta)
     spatial, to_tensor = split_transform(eval_transform_for(meta))
     data = data if data is not None else embedded_data_of(meta)
     _, val_set = build_datasets(data, int(meta["img_size"]), val_split, None, None)
@@ -176,9 +178,10 @@ def evaluate_corruptions(
     max_images: int | None = None,
     seed: int = 0,
     workers: int = 0,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """:func:`corruption_accuracy` of ``checkpoint`` and, with ``baseline`` (a checkpoint, or a
-    ``corruptions.json`` written before), its CE per corruption and mCE; written to
+    """:func:`corruption_accuracy` of ``checkpoint`` (``meta``: its metadata where it was read already) and, with
+    ``baseline`` (a checkpoint, or a ``corruptions.json`` written before), its CE per corruption and mCE; written to
     ``output/corruptions.json`` when ``output`` is given."""
     require_all(CORRUPTION_REQUIRES)
     args = dict(
@@ -197,7 +200,7 @@ def evaluate_corruptions(
     stored = None
     if baseline is not None and Path(baseline).is_file() and Path(baseline).suffix == ".json":
         stored = _read_baseline(Path(baseline))  # before the evaluation: a bad file fails at once
-    result = corruption_accuracy(checkpoint, **args)  # type: ignore[arg-type]
+    result = corruption_accuracy(checkpoint, **args, meta=meta)  # type: ignore[arg-type]
     if baseline is not None:
         base = stored if stored is not None else corruption_accuracy(baseline, **args)  # type: ignore[arg-type]
         if base["images"] != result["images"] or base.get("seed") != seed:

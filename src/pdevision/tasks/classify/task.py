@@ -38,7 +38,7 @@ from pdevision.engine.modeling import (
 from pdevision.engine.runtime import autocast
 from pdevision.engine.task import RunContext, Task
 from pdevision.errors import UsageError
-from pdevision.tasks.classify.config import ClassifyConfig
+from pdevision.tasks.classify.config import RECIPE_TASK_FIELDS, ClassifyConfig
 from pdevision.tasks.classify.evaluate import evaluate_model
 
 log = logging.getLogger(__name__)
@@ -104,8 +104,7 @@ class ClassifyTask(Task):
     def datasets(self) -> tuple[Dataset, Dataset]:
         """Transforms from the recipe at the model's resolution and normalisation, then the data sets."""
         config, cfg = self.config, self.cfg
-        augment = ("auto_augment", "mixup", "cutmix", "label_smoothing", "re_prob", "hflip")
-        recipe = dataclasses.replace(RECIPES[config.recipe], **{k: cfg[k] for k in augment})
+        recipe = dataclasses.replace(RECIPES[config.recipe], **{k: cfg[k] for k in RECIPE_TASK_FIELDS})
         probe = build_model(config.model, num_classes=1, img_size=self.img_size, **self.model_args)
         data_cfg = timm.data.resolve_data_config({}, model=probe)
         self.img_size = self.img_size or int(data_cfg["input_size"][-1])
@@ -123,7 +122,7 @@ class ClassifyTask(Task):
         model = build_model(config.model, num_classes=len(self.classes), img_size=self.img_size, **self.model_args)
         if self.init_meta is not None:
             reset_head = config.reset_head or self.from_encoder
-            load_into_model(model, config.init_from, config.model, self.classes, reset_head=reset_head)
+            load_into_model(model, config.init_from, config.model, self.classes, reset_head, self.init_meta)
         if config.pretrained:
             log.info("initialised %s from its released weights %s", config.model, load_released(model, config.model))
         if config.linear_probe:

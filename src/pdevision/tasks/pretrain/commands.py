@@ -14,7 +14,7 @@ from pdevision.tasks import args as A
 from pdevision.tasks.pretrain.config import PretrainConfig
 from pdevision.tasks.pretrain.knn import knn_evaluate
 from pdevision.tasks.pretrain.task import REQUIRES, pretrain
-from pdevision.tasks.registry import TaskCommands, register
+from pdevision.tasks.registry import TaskCommands, checkpoint_meta, register
 
 
 class PretrainCommands(TaskCommands):
@@ -59,10 +59,10 @@ class PretrainCommands(TaskCommands):
     def evaluate(self, args: argparse.Namespace) -> str:
         folder = formats.resolve(args.checkpoint)  # any format: an encoder's timm folder or .pth too
         output = args.output or str(default_eval_output(folder))
-        meta = getattr(args, "checkpoint_meta", None) or formats.read_meta(folder)  # the command line read it already
+        meta = checkpoint_meta(args) or formats.read_meta(folder)  # the command line read it already
         if checkpoint_kind(meta) == "pretrain":  # the whole pretraining state: evaluate its encoder
             raise UsageError(f"checkpoint {folder} is a pretraining checkpoint; evaluate {folder.parent / 'encoder'}")
-        r = knn_evaluate(args.checkpoint, args.data, args.k, args.batch_size, args.device, output=output)
+        r = knn_evaluate(args.checkpoint, args.data, args.k, args.batch_size, args.device, output=output, meta=meta)
         return (
             f"{r['model']} encoder ({r['method']} pretraining), no classifier: k-NN (k={r['k']}) top-1 "
             f"{r['knn_top1']:.2f}% on {r['images']} images ({r['train_images']} as memory); {output}/knn.json"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdevision.engine import validators as V
-from pdevision.engine.config import Flag, RunConfig, resolve_run, setting
+from pdevision.engine.config import Flag, RunConfig, setting
 from pdevision.errors import UsageError
 from pdevision.models.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL, MAE
 from pdevision.models.qbheat import QBHeat
@@ -124,10 +124,6 @@ class PretrainConfig:
     )
     norm_pix: bool = setting(True, None, Flag(DECODER_GROUP, "raw instead of per-patch pixels", name="--no-norm-pix"))
     run: RunConfig = field(default_factory=default_run)
-
-    def resolved_run(self) -> RunConfig:
-        """The run settings as the loop will use them (this task's defaults filled in)."""
-        return resolve_run(self.run, self.run_defaults())
 
     def run_defaults(self) -> dict[str, Any]:
         """AdamW (0.9, 0.95) at 1e-3 per 64 images, 10 epochs, warm-up the ``warmup`` fraction of them; the loop

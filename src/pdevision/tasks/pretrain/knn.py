@@ -25,9 +25,12 @@ def encoder_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     return model_from_meta(meta, num_classes=0)
 
 
-def load_encoder(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict[str, Any]]:
-    """The backbone (no classifier) stored in an encoder checkpoint written by ``pdevision pretrain``."""
-    model, meta, _ = load_checkpoint_model(checkpoint, ("encoder",), encoder_from_meta)
+def load_encoder(
+    checkpoint: str | Path, device: torch.device | str = "cpu", meta: dict[str, Any] | None = None
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The backbone (no classifier) stored in an encoder checkpoint written by ``pdevision pretrain`` (``meta``: its
+    metadata where it was read already), and its metadata."""
+    model, meta, _ = load_checkpoint_model(checkpoint, ("encoder",), encoder_from_meta, meta=meta)
     return model.to(device), meta
 
 
@@ -64,13 +67,15 @@ def knn_evaluate(
     device: str = "auto",
     val_split: float = 0.2,
     output: str | Path | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """k-NN top-1 (%) of an encoder's frozen features on the validation split of ``data`` (default: the embedded
-    digits), with the training split as the memory bank; both at the encoder's image size, eval transforms."""
+    digits), with the training split as the memory bank; both at the encoder's image size, eval transforms.
+    ``meta``: the checkpoint's metadata where it was read already."""
     if batch_size <= 0:
         raise ValueError(f"batch size must be a positive integer, got {batch_size}")
     dev = resolve_device(device)
-    model, meta = load_encoder(checkpoint, dev)
+    model, meta = load_encoder(checkpoint, dev, meta)
     img_size = int(meta["img_size"])
     tf = eval_transform_for(meta)
     train_set, val_set = build_datasets(data, img_size, val_split, tf, tf)

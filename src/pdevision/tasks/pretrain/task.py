@@ -79,7 +79,7 @@ class PretrainTask(Task):
             config.data, config.img_size, config.crops_per_epoch, self.mean, self.std, verify=config.verify_images
         )
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        global_batch = (config.run.batch_size or 64) * world
+        global_batch = self.run.batch_size * world if self.run is not None else 0  # None: called outside the loop
         if config.crops_per_epoch < global_batch:
             raise UsageError(
                 f"{config.crops_per_epoch} crops per epoch do not fill one global batch of {global_batch}; "
