@@ -136,3 +136,16 @@ def test_fuzzed_checkpoint_metadata_long_run(
     base: dict[str, Any], data: st.DataObject, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _fuzz(base, data, capsys)
+
+
+@pytest.mark.parametrize("size", ["null", "[32, 32]", "0", "1e9", "true", '"32"'])
+def test_an_image_size_that_is_not_a_side_in_pixels_is_one_line(
+    size: str, base: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the long fuzz run: ``img_size: null`` reached the evaluation transform as a TypeError (exit 1)."""
+    folder: Path = base["folder"]
+    metadata = {**{k: json.dumps(v) for k, v in base["meta"].items()}, "img_size": size}
+    safetensors.torch.save_file(base["weights"], str(folder / "model.safetensors"), metadata=metadata)
+    assert main(["predict", "--checkpoint", str(folder), str(base["image"])]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "its img_size must be a whole number of pixels from 1 to 16384" in line
