@@ -45,8 +45,8 @@ def main() -> None:
         f"before / after, {len(runs['before'])} rounds; each run interleaves the models within itself).",
         "",
         "Inference throughput of our model as a multiple of the peer's, each run, and the change of the after "
-        "median over the before median; `lower` marks an after ratio below the lowest before ratio by more than "
-        "the before runs' spread.",
+        "median over the before median; `lower` marks a row whose every after ratio (its best after run) is below "
+        "the lowest before ratio by more than the before runs' spread.",
         "",
         "| model | vs | dtype | px | "
         + " | ".join(f"{s} {i + 1}" for s in SIDES for i in range(len(runs[s])))
