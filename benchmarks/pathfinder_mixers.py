@@ -544,6 +544,7 @@ def report(results: dict[str, Any]) -> str:
         f"- Done so far: {len(runs)} runs (the voided ones included), {hours:.1f} CPU hours on "
         f"{results.get('machine', '?')}; "
         f"{len(plan(results, rows))} runs left in the current phase.",
+        f"- {budget_line(results)}",
         "",
         "## Changes to the protocol after a run was seen",
         "",
@@ -553,6 +554,27 @@ def report(results: dict[str, Any]) -> str:
         *reported_section(results, rows),
     ]
     return "\n".join(lines) + "\n"
+
+
+def protocol_size() -> int:
+    """Runs of the whole protocol at one budget: every mixer arm at every rate (its gate run is the middle rate's),
+    then every arm at every reported seed."""
+    return len(MIXER_ARMS) * len(LRS) + len(ARMS) * len(REPORT_SEEDS)
+
+
+def budget_line(results: dict[str, Any]) -> str:
+    """What the whole protocol costs at the current budget: its runs, those done, and the CPU time left at the mean
+    of the current budget's runs so far."""
+    current = [r for k, r in results["runs"].items() if r.get("status") == "ok" and is_current(k)]
+    total, left = protocol_size(), protocol_size() - len(current)
+    text = f"The whole protocol at this budget: {total} runs, {len(current)} done"
+    if not current:
+        return text + "; no run of this budget has finished yet to time the rest."
+    each = statistics.mean(r["cpu_seconds"] for r in current) / 3600
+    return (
+        text
+        + f"; at their mean ({each * 60:.0f} CPU minutes a run) the {left} left need about {left * each:.0f} CPU hours."
+    )
 
 
 def gate_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:

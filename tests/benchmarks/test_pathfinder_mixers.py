@@ -140,6 +140,20 @@ def test_rates_then_reported_seeds_seed_by_seed_with_controls_at_their_parents_r
     assert "| heat |" in text and "shown" in text
 
 
+def test_the_budget_line_counts_the_whole_protocol_and_times_the_rest_from_current_runs(rows: dict) -> None:
+    assert pf.protocol_size() == 7 * 3 + 14 * 5  # selection runs at three rates, then 5 seeds of every arm
+    results = {"runs": {}}
+    assert "91 runs, 0 done; no run of this budget" in pf.budget_line(results)
+    old_key, old = _fake(rows, "heat", pf.SELECTION_SEED, pf.LRS[1], [50.0])
+    old_key = old_key.replace(f'"epochs": {pf.BUDGET["epochs"]}', '"epochs": 3')  # voided: not timed, not counted
+    results["runs"][old_key] = {**old, "cpu_seconds": 1e6}
+    for name, seconds in (("identity", 1800.0), ("heat", 3600.0)):
+        key, rec = _fake(rows, name, pf.SELECTION_SEED, pf.LRS[1], [50.0])
+        results["runs"][key] = {**rec, "cpu_seconds": seconds}
+    line = pf.budget_line(results)
+    assert "91 runs, 2 done" in line and "(45 CPU minutes a run)" in line and "89 left need about 67 CPU hours" in line
+
+
 def test_filter_readings_against_numpy() -> None:
     torch.manual_seed(0)
     passthrough = pf.build({"mixer": "heat", "k_mode": "fixed", "k_init": 0.0, "dims": 16})
