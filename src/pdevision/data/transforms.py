@@ -173,7 +173,10 @@ def eval_transform_for(meta: dict[str, Any]) -> Callable:
     grey first for a model of one input channel (``model_args["in_chans"]``, as a timm file of a grey model has it)."""
     mean = tuple(meta.get("mean") or IMAGENET_DEFAULT_MEAN)  # a checkpoint without them: timm's default, not KeyError
     std = tuple(meta.get("std") or IMAGENET_DEFAULT_STD)
-    _, val = build_transforms(RECIPES["light"], int(meta["img_size"]), mean, std)
+    size = meta["img_size"]  # a side, or (height, width) as timm's transforms take it
+    _, val = build_transforms(
+        RECIPES["light"], tuple(size) if isinstance(size, (list, tuple)) else int(size), mean, std
+    )
     args = meta.get("model_args")
     if isinstance(args, dict) and args.get("in_chans") == 1:
         return Compose([Grayscale(1), val])

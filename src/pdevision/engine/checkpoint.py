@@ -48,11 +48,10 @@ from safetensors import safe_open
 from torch import nn
 
 from pdevision._files import not_a_regular_file
-from pdevision._values import is_finite_number, is_int
+from pdevision._values import is_finite_number
 from pdevision.engine.hub import HUB_CONFIG, hub_config_bytes
 from pdevision.engine.metadata import MAX_METADATA_BYTES, MetadataError, parse_json
 from pdevision.engine.runtime import one_line
-from pdevision.models.factory import MAX_SIZE
 
 
 class CheckpointError(ValueError):
@@ -294,7 +293,6 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     if "kind" in meta and not isinstance(meta["kind"], str):
         raise CheckpointError(f"checkpoint file {file}: its kind must be a task name, got {meta['kind']!r:.80}")
     check_normalisation(meta, file)
-    check_img_size(meta, file)
     if meta.get("kind") in ("segment", "detect") and not isinstance(meta.get("head"), str):
         raise CheckpointError(f"checkpoint file {file} is a {meta['kind']} checkpoint without its head in the metadata")
     return meta
@@ -339,16 +337,6 @@ def check_normalisation(meta: dict[str, Any], file: str | Path) -> None:
                 + (" above zero" if name == "std" else "")
                 + f", got {value!r:.80}"
             )
-
-
-def check_img_size(meta: dict[str, Any], file: str | Path) -> None:
-    """A :class:`CheckpointError` unless the metadata's ``img_size`` (where present) is a side in pixels, a whole
-    number from 1 to :data:`~pdevision.models.factory.MAX_SIZE` (the evaluation transform is built at it)."""
-    if "img_size" in meta and not (is_int(meta["img_size"]) and 1 <= meta["img_size"] <= MAX_SIZE):
-        raise CheckpointError(
-            f"checkpoint file {file}: its img_size must be a whole number of pixels from 1 to {MAX_SIZE}, "
-            f"got {meta['img_size']!r:.80}"
-        )
 
 
 def check_finite_weights(state: dict[str, torch.Tensor], folder: str | Path) -> None:

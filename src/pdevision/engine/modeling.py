@@ -144,14 +144,12 @@ def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     except (ModelArgumentError, ModelNameError) as exc:
         raise CheckpointError(str(exc)) from exc
     # the metadata's own image size too: the evaluation transforms read it (an OverflowError at 10**12)
-    for value in [args[k] for k in ("img_size",) if k in args] + [meta[k] for k in ("img_size",) if k in meta]:
-        if value is not None:
-            sizes = value if isinstance(value, (list, tuple)) else [value]
-            ok = sizes and all(is_int(v) and 0 < v <= MAX_SIZE for v in sizes)
-            if not ok:
-                raise CheckpointError(
-                    f"image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE}"
-                )
+    # (None in the arguments: the model's default size; the metadata's own size has no default to fall back on)
+    sizes = [args["img_size"]] if args.get("img_size") is not None else []
+    for value in sizes + ([meta["img_size"]] if "img_size" in meta else []):
+        parts = value if isinstance(value, (list, tuple)) else [value]
+        if not (parts and all(is_int(v) and 0 < v <= MAX_SIZE for v in parts)):
+            raise CheckpointError(f"image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE}")
     return args
 
 
