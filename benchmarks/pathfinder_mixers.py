@@ -74,7 +74,7 @@ STUDY_SPEC = PathfinderSetSpec(
     64000,
     2000,
     2000,
-    PathfinderConfig(n_dashes=6, n_distractors=4, dot_radius=2.0),
+    PathfinderConfig(n_dashes=5, n_distractors=3, dot_radius=2.0),
     seed=36,
     description="the comparison's Pathfinder set",
 )
@@ -177,10 +177,21 @@ PROTOCOL_CHANGES: tuple[str, ...] = (
     "16 epochs of the same 64,000 images (1,024,000 images seen, 16,000 steps), with the gate at epoch 10; testbed "
     "and recipe unchanged. Fixed before these runs: if a mixer arm still stays at chance by epoch 10, the next change"
     " is the testbed's difficulty (paths of 5 dashes, 3 distractors), for every arm alike.",
+    "The third gate failed on its first pair: identity and pooling stayed at chance through all 16 epochs (at most "
+    "51.0% validation top-1; training loss 0.693 at epoch 16), so they missed the gate's epoch 10 and the gate could "
+    "not pass whatever the other arms did. The other five pilots were not run (sepconv and attention were stopped in "
+    "their first epoch; nothing of them is in the record). As fixed before these runs, the testbed's difficulty went "
+    "down for every arm alike: paths of 5 dashes (from 6) among 3 distractors (from 4), the same 64,000 / 2,000 / "
+    "2,000 images by number and generator seed (other drawings, since the paths differ); the budget (16 epochs, gate "
+    "at epoch 10) and the recipe unchanged. If a mixer arm still stays at chance by epoch 10, the next change is 4 "
+    "dashes among 2 distractors, the pilot set on which sepconv and heat left chance (change 2).",
 )
 
 # What the record does not hold: runs stopped before their end, with what they had shown (read from their metrics.csv)
-STOPPED_RUNS: tuple[str, ...] = ()
+STOPPED_RUNS: tuple[str, ...] = (
+    "third gate (6 dashes, 4 distractors, 16 epochs): sepconv and attention, stopped in their first epoch once "
+    "identity and pooling had failed the gate (attention's epoch 1: 50.0% validation top-1).",
+)
 
 
 # -- the arms, their widths and sizes ---------------------------------------------------------------------------
@@ -600,6 +611,18 @@ def gate_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> li
     return [*out, "", *earlier_gates(results)]
 
 
+def _in_order_of_the_changes(run: tuple[dict[str, Any], dict[str, Any]]) -> tuple:
+    """The voided gates in the order of the protocol changes (each made the testbed larger, the budget longer or
+    the paths shorter), then the arms' order."""
+    spec = run[0]
+    return (
+        spec["testbed"]["n"][0],
+        spec["epochs"],
+        -spec["testbed"]["config"]["n_dashes"],
+        list(ARMS).index(spec["arm"]),
+    )
+
+
 def earlier_gates(results: dict[str, Any]) -> list[str]:
     """The gate pilots of earlier testbeds or budgets (voided by a logged protocol change), each with its curve."""
     old = [(json.loads(k), r) for k, r in results["runs"].items() if r.get("status") == "ok" and not is_current(k)]
@@ -608,15 +631,17 @@ def earlier_gates(results: dict[str, Any]) -> list[str]:
     out = [
         "## Earlier gates (voided by a change above)",
         "",
-        "| arm | training images | epochs | gate epoch | validation top-1 by epoch | train loss, first and last |",
-        "|---|---:|---:|---:|---|---|",
+        "| arm | training images | dashes / distractors | epochs | gate epoch | validation top-1 by epoch "
+        "| train loss, first and last |",
+        "|---|---:|---:|---:|---:|---|---|",
     ]
-    for spec, rec in sorted(old, key=lambda sr: (sr[0]["testbed"]["n"][0], list(ARMS).index(sr[0]["arm"]))):
+    for spec, rec in sorted(old, key=_in_order_of_the_changes):
         curve = " ".join(f"{e['val_top1']:.0f}" for e in rec["curve"])
         loss = f"{rec['curve'][0]['train_loss']:.3f} -> {rec['curve'][-1]['train_loss']:.3f}"
-        gate_epoch = rec.get("gate_epoch", "—")
+        paths = f"{spec['testbed']['config']['n_dashes']} / {spec['testbed']['config']['n_distractors']}"
         out.append(
-            f"| {spec['arm']} | {spec['testbed']['n'][0]:,} | {spec['epochs']} | {gate_epoch} | {curve} | {loss} |"
+            f"| {spec['arm']} | {spec['testbed']['n'][0]:,} | {paths} | {spec['epochs']} | "
+            f"{rec.get('gate_epoch', '—')} | {curve} | {loss} |"
         )
     return [*out, ""]
 
