@@ -250,8 +250,11 @@ def check_row(row: dict[str, Any], img_size: int) -> str | None:
     return None
 
 
-def run_training(key: str, folder: str, device: str, workers: int, threads: int) -> dict[str, Any]:
-    """Train one run (in a worker process when ``--jobs`` > 1) and return its record."""
+def run_training(
+    key: str, folder: str, device: str, workers: int, threads: int, stop_after_epochs: int | None = None
+) -> dict[str, Any]:
+    """Train one run (in a worker process when ``--jobs`` > 1) and return its record; ``stop_after_epochs``: stop
+    at that epoch of the run (a later call continues it from there)."""
     import torch
 
     from pdevision.bench import count_params
@@ -280,6 +283,7 @@ def run_training(key: str, folder: str, device: str, workers: int, threads: int)
             max_train_batches=spec.get("max_train_batches"),
             lr=spec.get("lr"),
             opt=spec.get("opt"),
+            stop_after_epochs=stop_after_epochs,
         ),
     )
     _warm_data(spec["data"], spec["img_size"])

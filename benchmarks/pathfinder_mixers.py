@@ -7,7 +7,9 @@ The protocol, in the order it runs (``PROTOCOL_CHANGES`` logs every change made 
 1. **Gate.** One pilot run of every arm at the middle rate (seed :data:`SELECTION_SEED`, never reported). Every
    mixer arm must leave chance (validation top-1 of at least :data:`LEFT_CHANCE`) by epoch :data:`GATE_EPOCH`. If
    one does not, nothing further runs: the recipe or the testbed changes for every arm alike, and the change is
-   logged. The report shows the gate either way.
+   logged. The report shows the gate either way. (From the fourth gate on, to spare the CPU: a pilot that has not
+   left chance by that epoch stops there, and once one has failed no further pilot starts; neither can change the
+   gate's verdict.)
 2. **Rates.** Each mixer arm gets the rate of :data:`LRS` with the best final validation top-1 at
    :data:`SELECTION_SEED` (ties: the smaller). A control or ablation arm uses the rate of the arm it controls
    (``parent``), so its difference is the change it makes, not another rate.
@@ -266,10 +268,23 @@ def read_curve(folder: Path) -> list[dict[str, float]]:
     return [{k: float(r[k]) for k in keys if r.get(k) not in (None, "")} for r in rows]
 
 
-def train_run(key: str, folder: str, threads: int = 1, test: bool = True) -> dict[str, Any]:
+def train_run(
+    key: str, folder: str, threads: int = 1, test: bool = True, gate_epoch: int | None = None
+) -> dict[str, Any]:
     """Train one run (``benchmarks/ablations.py``'s runner), keep its curve, score its final checkpoint on the test
-    split and read its filters."""
+    split and read its filters. ``gate_epoch``: a gate pilot, trained to that epoch first and on to the budget's end
+    only if it left chance by then; one that did not stops there (``stopped_at_gate``), as its later epochs cannot
+    change the gate."""
+    first = None
+    if gate_epoch is not None:
+        first = ablations.run_training(key, folder, "cpu", 0, threads, stop_after_epochs=gate_epoch)
+        first["curve"] = read_curve(Path(folder))
+        if not left_chance(first["curve"], gate_epoch):
+            return {**first, "stopped_at_gate": True}
     rec = ablations.run_training(key, folder, "cpu", 0, threads)
+    if first is not None:  # the time of both parts
+        rec["seconds"] += first["seconds"]
+        rec["cpu_seconds"] += first["cpu_seconds"]
     rec["curve"] = read_curve(Path(folder))
     if test:
         rec.update(score_on_test(Path(folder) / "last", json.loads(key)))
@@ -369,10 +384,13 @@ def gate(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> dict[str, 
     out: dict[str, bool | None] = {}
     for name in MIXER_ARMS:
         rec = done(results, run_key(name, rows[name]["model_args"], SELECTION_SEED, LRS[1]))
-        out[name] = (
-            None if rec is None else any(e["val_top1"] >= LEFT_CHANCE for e in rec["curve"] if e["epoch"] <= GATE_EPOCH)
-        )
+        out[name] = None if rec is None else left_chance(rec["curve"], GATE_EPOCH)
     return out
+
+
+def left_chance(curve: list[dict[str, float]], by_epoch: int) -> bool:
+    """Whether a run's validation top-1 reached :data:`LEFT_CHANCE` by epoch ``by_epoch``."""
+    return any(e["val_top1"] >= LEFT_CHANCE for e in curve if e["epoch"] <= by_epoch)
 
 
 def chosen_rate(results: dict[str, Any], rows: dict[str, dict[str, Any]], name: str) -> float | None:
@@ -392,8 +410,10 @@ def plan(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple
     """The runs still to do, in the order the protocol runs them: (phase, arm, key)."""
     todo = []
     gate_runs = [(n, run_key(n, rows[n]["model_args"], SELECTION_SEED, LRS[1])) for n in MIXER_ARMS]
+    if False in gate(results, rows).values():
+        return []  # one pilot failed: the gate has failed whatever the others do, and nothing further runs
     todo += [("gate", n, k) for n, k in gate_runs if not done(results, k)]
-    if todo or not all(gate(results, rows).values()):
+    if todo:
         return todo  # nothing beyond the gate until every mixer passed it
     for lr in (LRS[0], LRS[2]):
         todo += [("rates", n, run_key(n, rows[n]["model_args"], SELECTION_SEED, lr)) for n in MIXER_ARMS]
@@ -421,7 +441,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not todo:
             break
         work = {key: str(folder_of(runs_dir, key)) for _, _, key in todo}
-        for key, rec in _train(work, args.jobs):
+        gate_epochs = {key: GATE_EPOCH for phase, _, key in todo if phase == "gate"}
+        for key, rec in _train(work, args.jobs, gate_epochs):
             rec["phase"] = next(p for p, _, k in todo if k == key)
             if rec["phase"] == "gate":
                 rec["gate_epoch"] = GATE_EPOCH
@@ -437,7 +458,8 @@ def _brief(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: rec.get(k) for k in ("status", "final_val_top1", "test_top1", "seconds", "reason")}
 
 
-def _train(work: dict[str, str], jobs: int) -> list[tuple[str, dict[str, Any]]]:
+def _train(work: dict[str, str], jobs: int, gate_epochs: dict[str, int]) -> list[tuple[str, dict[str, Any]]]:
+    """Train the runs of ``work`` (key -> folder), ``jobs`` at a time; ``gate_epochs``: the gate pilots' gate epoch."""
     out = []
 
     def record(key: str, call: Any) -> None:
@@ -449,12 +471,12 @@ def _train(work: dict[str, str], jobs: int) -> list[tuple[str, dict[str, Any]]]:
 
     if jobs > 1:
         with futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-            pending = {ex.submit(train_run, k, f, 1, _reports(k)): k for k, f in work.items()}
+            pending = {ex.submit(train_run, k, f, 1, _reports(k), gate_epochs.get(k)): k for k, f in work.items()}
             for fut in futures.as_completed(pending):
                 record(pending[fut], fut.result)
     else:
         for key, folder in work.items():
-            record(key, lambda k=key, f=folder: train_run(k, f, 1, _reports(k)))
+            record(key, lambda k=key, f=folder: train_run(k, f, 1, _reports(k), gate_epochs.get(k)))
     return out
 
 

@@ -154,6 +154,16 @@ def test_the_budget_line_counts_the_whole_protocol_and_times_the_rest_from_curre
     assert "91 runs, 2 done" in line and "(45 CPU minutes a run)" in line and "89 left need about 67 CPU hours" in line
 
 
+def test_no_further_pilot_starts_once_one_has_failed_the_gate(rows: dict) -> None:
+    results = {"runs": {}}
+    key, rec = _fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], [50.0] * pf.GATE_EPOCH)
+    results["runs"][key] = {**rec, "stopped_at_gate": True}
+    assert pf.gate(results, rows)["identity"] is False and pf.gate(results, rows)["heat"] is None
+    assert pf.plan(results, rows) == []
+    section = "\n".join(pf.gate_section(results, rows))
+    assert "The gate failed" in section and "| heat |" in section and "not run" in section
+
+
 def test_filter_readings_against_numpy() -> None:
     torch.manual_seed(0)
     passthrough = pf.build({"mixer": "heat", "k_mode": "fixed", "k_init": 0.0, "dims": 16})
@@ -169,9 +179,9 @@ def test_filter_readings_against_numpy() -> None:
     assert 0.4 < step0["heat"]["highest"] < 0.8  # heat's own start damps the highest frequency
 
 
-def test_one_real_miniature_run(tmp_path) -> None:
+def _mini_key() -> str:
     PATHFINDER_SETS.setdefault("pathfinder-test-mini", PathfinderSetSpec(64, 32, 32, PathfinderConfig(n_dashes=4)))
-    key = json.dumps(
+    return json.dumps(
         {
             "arm": "heat",
             "model": pf.MODEL,
@@ -185,7 +195,24 @@ def test_one_real_miniature_run(tmp_path) -> None:
             "recipe": "pathfinder",
         }
     )
+
+
+def test_one_real_miniature_run(tmp_path) -> None:
+    key = _mini_key()
     rec = pf.train_run(key, str(tmp_path / "run"))
     assert rec["status"] == "ok" and [e["epoch"] for e in rec["curve"]] == [1.0, 2.0]
     assert 0 <= rec["test_top1"] <= 100 and rec["filters"]["from_pass_through"] > 0
     assert rec["final_val_top1"] == rec["curve"][-1]["val_top1"]
+
+
+def test_a_pilot_that_has_not_left_chance_stops_at_the_gate_and_one_that_has_goes_on(tmp_path, monkeypatch) -> None:
+    key = _mini_key()
+    monkeypatch.setattr(pf, "LEFT_CHANCE", 101.0)  # no run can reach it
+    rec = pf.train_run(key, str(tmp_path / "failed"), test=False, gate_epoch=1)
+    assert rec["stopped_at_gate"] is True and [e["epoch"] for e in rec["curve"]] == [1.0]
+    assert json.loads((tmp_path / "failed" / "summary.json").read_text())["status"] == "stopped after epoch 1 of 2"
+    monkeypatch.setattr(pf, "LEFT_CHANCE", 0.0)  # every run reaches it
+    rec = pf.train_run(key, str(tmp_path / "passed"), test=False, gate_epoch=1)
+    assert "stopped_at_gate" not in rec and [e["epoch"] for e in rec["curve"]] == [1.0, 2.0]
+    assert rec["resumed_after_epoch"] == 1  # the same run, continued from the gate's epoch
+    assert json.loads((tmp_path / "passed" / "summary.json").read_text())["status"] == "completed"
