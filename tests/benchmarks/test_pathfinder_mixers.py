@@ -216,3 +216,37 @@ def test_a_pilot_that_has_not_left_chance_stops_at_the_gate_and_one_that_has_goe
     assert "stopped_at_gate" not in rec and [e["epoch"] for e in rec["curve"]] == [1.0, 2.0]
     assert rec["resumed_after_epoch"] == 1  # the same run, continued from the gate's epoch
     assert json.loads((tmp_path / "passed" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_killed_script_leaves_no_worker_training(tmp_path) -> None:
+    """The workers of a stopped script outlived it and trained on unrecorded (found in the third gate)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import concurrent.futures as f, multiprocessing, os, sys, time\n"
+        f"sys.path.insert(0, {str(pf.HERE)!r})\n"
+        "import pathfinder_mixers as pf\n"
+        "if __name__ == '__main__':\n"
+        "    ex = f.ProcessPoolExecutor(1, multiprocessing.get_context('spawn'), initializer=pf.exit_with_parent,\n"
+        "                               initargs=(os.getpid(),))\n"
+        "    print(ex.submit(os.getpid).result(), flush=True)\n"
+        "    ex.submit(time.sleep, 600)\n"
+        "    time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError(f"worker {worker} outlived its killed parent by 10 s")
