@@ -111,7 +111,8 @@ def test_runs_of_an_earlier_testbed_are_voided_and_shown_apart(rows: dict) -> No
     assert pf.done(results, key) is None  # the voided pilot does not stand in for the current one
     assert pf.plan(results, rows)[0][0] == "gate" and len(pf.plan(results, rows)) == len(pf.MIXER_ARMS)
     section = "\n".join(pf.earlier_gates(results))
-    assert "| heat | 16,000 | 5 / 3 | 16 | 10 | 50 50" in section and "0.693 -> 0.693" in section
+    paths = f"{pf.STUDY_SPEC.config.n_dashes} / {pf.STUDY_SPEC.config.n_distractors}"  # the old key kept them
+    assert f"| heat | 16,000 | {paths} | 16 | 10 | 50 50" in section and "0.693 -> 0.693" in section
     assert pf.earlier_gates({"runs": {key: rec}}) == []  # a current run is not an earlier one
 
 
