@@ -17,6 +17,7 @@ from PIL import Image
 from pdevision.cli import main
 from pdevision.engine.checkpoint import CheckpointError, parse_checkpoint_metadata, save_checkpoint
 from pdevision.engine.metadata import MAX_JSON_DEPTH, MAX_METADATA_BYTES, MetadataError, json_depth, parse_json
+from pdevision.engine.modeling import model_from_meta
 from pdevision.models.factory import build_model
 
 
@@ -160,3 +161,15 @@ def test_an_image_size_of_height_and_width_predicts(base: dict[str, Any], capsys
     safetensors.torch.save_file(base["weights"], str(folder / "model.safetensors"), metadata=metadata)
     assert main(["predict", "--checkpoint", str(folder), str(base["image"])]) == 0
     assert "photo.png" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("side", [32, 64])
+def test_an_image_size_as_int_or_as_pair_builds_the_same_model(side: int) -> None:
+    """The metadata's ``img_size`` as ``side`` and as ``[side, side]`` describe one model (the pair is what a timm
+    file's ``input_size`` gives)."""
+    meta = {"model": "vheat_micro", "model_args": {}}
+    one = model_from_meta({**meta, "img_size": side}, 2)
+    pair = model_from_meta({**meta, "img_size": [side, side]}, 2)
+    shapes = {n: tuple(p.shape) for n, p in one.state_dict().items()}
+    assert shapes == {n: tuple(p.shape) for n, p in pair.state_dict().items()}
+    assert shapes["stages.0.freq_embed"] == (side // 4, side // 4, 32)  # the stem's stride 4: built at this side
