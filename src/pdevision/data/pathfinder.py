@@ -38,6 +38,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from pdevision._values import is_finite_scalar, is_integer_scalar
+
 VERSION = 1
 BLOCK = 256
 REFERENCE_SIZE = 32  # the lengths of PathfinderConfig are pixels of an image of this side
@@ -84,16 +86,16 @@ class PathfinderConfig:
         their paths apart (NaN, infinite or huge values ran into numpy's errors, terabyte allocations or hours)."""
         for name, low, high in _COUNTS:
             value = getattr(self, name)
-            if not (_is_int(value) and low <= value <= high):
+            if not (is_integer_scalar(value) and low <= value <= high):
                 raise ValueError(f"pathfinder {name} must be an integer from {low} to {high}, got {value!r:.40}")
         for name, low in _LENGTHS:
             value = getattr(self, name)
-            if not (_is_number(value) and low < value <= REFERENCE_SIZE):
+            if not (is_finite_scalar(value) and low < value <= REFERENCE_SIZE):
                 raise ValueError(
                     f"pathfinder {name} must be a finite number above {low} and at most {REFERENCE_SIZE} (pixels of "
                     f"a 32-px image), got {value!r:.40}"
                 )
-        if not (_is_number(self.max_turn) and 0 < self.max_turn <= 180):
+        if not (is_finite_scalar(self.max_turn) and 0 < self.max_turn <= 180):
             raise ValueError(f"pathfinder max_turn must be a number of degrees in (0, 180], got {self.max_turn!r:.40}")
         if self.thickness > self.separation:
             raise ValueError(
@@ -107,14 +109,6 @@ class PathfinderConfig:
             )
         if self.seed_distance <= 2 * self.dot_radius + self.separation:
             raise ValueError("seed_distance must exceed two dot radii plus the separation")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 MAX_SIZE = 1024  # a block of 256 images at this side is 256 MB of pixels before the path maps
@@ -152,10 +146,10 @@ def make_pathfinder(seed: int, split: str, n: int, cfg: PathfinderConfig = Pathf
     docstring."""
     if split not in SPLITS:
         raise ValueError(f"pathfinder split must be one of {list(SPLITS)}, got {split!r:.40}")
-    if not (_is_int(seed) and seed >= 0):
+    if not (is_integer_scalar(seed) and seed >= 0):
         raise ValueError(f"pathfinder seed must be an integer >= 0, got {seed!r:.40}")
     cfg.check()
-    if not (_is_int(n) and 0 <= n <= MAX_BYTES // cfg.size**2):
+    if not (is_integer_scalar(n) and 0 <= n <= MAX_BYTES // cfg.size**2):
         raise ValueError(
             f"pathfinder draws 0 to {MAX_BYTES // cfg.size**2:,} images of {cfg.size} px in one call (2 GiB), got "
             f"n={n!r:.40}"

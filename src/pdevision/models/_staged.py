@@ -12,22 +12,14 @@ from timm.models._features import FeatureHookNet, feature_take_indices
 from timm.models._features_fx import FeatureGraphNet
 from torch import nn
 
-
-def is_integral_scalar(v: object) -> bool:
-    """A Python, numpy or 0-d tensor integer (not a bool): what an image size may be."""
-    if isinstance(v, bool):
-        return False
-    if isinstance(v, int):
-        return True
-    dtype = getattr(v, "dtype", None)  # numpy integers and 0-d integer tensors, read from shapes and arrays
-    return dtype is not None and getattr(v, "ndim", 0) == 0 and "int" in str(dtype)
+from pdevision._values import is_integer_scalar
 
 
 def to_2tuple_size(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     """``224 -> (224, 224)``; a pair is returned as a tuple of ints. Anything else (a string, a float, a size of 0 or
     less) is a ``ValueError`` naming it."""
-    pair = (size, size) if is_integral_scalar(size) else size
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(is_integral_scalar(v) for v in pair):
+    pair = (size, size) if is_integer_scalar(size) else size
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(is_integer_scalar(v) for v in pair):
         raise ValueError(f"an image size is an int or a (height, width) pair of ints, got {size!r}")
     if any(int(v) < 1 for v in pair):  # type: ignore[call-overload]
         raise ValueError(f"an image size must be positive, got {size!r}")
@@ -43,16 +35,16 @@ def stage_widths(
 ) -> list[int]:
     """The channels of each stage (an int ``dims`` doubles per stage), after checking the architecture arguments
     that a staged backbone shares; a ``ValueError`` names the one that is wrong."""
-    if len(depths) < 1 or any(not is_integral_scalar(d) or d < min_depth for d in depths):
+    if len(depths) < 1 or any(not is_integer_scalar(d) or d < min_depth for d in depths):
         raise ValueError(f"depths must be a non-empty list of block counts >= {min_depth}, got {depths!r}")
-    if not is_integral_scalar(in_chans) or in_chans < 1:
+    if not is_integer_scalar(in_chans) or in_chans < 1:
         raise ValueError(f"in_chans must be a positive number of input channels, got {in_chans!r}")
-    if not is_integral_scalar(num_classes) or num_classes < 0:
+    if not is_integer_scalar(num_classes) or num_classes < 0:
         raise ValueError(f"num_classes must be 0 (no classifier) or more, got {num_classes!r}")
-    widths = [dims * 2**i for i in range(len(depths))] if is_integral_scalar(dims) else list(dims)  # type: ignore[operator]
+    widths = [dims * 2**i for i in range(len(depths))] if is_integer_scalar(dims) else list(dims)  # type: ignore[operator]
     if len(widths) != len(depths):
         raise ValueError(f"dims and depths need one entry per stage, got {len(widths)} and {len(depths)}")
-    if any(not is_integral_scalar(d) or d < 1 for d in widths):
+    if any(not is_integer_scalar(d) or d < 1 for d in widths):
         raise ValueError(f"dims must be positive channel counts, got {widths!r}")
     return [int(d) for d in widths]
 
