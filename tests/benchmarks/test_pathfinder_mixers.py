@@ -79,7 +79,7 @@ def _fake(rows: dict, arm: str, seed: int, lr: float, curve: list[float], test: 
     return key, rec
 
 
-def test_the_gate_comes_first_and_stops_everything_when_a_mixer_stays_at_chance(rows: dict) -> None:
+def test_the_gate_comes_first_and_stops_everything_when_a_mixer_stays_at_chance_at_every_rate(rows: dict) -> None:
     results = {"runs": {}}
     first = pf.plan(results, rows)
     assert [p for p, _, _ in first] == ["gate"] * len(pf.MIXER_ARMS)
@@ -87,17 +87,29 @@ def test_the_gate_comes_first_and_stops_everything_when_a_mixer_stays_at_chance(
         curve = [50.0] * 12 if name == "identity" else [50.0, 55.0, 65.0] + [70.0] * 9
         key, rec = _fake(rows, name, pf.SELECTION_SEED, pf.LRS[1], curve)
         results["runs"][key] = rec
-    assert pf.gate(results, rows)["identity"] is False and pf.gate(results, rows)["heat"] is True
-    assert pf.plan(results, rows) == []  # the gate failed: nothing further
-    assert "The gate failed" in "\n".join(pf.gate_section(results, rows))
-    # leaving chance after GATE_EPOCH does not count
-    late = [50.0] * pf.GATE_EPOCH + [90.0] * 6
-    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], late)])
+    assert pf.gate(results, rows)["identity"] is None and pf.gate(results, rows)["heat"] is True
+    # identity stayed at chance at the middle rate: its other two rates are the gate's runs left
+    rest = [(n, json.loads(k)["lr"]) for _, n, k in pf.plan(results, rows)]
+    assert rest == [("identity", pf.LRS[0]), ("identity", pf.LRS[2])]
+    assert {p for p, _, _ in pf.plan(results, rows)} == {"gate"}
+    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[0], [50.0] * pf.GATE_EPOCH)])
+    assert pf.gate(results, rows)["identity"] is None  # one rate left
+    slow = dict(results["runs"])
+    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[2], [50.0] * 12)])
     assert pf.gate(results, rows)["identity"] is False
-    just = [50.0] * (pf.GATE_EPOCH - 1) + [61.0] * 7  # at the gate's epoch: passes
-    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], just)])
+    assert pf.plan(results, rows) == []  # the gate failed at every rate: nothing further
+    section = "\n".join(pf.gate_section(results, rows))
+    assert "The gate failed" in section and section.count("| identity |") == 1 and "| 0.002 | 50 50" in section
+    results["runs"] = slow  # the last rate leaves chance at the gate's epoch: identity passes at that rate
+    just = [50.0] * (pf.GATE_EPOCH - 1) + [61.0] * 7
+    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[2], just)])
     assert all(pf.gate(results, rows).values())
-    assert {p for p, _, _ in pf.plan(results, rows)} == {"rates"}
+    assert {p for p, _, _ in pf.plan(results, rows)} == {"rates"}  # the rates not run yet: the other arms'
+    assert all(n != "identity" for _, n, _ in pf.plan(results, rows))
+    # leaving chance after GATE_EPOCH does not count, at any rate
+    late = [50.0] * pf.GATE_EPOCH + [90.0] * 6
+    results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, lr, late) for lr in pf.LRS])
+    assert pf.gate(results, rows)["identity"] is False
 
 
 def test_runs_of_an_earlier_testbed_are_voided_and_shown_apart(rows: dict) -> None:
@@ -159,6 +171,9 @@ def test_no_further_pilot_starts_once_one_has_failed_the_gate(rows: dict) -> Non
     results = {"runs": {}}
     key, rec = _fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], [50.0] * pf.GATE_EPOCH)
     results["runs"][key] = {**rec, "stopped_at_gate": True}
+    for lr in (pf.LRS[0], pf.LRS[2]):  # and at the other rates
+        other, stopped = _fake(rows, "identity", pf.SELECTION_SEED, lr, [50.0] * pf.GATE_EPOCH)
+        results["runs"][other] = {**stopped, "stopped_at_gate": True}
     assert pf.gate(results, rows)["identity"] is False and pf.gate(results, rows)["heat"] is None
     assert pf.plan(results, rows) == []
     section = "\n".join(pf.gate_section(results, rows))
