@@ -286,3 +286,19 @@ def test_a_killed_script_leaves_no_worker_training(tmp_path) -> None:
         time.sleep(0.1)
     os.kill(worker, signal.SIGKILL)
     raise AssertionError(f"worker {worker} outlived its killed parent by 10 s")
+
+
+def test_a_write_cut_off_mid_way_leaves_the_record_as_it_was(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "record.json"
+    pf.save(path, {"runs": {"a": {"status": "ok"}}})
+    before = path.read_bytes()
+
+    def cut_off(self, text, *args, **kwargs):  # the process dies half-way through the write
+        with open(self, "w") as f:
+            f.write(text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(path), "write_text", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        pf.save(path, {"runs": {"a": {"status": "ok"}, "b": {"status": "ok"}}})
+    assert path.read_bytes() == before and pf.load(path) == {"runs": {"a": {"status": "ok"}}}
