@@ -224,7 +224,9 @@ PROTOCOL_CHANGES: tuple[str, ...] = (
     "departs from that plan and from the issue's rule, and the record says so: from here an arm that does not "
     "leave chance at any rate does not stop the study. It goes on as one that does not learn the task under this "
     "budget (its rate chosen by the same rule, its five reported seeds run, its failed runs counted apart from "
-    "accuracy), and the gate is still run and shown for every arm. Testbed, budget and recipe unchanged. The claims "
+    "accuracy), and the gate is still run and shown for every arm. With a failure no longer ending the gate, the "
+    "five pilots not yet run come before the other rates of a failed pilot (pooling's). Testbed, budget and recipe "
+    "unchanged. The claims "
     "that involve such an arm are read as a difference against a model at chance, not as a ranking of two models "
     "that learn.",
 )
