@@ -226,7 +226,7 @@ class _Grid:
         """Mark the cells near points (len(rows), k, 2) with ``bit`` (len(rows),) where ``keep``."""
         cells = self.cells(rows, points)
         spare = (cells % self.stride) == self.stride - 1
-        near = (cells[:, :, None] + np.where(spare, 0, 1)[:, :, None] * self.halo).reshape(len(rows), -1)
+        near = (cells[:, :, None] + np.where(spare, 0, 1)[:, :, None] * self.halo).reshape(len(rows), -1 if len(rows) else 0)
         value = np.where(keep, bit.astype(self.bits.dtype), 0).astype(self.bits.dtype)
         # duplicate cells of one row get the same value (old | bit): the fancy assignment is exact
         self.bits[near] = self.bits[near] | value[:, None]
@@ -294,21 +294,28 @@ def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> di
         shape = [_disc_points(pos[:, 0], cfg), _disc_points(pos[:, 1], cfg)]
         for j in range(n):
             for p in range(2):
-                angles = theta[:, p, None] + np.deg2rad(rng.uniform(-cfg.max_turn, cfg.max_turn, (k, cfg.tries)))
+                # every pair draws its turns (the stream stays the same); only the pairs not stuck yet are grown
+                turns = np.deg2rad(rng.uniform(-cfg.max_turn, cfg.max_turn, (k, cfg.tries)))
+                live = np.flatnonzero(ok)
+                angles = theta[live, p, None] + turns[live]
                 cand = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
-                points = _dash_points(np.broadcast_to(pos[:, p, None], cand.shape), cand, cfg)
-                free = ~grid.blocked(rows, points, bits[p])
-                pick = free.argmax(axis=1)
-                ok &= free.any(axis=1)
-                points, direction = points[rows, pick], cand[rows, pick]
-                grid.stamp(rows, points, bits[p], ok)
-                starts[:, p, j], dirs[:, p, j], theta[:, p] = pos[:, p], direction, angles[rows, pick]
-                pos[:, p] = points[:, -1] + cfg.dash_gap * direction
-                shape.append(points)
+                points = _dash_points(np.broadcast_to(pos[live, p, None], cand.shape), cand, cfg)
+                free = ~grid.blocked(live, points, bits[p][live])
+                pick, at = free.argmax(axis=1), np.arange(len(live))
+                ok[live] = free.any(axis=1)
+                points, direction = points[at, pick], cand[at, pick]
+                still = ok[live]  # a pair stuck at this dash marks nothing more
+                grid.stamp(live[still], points[still], bits[p][live[still]], still[still])
+                starts[live, p, j], dirs[live, p, j], theta[live, p] = pos[live, p], direction, angles[at, pick]
+                pos[live, p] = points[:, -1] + cfg.dash_gap * direction
+                grown = np.full((k, *points.shape[1:]), np.nan)
+                grown[live] = points
+                shape.append(grown)
         ends = starts[:, :, -1] + cfg.dash_length * dirs[:, :, -1]
         for p in range(2):  # the end dots keep clear of the other path
             disc = _disc_points(ends[:, p], cfg)
-            ok &= ~grid.blocked(rows, disc[:, None], bits[p])[:, 0]
+            live = np.flatnonzero(ok)
+            ok[live] = ~grid.blocked(live, disc[live, None], bits[p][live])[:, 0]
             shape.append(disc)
         shift = _shift_into_image(rng, np.concatenate(shape, axis=1), edge)
         ok &= ~np.isnan(shift).any(-1)

@@ -1,0 +1,32 @@
+"""benchmarks/pathfinder_speed.py: a revision's generator imported beside the current one, images compared."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pdevision.data.pathfinder import PathfinderConfig, make_pathfinder
+from tests.helpers import load_benchmark
+
+ps = load_benchmark("pathfinder_speed.py")
+IN_GIT = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ps.ROOT, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not IN_GIT, reason="needs the project's git history")
+def test_the_committed_generator_draws_the_same_images(capsys) -> None:
+    assert ps.main(["--against", "HEAD", "--images", "8", "--rounds", "1", "--sets", "pathfinder-6"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| `pathfinder-6`"))
+    assert row.endswith("| yes |")
+
+
+def test_images_that_differ_are_told_apart() -> None:
+    cfg = PathfinderConfig(n_dashes=4)
+    a, b = make_pathfinder(1, "val", 4, cfg), make_pathfinder(2, "val", 4, cfg)
+    assert ps.same(a, a) and not ps.same(a, b)
+
+
+@pytest.mark.skipif(not IN_GIT, reason="needs the project's git history")
+def test_an_unknown_revision_is_one_line() -> None:
+    with pytest.raises(SystemExit, match="no generator at revision 'no-such-rev'"):
+        ps.main(["--against", "no-such-rev", "--images", "8", "--rounds", "1"])
