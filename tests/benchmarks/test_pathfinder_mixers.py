@@ -79,7 +79,7 @@ def _fake(rows: dict, arm: str, seed: int, lr: float, curve: list[float], test: 
     return key, rec
 
 
-def test_the_gate_comes_first_and_an_arm_at_chance_at_every_rate_goes_on_as_not_learning(rows: dict) -> None:
+def test_the_gate_comes_first_and_stops_everything_when_a_mixer_stays_at_chance_at_every_rate(rows: dict) -> None:
     results = {"runs": {}}
     first = pf.plan(results, rows)
     assert [p for p, _, _ in first] == ["gate"] * len(pf.MIXER_ARMS)
@@ -97,12 +97,9 @@ def test_the_gate_comes_first_and_an_arm_at_chance_at_every_rate_goes_on_as_not_
     slow = dict(results["runs"])
     results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[2], [50.0] * 12)])
     assert pf.gate(results, rows)["identity"] is False
-    # change 8: an arm at chance at every rate goes on as not learning; the others' rates come next
-    assert {p for p, _, _ in pf.plan(results, rows)} == {"rates"}
-    assert all(n != "identity" for _, n, _ in pf.plan(results, rows))
+    assert pf.plan(results, rows) == []  # the gate failed at every rate: nothing further
     section = "\n".join(pf.gate_section(results, rows))
-    assert "Did not leave chance at any rate: identity" in section and "| 0.002 | 50 50" in section
-    assert section.count("| identity |") == 1
+    assert "The gate failed" in section and section.count("| identity |") == 1 and f"| {pf.LRS[2]:g} | 50 50" in section
     results["runs"] = slow  # the last rate leaves chance at the gate's epoch: identity passes at that rate
     just = [50.0] * (pf.GATE_EPOCH - 1) + [61.0] * 7
     results["runs"].update([_fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[2], just)])
@@ -127,8 +124,13 @@ def test_runs_of_an_earlier_testbed_are_voided_and_shown_apart(rows: dict) -> No
     assert pf.plan(results, rows)[0][0] == "gate" and len(pf.plan(results, rows)) == len(pf.MIXER_ARMS)
     section = "\n".join(pf.earlier_gates(results))
     paths = f"{pf.STUDY_SPEC.config.n_dashes} / {pf.STUDY_SPEC.config.n_distractors}"  # the old key kept them
-    assert f"| heat | 16,000 | {paths} | 16 | 10 | 50 50" in section and "0.693 -> 0.693" in section
+    assert f"| heat | 16,000 | {paths} | 16 | {pf.LRS[1]:g} | 10 | 50 50" in section and "0.693 -> 0.693" in section
     assert pf.earlier_gates({"runs": {key: rec}}) == []  # a current run is not an earlier one
+    off_grid = pf.run_key("identity", rows["identity"]["model_args"], pf.SELECTION_SEED, 1e-3)  # the first grid's
+    assert 1e-3 not in pf.LRS and not pf.is_current(off_grid)
+    assert pf.is_current(pf.run_key("identity", rows["identity"]["model_args"], pf.REPORT_SEEDS[0], 1e-3))
+    section = "\n".join(pf.earlier_gates({"runs": {off_grid: rec}}))
+    assert f"| identity | {pf.STUDY_SPEC.n_train:,} | {paths} | 16 | 0.001 | — | 50 50" in section
 
 
 def test_rates_then_reported_seeds_seed_by_seed_with_controls_at_their_parents_rate(rows: dict) -> None:
@@ -170,34 +172,17 @@ def test_the_budget_line_counts_the_whole_protocol_and_times_the_rest_from_curre
     assert "91 runs, 2 done" in line and "(45 CPU minutes a run)" in line and "89 left need about 67 CPU hours" in line
 
 
-def test_the_pilots_come_before_the_other_rates_of_a_failed_pilot(rows: dict) -> None:
+def test_no_further_pilot_starts_once_one_has_failed_the_gate(rows: dict) -> None:
     results = {"runs": {}}
     key, rec = _fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], [50.0] * pf.GATE_EPOCH)
     results["runs"][key] = {**rec, "stopped_at_gate": True}
-    order = [(n, json.loads(k)["lr"]) for _, n, k in pf.plan(results, rows)]
-    assert order == [(n, pf.LRS[1]) for n in pf.MIXER_ARMS[1:]] + [("identity", pf.LRS[0]), ("identity", pf.LRS[2])]
-    assert pf.gate(results, rows)["identity"] is None and pf.gate(results, rows)["heat"] is None
+    for lr in (pf.LRS[0], pf.LRS[2]):  # and at the other rates
+        other, stopped = _fake(rows, "identity", pf.SELECTION_SEED, lr, [50.0] * pf.GATE_EPOCH)
+        results["runs"][other] = {**stopped, "stopped_at_gate": True}
+    assert pf.gate(results, rows)["identity"] is False and pf.gate(results, rows)["heat"] is None
+    assert pf.plan(results, rows) == []
     section = "\n".join(pf.gate_section(results, rows))
-    assert "| heat |" in section and "not run" in section and "Did not leave chance" not in section
-
-
-def test_the_report_names_an_arm_that_did_not_learn_at_any_rate(rows: dict) -> None:
-    results = {"runs": {}, "rows": rows}
-    for name in pf.MIXER_ARMS:
-        for lr in pf.LRS:
-            curve = [50.0] * 16 if name == "identity" else [50.0, 70.0] + [80.0 + (lr == pf.LRS[1])] * 14
-            results["runs"].update([_fake(rows, name, pf.SELECTION_SEED, lr, curve)])
-    for seed in pf.REPORT_SEEDS:
-        for name in pf.ARMS:
-            curve = [50.0] * 16 if name == "identity" else [80.0] * 16
-            key, rec = _fake(rows, name, seed, pf.chosen_rate(results, rows, name), curve, test=curve[-1] + seed)
-            results["runs"][key] = rec
-    assert pf.plan(results, rows) == [] and pf.chosen_rate(results, rows, "identity") == pf.LRS[0]  # ties: smaller
-    text = pf.report(results)
-    row = next(line for line in text.splitlines() if line.startswith("| identity | 0.0005 | 5 |"))
-    assert "did not leave chance at any rate in the gate" in row and "5 of 5" in row
-    heat = next(line for line in text.splitlines() if line.startswith("| heat | 0.0010 | 5 |"))
-    assert "did not leave chance" not in heat and "0 of 5" in heat
+    assert "The gate failed" in section and "| heat |" in section and "not run" in section
 
 
 def test_filter_readings_against_numpy() -> None:
