@@ -11,7 +11,9 @@ The protocol, in the order it runs (``PROTOCOL_CHANGES`` logs every change made 
    further runs: the recipe or the testbed changes for every arm alike, and the change is logged. The report shows
    the gate either way. (From the fourth gate on, to spare the CPU: a gate run that has not left chance by that
    epoch stops there, and once an arm has failed no further gate run starts; neither can change the gate's
-   verdict. Change 8 set the stop aside for one gate; change 9 withdrew it.)
+   verdict. Change 8 set the stop aside for one gate; change 9 withdrew it.) From change 10 on the gate also fails
+   when a local arm (:data:`LOCAL_ARMS`) ends a gate run at or above :data:`SATURATED`: the testbed is then too
+   easy to tell the mixers apart, and the paths get longer.
 2. **Rates.** Each mixer arm gets the rate of :data:`LRS` with the best final validation top-1 at
    :data:`SELECTION_SEED` (ties: the smaller). A control or ablation arm uses the rate of the arm it controls
    (``parent``), so its difference is the change it makes, not another rate.
@@ -80,7 +82,7 @@ STUDY_SPEC = PathfinderSetSpec(
     64000,
     2000,
     2000,
-    PathfinderConfig(n_dashes=4, n_distractors=2, dot_radius=2.0),
+    PathfinderConfig(n_dashes=6, n_distractors=4, dot_radius=2.0),
     seed=36,
     description="the comparison's Pathfinder set",
 )
@@ -92,6 +94,8 @@ LRS = (1.25e-4, 2.5e-4, 5e-4)  # change 9: four times lower than the first grid
 SELECTION_SEED = 1000  # the gate's and the rates' seed; never reported
 REPORT_SEEDS = (0, 1, 2, 3, 4)
 GATE_EPOCH = 10  # a mixer arm's pilot must leave chance by this epoch
+SATURATED = 95.0  # top-1 (%): a local arm's gate run ending at or above it makes the testbed too easy (change 10)
+LOCAL_ARMS = ("identity", "pooling", "sepconv")
 LEFT_CHANCE = 60.0  # top-1 (%); chance is 50% on the balanced binary task (1,000 images: 1.6 points of noise)
 ALPHA = 0.05
 BOOTSTRAP = 10_000
@@ -241,6 +245,16 @@ PROTOCOL_CHANGES: tuple[str, ...] = (
     "gates; identity's run at 5e-4 (at chance) is on the new grid and stands. With a recipe change in hand, the "
     "gate's rule goes back to the issue's: an arm that does not leave chance at any rate stops everything. The "
     "sixth gate's heat and wave pilots at 1e-3 were stopped after 2 epochs (at 50.0%; not in the record).",
+    "At the new grid the seventh gate's first pair left chance at once: identity at 2.5e-4 reached 91.2% at epoch 4 "
+    "and 99.65% at epoch 16, pooling 93.1% at epoch 2 and 99.45%. The rate was what held the plateau. But a testbed "
+    "on which the no-mixing arm reaches 99.6% cannot tell the mixers apart, and the issue asks for a difficulty "
+    "where the local mixers do not saturate. So the paths go back to the harder testbed of the first three gates, "
+    "6 dashes among 4 distractors (the same 64,000 / 2,000 / 2,000 images by number and generator seed), with the "
+    "budget and the recipe of change 9, for every arm alike. A new condition joins the gate, fixed before its runs: "
+    "the testbed is too easy if a local arm (identity, pooling, sepconv) ends its gate run at any rate at or above "
+    "95% validation top-1; then nothing further runs and the paths get longer (9 dashes among 6 distractors, then "
+    "the published 14 among 8). Sepconv and attention at 2.5e-4 on the 4 / 2 paths were stopped in their first "
+    "epoch (nothing recorded).",
 )
 
 # What the record does not hold: runs stopped before their end, with what they had shown (read from their metrics.csv)
@@ -451,6 +465,17 @@ def gate(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> dict[str, 
     return out
 
 
+def saturated(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The local arms (:data:`LOCAL_ARMS`) with a selection-seed run, at some rate of :data:`LRS`, that ended at or
+    above :data:`SATURATED`: the testbed is too easy to tell the mixers apart (change 10)."""
+    out = []
+    for name in LOCAL_ARMS:
+        recs = [done(results, run_key(name, rows[name]["model_args"], SELECTION_SEED, lr)) for lr in LRS]
+        if any(rec is not None and rec["final_val_top1"] >= SATURATED for rec in recs):
+            out.append(name)
+    return out
+
+
 def gate_runs(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
     """The gate's runs still to do, in order: first the other rates of an arm whose middle-rate pilot stayed at
     chance (the gate cannot pass without them), then the middle-rate pilots of the arms not run yet."""
@@ -486,8 +511,8 @@ def chosen_rate(results: dict[str, Any], rows: dict[str, dict[str, Any]], name: 
 
 def plan(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
     """The runs still to do, in the order the protocol runs them: (phase, arm, key)."""
-    if False in gate(results, rows).values():
-        return []  # one arm failed at every rate: the gate has failed whatever the others do, and nothing further runs
+    if False in gate(results, rows).values() or saturated(results, rows):
+        return []  # an arm failed at every rate, or a local one saturated: the gate has failed, nothing further runs
     todo = [("gate", n, k) for n, k in gate_runs(results, rows)]
     if todo:
         return todo  # nothing beyond the gate until every mixer passed it
@@ -722,6 +747,12 @@ def gate_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> li
             out.append(f"| {name if i == 0 else ''} | {size} | {lr:g} | {curve} | {verdict if i == 0 else ''} |")
     if any(v is False for v in passed.values()):
         out += ["", "The gate failed: nothing further runs until the recipe or the testbed changes for all arms."]
+    if saturated(results, rows):
+        out += [
+            "",
+            f"The testbed is too easy: {', '.join(saturated(results, rows))} ended a gate run at or above "
+            f"{SATURATED:g}% (change 10); nothing further runs until the paths get longer.",
+        ]
     if STOPPED_RUNS:
         out += ["", "Runs stopped before their end, not in the record:", "", *[f"- {n}" for n in STOPPED_RUNS]]
     return [*out, "", *earlier_gates(results)]

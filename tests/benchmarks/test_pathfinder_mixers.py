@@ -287,3 +287,17 @@ def test_a_write_cut_off_mid_way_leaves_the_record_as_it_was(tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         pf.save(path, {"runs": {"a": {"status": "ok"}, "b": {"status": "ok"}}})
     assert path.read_bytes() == before and pf.load(path) == {"runs": {"a": {"status": "ok"}}}
+
+
+def test_a_local_arm_at_the_ceiling_makes_the_testbed_too_easy(rows: dict) -> None:
+    results = {"runs": {}}
+    for name in pf.MIXER_ARMS:
+        top = 96.0 if name == "pooling" else 80.0
+        results["runs"].update([_fake(rows, name, pf.SELECTION_SEED, pf.LRS[1], [50.0, 70.0] + [top] * 14)])
+    assert all(pf.gate(results, rows).values()) and pf.saturated(results, rows) == ["pooling"]
+    assert pf.plan(results, rows) == []  # left chance, but too easy: nothing further
+    assert "The testbed is too easy: pooling" in "\n".join(pf.gate_section(results, rows))
+    results["runs"].update([_fake(rows, "pooling", pf.SELECTION_SEED, pf.LRS[1], [50.0, 70.0] + [94.9] * 14)])
+    assert pf.saturated(results, rows) == [] and {p for p, _, _ in pf.plan(results, rows)} == {"rates"}
+    results["runs"].update([_fake(rows, "heat", pf.SELECTION_SEED, pf.LRS[1], [50.0, 70.0] + [99.0] * 14)])
+    assert pf.saturated(results, rows) == []  # a global arm at the ceiling is not a sign of an easy testbed
