@@ -226,7 +226,9 @@ class _Grid:
         """Mark the cells near points (len(rows), k, 2) with ``bit`` (len(rows),) where ``keep``."""
         cells = self.cells(rows, points)
         spare = (cells % self.stride) == self.stride - 1
-        near = (cells[:, :, None] + np.where(spare, 0, 1)[:, :, None] * self.halo).reshape(len(rows), -1 if len(rows) else 0)
+        near = (cells[:, :, None] + np.where(spare, 0, 1)[:, :, None] * self.halo).reshape(
+            len(rows), cells.shape[1] * len(self.halo)
+        )
         value = np.where(keep, bit.astype(self.bits.dtype), 0).astype(self.bits.dtype)
         # duplicate cells of one row get the same value (old | bit): the fancy assignment is exact
         self.bits[near] = self.bits[near] | value[:, None]
