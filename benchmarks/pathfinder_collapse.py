@@ -28,6 +28,7 @@ import pathfinder_mixers as pf  # noqa: E402
 
 from pdevision.data.pathfinder import make_pathfinder  # noqa: E402
 from pdevision.data.transforms import eval_transform_for  # noqa: E402
+from pdevision.engine.checkpoint import CheckpointError  # noqa: E402
 from pdevision.engine.modeling import load_classifier, model_from_meta  # noqa: E402
 
 
@@ -84,8 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folders", nargs="+", type=Path, help="run folders of pathfinder_mixers.py")
     parser.add_argument("--images", type=int, default=256, help="validation images (default 256)")
     args = parser.parse_args(argv)
+    if not 2 <= args.images <= pf.STUDY_SPEC.n_val:
+        parser.error(f"--images must be from 2 to {pf.STUDY_SPEC.n_val} (a spread needs two images), got {args.images}")
     torch.set_num_threads(1)
-    rows = [row for folder in args.folders for row in rows_for(folder, args.images)]
+    try:
+        rows = [row for folder in args.folders for row in rows_for(folder, args.images)]
+    except CheckpointError as exc:
+        raise SystemExit(f"pathfinder_collapse: {exc}") from None
     cmd = " ".join(["python benchmarks/pathfinder_collapse.py", *(str(f) for f in args.folders)])
     print("# Features of Pathfinder runs, stage by stage\n")
     print(f"Written by `{cmd}` ({args.images} validation images of `{pf.STUDY_SET}`); see the script's docstring.\n")

@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each, median reported (default 3)")
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
     args = parser.parse_args(argv)
+    if args.images < 1 or args.rounds < 1:
+        parser.error(f"--images and --rounds must be 1 or more, got {args.images} and {args.rounds}")
     with tempfile.TemporaryDirectory() as tmp:
         old = generator_at(args.against, Path(tmp))
         print(f"# The Pathfinder generator against {args.against}\n")

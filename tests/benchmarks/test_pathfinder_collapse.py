@@ -31,3 +31,17 @@ def test_a_checkpoint_gets_a_trained_and_a_step_0_row(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "| run (not in the record), epoch 3 |" in out and "| run, step 0 |" in out
     assert "8 validation images" in out and out.count("\n|") == 4  # header, rule, two rows
+
+
+@pytest.mark.parametrize("argv", [["--images", "1"], ["--images", "100000"]])
+def test_an_image_count_without_a_spread_is_refused_in_one_line(tmp_path, argv, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        pc.main([str(tmp_path), *argv])
+    assert exit_info.value.code == 2 and "--images must be from 2 to" in capsys.readouterr().err
+
+
+def test_a_folder_that_is_no_checkpoint_is_one_line(tmp_path) -> None:
+    (tmp_path / "run").mkdir()
+    with pytest.raises(SystemExit, match=r"^pathfinder_collapse: .*run") as exit_info:
+        pc.main([str(tmp_path / "run"), "--images", "4"])
+    assert "\n" not in str(exit_info.value.code)

@@ -30,3 +30,10 @@ def test_images_that_differ_are_told_apart() -> None:
 def test_an_unknown_revision_is_one_line() -> None:
     with pytest.raises(SystemExit, match="no generator at revision 'no-such-rev'"):
         ps.main(["--against", "no-such-rev", "--images", "8", "--rounds", "1"])
+
+
+@pytest.mark.parametrize("argv", [["--images", "0"], ["--rounds", "0"]])
+def test_no_images_or_no_rounds_is_refused_in_one_line(argv, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        ps.main(["--against", "HEAD", *argv])
+    assert exit_info.value.code == 2 and "must be 1 or more" in capsys.readouterr().err

@@ -306,8 +306,8 @@ def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> di
                 pick, at = free.argmax(axis=1), np.arange(len(live))
                 ok[live] = free.any(axis=1)
                 points, direction = points[at, pick], cand[at, pick]
-                still = ok[live]  # a pair stuck at this dash marks nothing more
-                grid.stamp(live[still], points[still], bits[p][live[still]], still[still])
+                grows = live[ok[live]]  # a pair stuck at this dash marks nothing more
+                grid.stamp(grows, points[ok[live]], bits[p][grows], np.ones(len(grows), dtype=bool))
                 starts[live, p, j], dirs[live, p, j], theta[live, p] = pos[live, p], direction, angles[at, pick]
                 pos[live, p] = points[:, -1] + cfg.dash_gap * direction
                 grown = np.full((k, *points.shape[1:]), np.nan)
