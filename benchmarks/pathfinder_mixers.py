@@ -451,13 +451,18 @@ def done(results: dict[str, Any], key: str) -> dict[str, Any] | None:
     return rec if rec and rec.get("status") == "ok" else None
 
 
+def selection_runs(results: dict[str, Any], rows: dict[str, dict[str, Any]], name: str) -> dict[float, Any]:
+    """The finished runs of arm ``name`` at the selection seed, by rate of :data:`LRS` (``None``: not run yet)."""
+    return {lr: done(results, run_key(name, rows[name]["model_args"], SELECTION_SEED, lr)) for lr in LRS}
+
+
 def gate(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> dict[str, bool | None]:
     """Per mixer arm: did one of its selection-seed runs, at some rate of :data:`LRS`, leave chance by
     :data:`GATE_EPOCH` (``False``: none did at any rate; ``None``: not decided yet). Change 7: until then only the
     middle rate's pilot counted."""
     out: dict[str, bool | None] = {}
     for name in MIXER_ARMS:
-        recs = [done(results, run_key(name, rows[name]["model_args"], SELECTION_SEED, lr)) for lr in LRS]
+        recs = selection_runs(results, rows, name).values()
         if any(rec is not None and left_chance(rec["curve"], GATE_EPOCH) for rec in recs):
             out[name] = True
         else:
@@ -470,7 +475,7 @@ def saturated(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[
     above :data:`SATURATED`: the testbed is too easy to tell the mixers apart (change 10)."""
     out = []
     for name in LOCAL_ARMS:
-        recs = [done(results, run_key(name, rows[name]["model_args"], SELECTION_SEED, lr)) for lr in LRS]
+        recs = selection_runs(results, rows, name).values()
         if any(rec is not None and rec["final_val_top1"] >= SATURATED for rec in recs):
             out.append(name)
     return out
@@ -499,14 +504,10 @@ def left_chance(curve: list[dict[str, float]], by_epoch: int) -> bool:
 def chosen_rate(results: dict[str, Any], rows: dict[str, dict[str, Any]], name: str) -> float | None:
     """The rate of ``name`` (its parent's for a control): the best final validation top-1 at the selection seed,
     ties to the smaller; ``None`` until every rate has run."""
-    base = rows[name]["parent"] or name
-    scores = []
-    for lr in LRS:
-        rec = done(results, run_key(base, rows[base]["model_args"], SELECTION_SEED, lr))
-        if rec is None:
-            return None
-        scores.append((-rec["final_val_top1"], lr))
-    return min(scores)[1]
+    runs = selection_runs(results, rows, rows[name]["parent"] or name)
+    if any(rec is None for rec in runs.values()):
+        return None
+    return min((-rec["final_val_top1"], lr) for lr, rec in runs.items())[1]
 
 
 def plan(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -737,7 +738,7 @@ def gate_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> li
         "|---|---:|---:|---:|---|---|",
     ]
     for name in MIXER_ARMS:
-        recs = {lr: done(results, run_key(name, rows[name]["model_args"], SELECTION_SEED, lr)) for lr in LRS}
+        recs = selection_runs(results, rows, name)
         shown = [lr for lr in (LRS[1], LRS[0], LRS[2]) if recs[lr] is not None] or [LRS[1]]
         verdict = {None: "—", True: "yes", False: "**no**"}[passed[name]]
         for i, lr in enumerate(shown):
