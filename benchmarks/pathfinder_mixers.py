@@ -55,16 +55,18 @@ import logging
 import math
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from pdevision.bench.measure import machine_description
 from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec
 from pdevision.data.pathfinder import PathfinderConfig
 
@@ -82,7 +84,7 @@ STUDY_SPEC = PathfinderSetSpec(
     64000,
     2000,
     2000,
-    PathfinderConfig(n_dashes=6, n_distractors=4, dot_radius=2.0),
+    PathfinderConfig(n_dashes=9, n_distractors=6, dot_radius=2.0),  # change 11
     seed=36,
     description="the comparison's Pathfinder set",
 )
@@ -255,6 +257,13 @@ PROTOCOL_CHANGES: tuple[str, ...] = (
     "95% validation top-1; then nothing further runs and the paths get longer (9 dashes among 6 distractors, then "
     "the published 14 among 8). Sepconv and attention at 2.5e-4 on the 4 / 2 paths were stopped in their first "
     "epoch (nothing recorded).",
+    "The eighth gate failed as a testbed, on its first pair: on paths of 6 dashes among 4 distractors at rate 2.5e-4, "
+    "identity left chance at epoch 8 (83.45% validation top-1; 50.95% at epoch 6) and ended at 96.45%, above the "
+    "95% of change 10, while pooling stayed at 50.0% through the gate's epoch 10 at that rate and, at 1.25e-4, had "
+    "left chance at epoch 5 (82.35%) when it was stopped. As fixed in change 10, the paths get longer for every arm "
+    "alike: 9 dashes among 6 distractors, the same 64,000 / 2,000 / 2,000 images by number and generator seed; "
+    "budget, rates and recipe unchanged. If a local arm saturates here too, the next paths are the published 14 "
+    "dashes among 8 distractors.",
 )
 
 # What the record does not hold: runs stopped before their end, with what they had shown (read from their metrics.csv)
@@ -264,6 +273,8 @@ STOPPED_RUNS: tuple[str, ...] = (
     "to epoch 2 (50.0, 50.0% validation top-1), attention to epoch 4 (50.0, 50.0, 50.05, 50.0%).",
     "sixth gate (4 dashes, 2 distractors, rate 1e-3): heat and wave, stopped after epoch 2 when change 9 moved the "
     "grid of rates (50.0, 50.0% validation top-1 each).",
+    "eighth gate (6 dashes, 4 distractors): pooling at rate 1.25e-4, stopped after epoch 5 when identity's run had "
+    "ended at 96.45% and so failed the gate (50.0, 50.0, 50.0, 51.55, 82.35% validation top-1).",
 )
 
 
@@ -335,7 +346,7 @@ def folder_of(runs_dir: Path, key: str) -> Path:
 def read_curve(folder: Path) -> list[dict[str, float]]:
     with open(folder / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    keys = ("epoch", "train_loss", "val_loss", "val_top1")
+    keys = ("epoch", "train_loss", "val_loss", "val_top1", "epoch_seconds")
     return [{k: float(r[k]) for k in keys if r.get(k) not in (None, "")} for r in rows]
 
 
@@ -363,7 +374,6 @@ def train_run(
 
 
 def score_on_test(checkpoint: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    import torch
 
     from pdevision.data import eval_transform_for
     from pdevision.data.embedded import PathfinderClassification
@@ -379,7 +389,6 @@ def score_on_test(checkpoint: Path, spec: dict[str, Any]) -> dict[str, Any]:
 def filter_stats(model: Any, img_size: int) -> dict[str, Any] | None:
     """The spectral mixers' transfer factors on their own maps at ``img_size``: the mean factor at the highest
     frequency, the mean ``|T - 1|``, and the mean factor in four radial bands of ``|w|`` in ``[0, pi sqrt 2]``."""
-    import torch
 
     from pdevision.layers.mixers import _SpectralMixer, mixer_fve
     from pdevision.ops.heat import frequency_energy
@@ -416,7 +425,6 @@ def filter_stats(model: Any, img_size: int) -> dict[str, Any] | None:
 
 
 def step0_filters(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    import torch
 
     out = {}
     for name, row in rows.items():
@@ -510,8 +518,17 @@ def chosen_rate(results: dict[str, Any], rows: dict[str, dict[str, Any]], name: 
     return min((-rec["final_val_top1"], lr) for lr, rec in runs.items())[1]
 
 
-def plan(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """The runs still to do, in the order the protocol runs them: (phase, arm, key)."""
+def plan(
+    results: dict[str, Any], rows: dict[str, dict[str, Any]], running: frozenset[str] = frozenset()
+) -> list[tuple[str, str, str]]:
+    """The runs that can start now, in the order the protocol runs them: (phase, arm, key). ``running``: the keys
+    training now; a phase with one of them in flight is not over, so nothing of the next phase starts before it
+    ends (an empty list then means: wait)."""
+    return [t for t in _all_left(results, rows) if t[2] not in running]
+
+
+def _all_left(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The runs not finished, of the first phase that has any (or none: the gate failed, or all is done)."""
     if False in gate(results, rows).values() or saturated(results, rows):
         return []  # an arm failed at every rate, or a local one saturated: the gate has failed, nothing further runs
     todo = [("gate", n, k) for n, k in gate_runs(results, rows)]
@@ -537,50 +554,66 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results.setdefault("step0", step0_filters(rows))
     save(args.json, results)
     runs_dir = Path(args.runs_dir)
-    count = 0
-    while count < args.max_runs:
-        todo = plan(results, rows)[: max(1, args.jobs)]
-        if not todo:
-            break
-        work = {key: str(folder_of(runs_dir, key)) for _, _, key in todo}
-        gate_epochs = {key: GATE_EPOCH for phase, _, key in todo if phase == "gate"}
-        for key, rec in _train(work, args.jobs, gate_epochs):
-            rec["phase"] = next(p for p, _, k in todo if k == key)
-            if rec["phase"] == "gate":
-                rec["gate_epoch"] = GATE_EPOCH
-            results["runs"][key] = rec
-            results["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-            save(args.json, results)
-            log.info("%s %s: %s", rec["phase"], json.loads(key)["arm"], _brief(rec))
-            count += 1
+    machine = machine_description(torch.device("cpu"))
+
+    def finish(key: str, phase: str, rec: dict[str, Any]) -> None:
+        rec["phase"] = phase
+        if phase == "gate":
+            rec["gate_epoch"] = GATE_EPOCH
+        results["runs"][key] = rec
+        rec["machine"] = f"{machine['cpu']}, {machine['cores']} cores"
+        save(args.json, results)
+        log.info("%s %s: %s", phase, json.loads(key)["arm"], _brief(rec))
+
+    jobs = max(1, args.jobs)
+    spawn = multiprocessing.get_context("spawn")  # each run in a fresh process (max_tasks_per_child=1)
+    with futures.ProcessPoolExecutor(
+        jobs, spawn, initializer=exit_with_parent, initargs=(os.getpid(),), max_tasks_per_child=1
+    ) as pool:
+
+        def start(phase: str, key: str) -> futures.Future:
+            gate_epoch = GATE_EPOCH if phase == "gate" else None
+            return pool.submit(train_run, key, str(folder_of(runs_dir, key)), 1, _reports(key), gate_epoch)
+
+        keep_busy(start, lambda running: plan(results, rows, running), finish, jobs, args.max_runs)
     return results
+
+
+def keep_busy(
+    start: Callable[[str, str], futures.Future],
+    next_runs: Callable[[frozenset[str]], list[tuple[str, str, str]]],
+    finish: Callable[[str, str, dict[str, Any]], None],
+    jobs: int,
+    max_runs: int,
+) -> int:
+    """Keep ``jobs`` trainings going until nothing is left to start or ``max_runs`` have started: as soon as one
+    ends, ``finish(key, phase, record)`` records it and the next run of ``next_runs(running keys)`` (the plan, read
+    again with that record in it) starts with ``start(phase, key)``, a future. A run that raises is recorded as
+    failed and the others go on. Returns the number started."""
+    running: dict[futures.Future, tuple[str, str]] = {}
+    started = 0
+    while True:
+        while len(running) < jobs and started < max_runs:
+            todo = next_runs(frozenset(key for key, _ in running.values()))
+            if not todo:
+                break
+            phase, _, key = todo[0]
+            running[start(phase, key)] = (key, phase)
+            started += 1
+        if not running:
+            return started
+        ended, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+        for fut in ended:
+            key, phase = running.pop(fut)
+            try:
+                rec = fut.result()
+            except Exception as exc:
+                rec = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+            finish(key, phase, rec)
 
 
 def _brief(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: rec.get(k) for k in ("status", "final_val_top1", "test_top1", "seconds", "reason")}
-
-
-def _train(work: dict[str, str], jobs: int, gate_epochs: dict[str, int]) -> list[tuple[str, dict[str, Any]]]:
-    """Train the runs of ``work`` (key -> folder), ``jobs`` at a time; ``gate_epochs``: the gate pilots' gate epoch."""
-    out = []
-
-    def record(key: str, call: Any) -> None:
-        try:
-            rec = call()
-        except Exception as exc:  # a run that fails is recorded as failed and the others go on
-            rec = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
-        out.append((key, rec))
-
-    if jobs > 1:
-        spawn = multiprocessing.get_context("spawn")
-        with futures.ProcessPoolExecutor(jobs, spawn, initializer=exit_with_parent, initargs=(os.getpid(),)) as ex:
-            pending = {ex.submit(train_run, k, f, 1, _reports(k), gate_epochs.get(k)): k for k, f in work.items()}
-            for fut in futures.as_completed(pending):
-                record(pending[fut], fut.result)
-    else:
-        for key, folder in work.items():
-            record(key, lambda k=key, f=folder: train_run(k, f, 1, _reports(k), gate_epochs.get(k)))
-    return out
 
 
 def exit_with_parent(parent: int, every: float = 2.0) -> None:
@@ -676,7 +709,7 @@ def _f(x: float | None, digits: int = 1) -> str:
 def report(results: dict[str, Any]) -> str:
     rows = results["rows"]
     runs = [r for r in results["runs"].values() if r.get("status") == "ok"]
-    hours = sum(r["cpu_seconds"] for r in runs) / 3600
+    hours = sum(run_seconds(r) for r in runs) / 3600
     lines = [
         "# The token mixers on Pathfinder (issue 36)",
         "",
@@ -689,8 +722,8 @@ def report(results: dict[str, Any]) -> str:
         f"{STUDY_SPEC.seed} (`pdevision.data.pathfinder`).",
         f"- Budget, the same for every run: `{MODEL}` ({STEM} stem), {BUDGET['epochs']} epochs at batch "
         f"{BUDGET['batch_size']}, recipe `{BUDGET['recipe']}`, rates {', '.join(f'{r:g}' for r in LRS)}, 1 thread.",
-        f"- Done so far: {len(runs)} runs (the voided ones included), {hours:.1f} CPU hours on "
-        f"{results.get('machine', '?')}; "
+        f"- Done so far: {len(runs)} runs (the voided ones included), {hours:.1f} hours of training (one thread a "
+        f"run, two side by side; `run_seconds`) on {machines(results)}; "
         f"{len(plan(results, rows))} runs left in the current phase.",
         f"- {budget_line(results)}",
         "",
@@ -710,18 +743,34 @@ def protocol_size() -> int:
     return len(MIXER_ARMS) * len(LRS) + len(ARMS) * len(REPORT_SEEDS)
 
 
+def run_seconds(rec: dict[str, Any]) -> float:
+    """A run's training time: its median epoch time times its epochs. The epoch times are the run folder's
+    ``metrics.csv`` (wall-clock, every part of a run resumed after a stop; a process's own clock would count only
+    its last part), and the median leaves out an epoch stretched while the machine paused the run. Runs recorded
+    before the curves kept epoch times (the first gate's) give their recorded seconds."""
+    times = [e["epoch_seconds"] for e in rec["curve"] if "epoch_seconds" in e]
+    return statistics.median(times) * len(rec["curve"]) if times else rec["seconds"]
+
+
+def machines(results: dict[str, Any]) -> str:
+    """The machines the finished runs trained on (a run records its own; the oldest runs, the record's label)."""
+    names = {r.get("machine", results.get("machine", "?")) for r in results["runs"].values() if r.get("status") == "ok"}
+    return "; ".join(sorted(names)) or "?"
+
+
 def budget_line(results: dict[str, Any]) -> str:
-    """What the whole protocol costs at the current budget: its runs, those done, and the CPU time left at the mean
-    of the current budget's runs so far."""
+    """What the whole protocol costs at the current budget: its runs, those done, and the training time left at the
+    mean epoch time of the current budget's runs so far (every run left counted at the budget's full length)."""
     current = [r for k, r in results["runs"].items() if r.get("status") == "ok" and is_current(k)]
     total, left = protocol_size(), protocol_size() - len(current)
     text = f"The whole protocol at this budget: {total} runs, {len(current)} done"
     if not current:
         return text + "; no run of this budget has finished yet to time the rest."
-    each = statistics.mean(r["cpu_seconds"] for r in current) / 3600
+    epoch = statistics.mean(run_seconds(r) / len(r["curve"]) for r in current)
+    hours = left * BUDGET["epochs"] * epoch / 3600
     return (
-        text
-        + f"; at their mean ({each * 60:.0f} CPU minutes a run) the {left} left need about {left * each:.0f} CPU hours."
+        text + f"; at their mean epoch time ({epoch:.0f} s, one thread a run) the {left} left need at most about "
+        f"{hours:.0f} hours of training, {hours / 2:.0f} with two runs side by side."
     )
 
 

@@ -72,7 +72,7 @@ def _fake(rows: dict, arm: str, seed: int, lr: float, curve: list[float], test: 
         "status": "ok",
         "final_val_top1": curve[-1],
         "curve": [{"epoch": i + 1, "val_top1": v, "train_loss": 0.693} for i, v in enumerate(curve)],
-        "cpu_seconds": 1.0,
+        "seconds": 1.0,
     }
     if test is not None:
         rec["test_top1"] = test
@@ -164,12 +164,29 @@ def test_the_budget_line_counts_the_whole_protocol_and_times_the_rest_from_curre
     assert "91 runs, 0 done; no run of this budget" in pf.budget_line(results)
     old_key, old = _fake(rows, "heat", pf.SELECTION_SEED, pf.LRS[1], [50.0])
     old_key = old_key.replace(f'"epochs": {pf.BUDGET["epochs"]}', '"epochs": 3')  # voided: not timed, not counted
-    results["runs"][old_key] = {**old, "cpu_seconds": 1e6}
-    for name, seconds in (("identity", 1800.0), ("heat", 3600.0)):
-        key, rec = _fake(rows, name, pf.SELECTION_SEED, pf.LRS[1], [50.0])
-        results["runs"][key] = {**rec, "cpu_seconds": seconds}
+    results["runs"][old_key] = _timed(old, [1e6])
+    for name, seconds in (("identity", 90.0), ("heat", 150.0)):
+        key, rec = _fake(rows, name, pf.SELECTION_SEED, pf.LRS[1], [50.0] * 10)
+        results["runs"][key] = _timed(rec, [seconds] * 10)
     line = pf.budget_line(results)
-    assert "91 runs, 2 done" in line and "(45 CPU minutes a run)" in line and "89 left need about 67 CPU hours" in line
+    assert "91 runs, 2 done" in line and "mean epoch time (120 s, one thread a run)" in line
+    assert "the 89 left need at most about 47 hours of training, 24 with two runs side by side" in line  # 89*16*120 s
+
+
+def _timed(rec: dict, epoch_seconds: list[float]) -> dict:
+    curve = [{**e, "epoch_seconds": t} for e, t in zip(rec["curve"], epoch_seconds, strict=True)]
+    return {**rec, "curve": curve, "seconds": 1.0}
+
+
+def test_a_runs_time_counts_every_part_and_not_a_pause(rows: dict) -> None:
+    """A run resumed after a stop measured only its last process (5 of the first 27 runs); a paused epoch (the
+    machine stopped the run while the test suite ran) lasts as long as the pause."""
+    _, rec = _fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], [50.0] * 10)
+    resumed = {**_timed(rec, [100.0, 2400.0] + [100.0] * 8), "resumed_after_epoch": 8, "seconds": 200.0}
+    assert pf.run_seconds(resumed) == pytest.approx(1000.0)
+    assert pf.run_seconds({**rec, "seconds": 1234.0}) == 1234.0  # recorded before the curves kept epoch times
+    results = {"machine": "x86_64, 2 cores", "runs": {"a": {**rec, "machine": "AMD EPYC 7B13, 2 cores"}, "b": rec}}
+    assert pf.machines(results) == "AMD EPYC 7B13, 2 cores; x86_64, 2 cores"
 
 
 def test_no_further_pilot_starts_once_one_has_failed_the_gate(rows: dict) -> None:
@@ -301,3 +318,44 @@ def test_a_local_arm_at_the_ceiling_makes_the_testbed_too_easy(rows: dict) -> No
     assert pf.saturated(results, rows) == [] and {p for p, _, _ in pf.plan(results, rows)} == {"rates"}
     results["runs"].update([_fake(rows, "heat", pf.SELECTION_SEED, pf.LRS[1], [50.0, 70.0] + [99.0] * 14)])
     assert pf.saturated(results, rows) == []  # a global arm at the ceiling is not a sign of an easy testbed
+
+
+def test_runs_in_flight_are_not_started_twice_and_hold_back_the_next_phase(rows: dict) -> None:
+    pilots = [key for _, _, key in pf.plan({"runs": {}}, rows)]
+    assert pf.plan({"runs": {}}, rows, frozenset(pilots[:2]))[0][2] == pilots[2]
+    assert pf.plan({"runs": {}}, rows, frozenset(pilots)) == []  # all pilots in flight: wait
+    results = {"runs": dict(_fake(rows, n, pf.SELECTION_SEED, pf.LRS[1], [70.0] * 16) for n in pf.MIXER_ARMS[1:])}
+    # the last pilot still trains: no rate run starts before the gate is decided
+    assert pf.plan(results, rows, frozenset(pilots[:1])) == []
+    assert {p for p, _, _ in pf.plan(results, rows)} == {"gate"}
+
+
+def test_keep_busy_starts_the_next_run_as_soon_as_one_ends() -> None:
+    """Two at a time: the short run b ends, and c starts while the long run a still trains (a batch of two would
+    have waited for a); a run that raises is recorded as failed; no more than max_runs start."""
+    import concurrent.futures as futures
+    import threading
+
+    c_started = threading.Event()
+    work = {
+        "a": lambda: {"status": "ok" if c_started.wait(10) else "a ended before c started"},
+        "b": lambda: {"status": "ok"},
+        "c": lambda: c_started.set() or {"status": "ok"},
+        "d": lambda: 1 / 0,
+        "e": lambda: {"status": "ok"},
+    }
+    ended: dict[str, dict] = {}
+
+    def left(running: frozenset[str]) -> list[tuple[str, str, str]]:
+        return [("report", "arm", k) for k in work if k not in ended and k not in running]
+
+    with futures.ThreadPoolExecutor(2) as pool:
+        started = pf.keep_busy(
+            lambda phase, key: pool.submit(work[key]), left, lambda k, p, rec: ended.update({k: rec}), 2, 4
+        )
+    assert started == 4 and set(ended) == {"a", "b", "c", "d"}
+    assert ended["a"]["status"] == "ok" and ended["d"] == {
+        "status": "failed",
+        "reason": "ZeroDivisionError: division by zero",
+    }
+    assert "e" not in ended
