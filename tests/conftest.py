@@ -18,6 +18,12 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _no_data_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PDEVISION_DATA_CACHE of the shell does not reach the tests (they would write to it)."""
+    monkeypatch.delenv("PDEVISION_DATA_CACHE", raising=False)
+
+
 # shared by the refusal tests of the CLI and of the checkpoint formats
 @pytest.fixture(scope="module")
 def digit_png(tmp_path_factory: pytest.TempPathFactory) -> Path:

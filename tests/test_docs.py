@@ -74,7 +74,7 @@ def shell_commands(text: str) -> list[list[str]]:
     """The argument lists after ``pdevision`` (or ``-m pdevision.cli``) in a shell block, one per command line."""
     commands = []
     for line in text.replace("\\\n", " ").splitlines():
-        line = line.split(" #")[0].strip()
+        line = re.sub(r"^([A-Z_][A-Z0-9_]*=\S*\s+)+", "", line.split(" #")[0].strip())  # VAR=value pdevision ...
         first = line.split(" ")[0]
         if os.path.basename(first) != "pdevision" and first != "torchrun":  # other commands, output, comments
             continue
@@ -159,6 +159,7 @@ def test_the_command_check_can_fail() -> None:
     assert shell_commands("torchrun --nnodes 2 \\\n  -m pdevision.cli train --data D  # a comment") == [
         ["train", "--data", "D"]
     ]
+    assert shell_commands("PDEVISION_DATA_CACHE=~/c A=1 pdevision train --data D") == [["train", "--data", "D"]]
 
 
 def test_contributing_names_only_make_targets_that_exist_and_ci_runs_lint() -> None:

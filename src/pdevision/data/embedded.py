@@ -17,11 +17,12 @@
   resolution.
 
 Generated sets are cached in memory for the process (keyed by name, split, size and the generator's
-version), never written to disk.
+version); they are written to disk only when ``PDEVISION_DATA_CACHE`` names a folder (:mod:`pdevision.data.cache`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -33,6 +34,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from pdevision.data.cache import cached, digest
 from pdevision.data.digits import DigitsDataset
 from pdevision.data.errors import DataError
 from pdevision.data.pathfinder import REFERENCE_SIZE as PATHFINDER_REFERENCE_SIZE
@@ -169,16 +171,21 @@ def scene_arrays(
     spec = SCENE_SETS[name]
     n = spec.n_train if split == "train" else spec.n_val
     cfg = zoomed_out(SceneConfig(**{**spec.config.__dict__, "size": size}), zoom_out)
-    images = np.empty((n, size, size, 3), dtype=np.uint8)
-    labels = np.arange(n, dtype=np.int64) % 10
-    for i in range(n):
-        scene = make_scene(spec.seed, split, i, cfg, digit_labels=[int(labels[i])])
-        image = scene.image.astype(np.float64)
-        if spec.noise > 0:
-            noise_rng = np.random.default_rng([spec.seed, 2, i, 0 if split == "train" else 1, version])
-            image = image + noise_rng.normal(0.0, spec.noise, image.shape)
-        images[i] = np.clip(np.round(image), 0, 255).astype(np.uint8)
-    return images, labels
+
+    def draw() -> tuple[np.ndarray, np.ndarray]:
+        images = np.empty((n, size, size, 3), dtype=np.uint8)
+        labels = np.arange(n, dtype=np.int64) % 10
+        for i in range(n):
+            scene = make_scene(spec.seed, split, i, cfg, digit_labels=[int(labels[i])])
+            image = scene.image.astype(np.float64)
+            if spec.noise > 0:
+                noise_rng = np.random.default_rng([spec.seed, 2, i, 0 if split == "train" else 1, version])
+                image = image + noise_rng.normal(0.0, spec.noise, image.shape)
+            images[i] = np.clip(np.round(image), 0, 255).astype(np.uint8)
+        return images, labels
+
+    key = digest(spec, split=split, config=dataclasses.asdict(cfg), version=version)
+    return cached(f"{name}-{split}-{size}px", key, (n, size, size, 3), draw)
 
 
 class SceneClassification(Dataset):
@@ -218,8 +225,14 @@ def pathfinder_arrays(
     """Images (n, size, size) uint8 and labels (n,) of a Pathfinder set's split, generated once per process."""
     spec = PATHFINDER_SETS[name]
     n = {"train": spec.n_train, "val": spec.n_val, "test": spec.n_test}[split]
-    drawn = make_pathfinder(spec.seed, split, n, replace(spec.config, size=size))
-    return drawn.images, drawn.labels
+    config = replace(spec.config, size=size)
+
+    def draw() -> tuple[np.ndarray, np.ndarray]:
+        drawn = make_pathfinder(spec.seed, split, n, config)
+        return drawn.images, drawn.labels
+
+    key = digest(spec, split=split, config=dataclasses.asdict(config), version=version)
+    return cached(f"{name}-{split}-{size}px", key, (n, size, size), draw)
 
 
 class PathfinderClassification(Dataset):
