@@ -39,7 +39,8 @@ timm's MetaFormer) both filters start as near pass-throughs and the two models a
 highest frequency, where the factor turns negative. Both offsets are this library's options, not the authors';
 the ``-authors-init`` arms keep the authors' form as controls.
 
-Run: ``python benchmarks/pathfinder_mixers.py`` (resumes from ``pathfinder_mixers.json``; ``--max-runs N`` stops
+Run: ``python benchmarks/pathfinder_mixers.py`` (resumes from ``pathfinder_mixers.json``; the testbed's images are
+drawn once into ``RUNS_DIR/data``, unless ``PDEVISION_DATA_CACHE`` names another folder; ``--max-runs N`` stops
 after N trainings, for a session's share; ``--report-only`` writes ``pathfinder_mixers.md`` and the curves from the
 JSON; ``--plan`` lists what is left).
 """
@@ -67,6 +68,7 @@ import numpy as np
 import torch
 
 from pdevision.bench.measure import machine_description
+from pdevision.data.cache import ENV as DATA_CACHE
 from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec
 from pdevision.data.pathfinder import PathfinderConfig
 
@@ -555,6 +557,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     save(args.json, results)
     runs_dir = Path(args.runs_dir)
     machine = machine_description(torch.device("cpu"))
+    # the testbed drawn by the first run, loaded by every later one (the same arrays); the workers inherit it
+    os.environ.setdefault(DATA_CACHE, str(runs_dir / "data"))
 
     def finish(key: str, phase: str, rec: dict[str, Any]) -> None:
         rec["phase"] = phase
