@@ -10,7 +10,7 @@ import pytest
 from scipy import ndimage
 
 from pdevision.cli import main
-from pdevision.data import DataError, build_datasets
+from pdevision.data import DataError, build_datasets, pathfinder
 from pdevision.data.embedded import (
     PATHFINDER_SETS,
     PathfinderClassification,
@@ -125,6 +125,17 @@ def test_the_images_of_a_seed_are_pinned(settings: dict, n: int, digest: str) ->
     drawn = make_pathfinder(36, "test", n, PathfinderConfig(**settings))
     data = b"".join(np.ascontiguousarray(getattr(drawn, f.name)).tobytes() for f in fields(drawn))
     assert hashlib.sha256(data).hexdigest()[:24] == digest
+
+
+@pytest.mark.parametrize("size", [32, 96])
+def test_rendering_in_groups_changes_no_image(size: int, monkeypatch) -> None:
+    """The images of a block are rendered in groups that bound the memory (a block at 1,024 px needed 10 GiB)."""
+    cfg = PathfinderConfig(size=size, n_dashes=6, n_distractors=4)
+    whole = make_pathfinder(5, "val", 40, cfg)
+    monkeypatch.setattr(pathfinder, "RENDER_BYTES", 1)  # one image at a time
+    grouped = make_pathfinder(5, "val", 40, cfg)
+    for f in fields(whole):
+        assert np.array_equal(getattr(whole, f.name), getattr(grouped, f.name)), f.name
 
 
 def test_splits_are_disjoint() -> None:

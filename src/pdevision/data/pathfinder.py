@@ -113,6 +113,7 @@ class PathfinderConfig:
 
 MAX_SIZE = 1024  # a block of 256 images at this side is 256 MB of pixels before the path maps
 MAX_BYTES = 1 << 31  # the pixels of one call (n images of size x size)
+RENDER_BYTES = 1 << 28  # the stamped pixel coordinates rendered at once (256 MiB)
 # (name, least, largest) of the integer knobs; dashes and tries are loops of the generator, bounded like its work
 _COUNTS = (
     ("size", REFERENCE_SIZE, MAX_SIZE),
@@ -380,11 +381,31 @@ def _draw(rng: np.random.Generator, labels: np.ndarray, cfg: PathfinderConfig) -
 
 def _render(drawing: _Drawing, cfg: PathfinderConfig) -> tuple[PathfinderImages, np.ndarray]:
     """Binary images, path maps and dot positions at ``cfg.size`` of the drawings, and which images put pixels of
-    two paths (a dot counted with its path) at Chebyshev distance ``gap_px`` or less."""
+    two paths (a dot counted with its path) at Chebyshev distance ``gap_px`` or less. Each image is rendered on its
+    own, so the images go in groups whose stamped pixels stay within :data:`RENDER_BYTES` (a block at 1,024 px
+    needed 10 GiB at once); the groups change nothing of the images."""
+    m, n_paths, n_dashes = drawing.starts.shape[:3]
+    stamped = n_paths * n_dashes * _dash_samples(cfg) * cfg.width_px**2 * 2 * 8  # int64 pixel pairs per image
+    group = max(1, RENDER_BYTES // stamped)
+    if group >= m:
+        return _render_group(drawing, cfg)
+    parts = [
+        _render_group(_Drawing(*(getattr(drawing, f.name)[i : i + group] for f in fields(drawing))), cfg)
+        for i in range(0, m, group)
+    ]
+    images = PathfinderImages(*(np.concatenate([getattr(p, f.name) for p, _ in parts]) for f in fields(parts[0][0])))
+    return images, np.concatenate([bad for _, bad in parts])
+
+
+def _dash_samples(cfg: PathfinderConfig) -> int:
+    """Points sampled along a dash at ``cfg.size``, half a pixel apart."""
+    return max(2, math.ceil(cfg.dash_length * cfg.scale / 0.5) + 1)
+
+
+def _render_group(drawing: _Drawing, cfg: PathfinderConfig) -> tuple[PathfinderImages, np.ndarray]:
     size, s = cfg.size, cfg.scale
     m, n_paths = drawing.starts.shape[:2]
-    length = cfg.dash_length * s
-    t = np.linspace(0.0, length, max(2, math.ceil(length / 0.5) + 1))
+    t = np.linspace(0.0, cfg.dash_length * s, _dash_samples(cfg))
     points = drawing.starts[..., None, :] * s + t[:, None] * drawing.dirs[..., None, :]  # (m, P, D, k, 2)
     pix = np.floor(np.nan_to_num(points, nan=-1e6)).astype(np.int64)
     w = cfg.width_px
