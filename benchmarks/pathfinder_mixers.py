@@ -376,7 +376,6 @@ def train_run(
 
 
 def score_on_test(checkpoint: Path, spec: dict[str, Any]) -> dict[str, Any]:
-
     from pdevision.data import eval_transform_for
     from pdevision.data.embedded import PathfinderClassification
     from pdevision.engine.modeling import load_classifier
@@ -391,7 +390,6 @@ def score_on_test(checkpoint: Path, spec: dict[str, Any]) -> dict[str, Any]:
 def filter_stats(model: Any, img_size: int) -> dict[str, Any] | None:
     """The spectral mixers' transfer factors on their own maps at ``img_size``: the mean factor at the highest
     frequency, the mean ``|T - 1|``, and the mean factor in four radial bands of ``|w|`` in ``[0, pi sqrt 2]``."""
-
     from pdevision.layers.mixers import _SpectralMixer, mixer_fve
     from pdevision.ops.heat import frequency_energy
 
@@ -427,7 +425,6 @@ def filter_stats(model: Any, img_size: int) -> dict[str, Any] | None:
 
 
 def step0_filters(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-
     out = {}
     for name, row in rows.items():
         torch.manual_seed(0)
