@@ -962,6 +962,8 @@ def main(argv: list[str] | None = None) -> int:
         for phase, arm, key in plan(results, results.get("rows") or arm_rows()):
             print(phase, arm, json.loads(key)["seed"], json.loads(key)["lr"])
         return 0
+    if args.report_only and "rows" not in load(args.json):
+        p.error(f"--report-only: {args.json} holds no record of this study (run the script without it first)")
     results = load(args.json) if args.report_only else run(args)
     (args.json.with_suffix(".md")).write_text(report(results))
     plot_curves(results, args.json.with_suffix(".png"))

@@ -359,3 +359,12 @@ def test_keep_busy_starts_the_next_run_as_soon_as_one_ends() -> None:
         "reason": "ZeroDivisionError: division by zero",
     }
     assert "e" not in ended
+
+
+def test_a_report_without_a_record_is_one_line(tmp_path, capsys) -> None:
+    missing = tmp_path / "none.json"
+    with pytest.raises(SystemExit) as exit_info:
+        pf.main(["--report-only", "--json", str(missing)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "holds no record of this study" in err and "Traceback" not in err
+    assert not missing.exists() and not missing.with_suffix(".md").exists()
