@@ -754,8 +754,10 @@ def run_seconds(rec: dict[str, Any]) -> float:
 
 
 def machines(results: dict[str, Any]) -> str:
-    """The machines the finished runs trained on (a run records its own; the oldest runs, the record's label)."""
-    names = {r.get("machine", results.get("machine", "?")) for r in results["runs"].values() if r.get("status") == "ok"}
+    """The machines the finished runs trained on (a run records its own; the oldest runs, the record's label, which
+    named the architecture only)."""
+    older = f"{results.get('machine', '?')} (the CPU model not recorded)"
+    names = {r.get("machine", older) for r in results["runs"].values() if r.get("status") == "ok"}
     return "; ".join(sorted(names)) or "?"
 
 

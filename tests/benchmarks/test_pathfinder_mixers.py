@@ -186,7 +186,7 @@ def test_a_runs_time_counts_every_part_and_not_a_pause(rows: dict) -> None:
     assert pf.run_seconds(resumed) == pytest.approx(1000.0)
     assert pf.run_seconds({**rec, "seconds": 1234.0}) == 1234.0  # recorded before the curves kept epoch times
     results = {"machine": "x86_64, 2 cores", "runs": {"a": {**rec, "machine": "AMD EPYC 7B13, 2 cores"}, "b": rec}}
-    assert pf.machines(results) == "AMD EPYC 7B13, 2 cores; x86_64, 2 cores"
+    assert pf.machines(results) == "AMD EPYC 7B13, 2 cores; x86_64, 2 cores (the CPU model not recorded)"
 
 
 def test_no_further_pilot_starts_once_one_has_failed_the_gate(rows: dict) -> None:
