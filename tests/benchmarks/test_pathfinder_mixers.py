@@ -130,7 +130,7 @@ def test_runs_of_an_earlier_testbed_are_voided_and_shown_apart(rows: dict) -> No
     assert 1e-3 not in pf.LRS and not pf.is_current(off_grid)
     assert pf.is_current(pf.run_key("identity", rows["identity"]["model_args"], pf.REPORT_SEEDS[0], 1e-3))
     section = "\n".join(pf.earlier_gates({"runs": {off_grid: rec}}))
-    assert f"| identity | {pf.STUDY_SPEC.n_train:,} | {paths} | 16 | 0.001 | — | 50 50" in section
+    assert f"| identity | {pf.STUDY_SPEC.n_train:,} | {paths} | {pf.BUDGET['epochs']} | 0.001 | — | 50 50" in section
 
 
 def test_rates_then_reported_seeds_seed_by_seed_with_controls_at_their_parents_rate(rows: dict) -> None:
@@ -170,7 +170,8 @@ def test_the_budget_line_counts_the_whole_protocol_and_times_the_rest_from_curre
         results["runs"][key] = _timed(rec, [seconds] * 10)
     line = pf.budget_line(results)
     assert "91 runs, 2 done" in line and "mean epoch time (120 s, one thread a run)" in line
-    assert "the 89 left need at most about 47 hours of training, 24 with two runs side by side" in line  # 89*16*120 s
+    hours = 89 * pf.BUDGET["epochs"] * 120 / 3600  # the runs left, each its budget's epochs at 120 s
+    assert f"the 89 left need at most about {hours:.0f} hours of training, {hours / 2:.0f} with two runs side" in line
 
 
 def _timed(rec: dict, epoch_seconds: list[float]) -> dict:
