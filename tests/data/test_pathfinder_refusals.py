@@ -90,6 +90,9 @@ BAD_CALLS = {
     "seed-negative": ((-1, "train", 2), "seed must be an integer >= 0"),
     "seed-float": ((1.5, "train", 2), "seed must be an integer >= 0"),  # a TypeError
     "seed-string": (("0", "train", 2), "seed must be an integer >= 0"),
+    "workers-zero": ((0, "train", 2, CFG, 0), "pathfinder workers must be an integer >= 1, got 0"),
+    "workers-float": ((0, "train", 2, CFG, 2.0), "pathfinder workers must be an integer >= 1, got 2.0"),
+    "workers-string": ((0, "train", 2, CFG, "2"), "pathfinder workers must be an integer >= 1, got '2'"),
 }
 
 

@@ -220,15 +220,16 @@ class SceneClassification(Dataset):
 
 @functools.lru_cache(maxsize=8)
 def pathfinder_arrays(
-    name: str, split: str, size: int, version: int = PATHFINDER_VERSION
+    name: str, split: str, size: int, version: int = PATHFINDER_VERSION, workers: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Images (n, size, size) uint8 and labels (n,) of a Pathfinder set's split, generated once per process."""
+    """Images (n, size, size) uint8 and labels (n,) of a Pathfinder set's split, generated once per process (in
+    ``workers`` processes: see :func:`~pdevision.data.pathfinder.make_pathfinder`; the images do not depend on it)."""
     spec = PATHFINDER_SETS[name]
     n = {"train": spec.n_train, "val": spec.n_val, "test": spec.n_test}[split]
     config = replace(spec.config, size=size)
 
     def draw() -> tuple[np.ndarray, np.ndarray]:
-        drawn = make_pathfinder(spec.seed, split, n, config)
+        drawn = make_pathfinder(spec.seed, split, n, config, workers=workers)
         return drawn.images, drawn.labels
 
     key = digest(spec, split=split, config=dataclasses.asdict(config), version=version)
