@@ -12,7 +12,8 @@ import torch
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec
+from pdevision.data import embedded
+from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec, pathfinder_arrays
 from pdevision.data.pathfinder import PathfinderConfig
 from tests.helpers import load_benchmark
 
@@ -133,6 +134,41 @@ def test_runs_of_an_earlier_testbed_are_voided_and_shown_apart(rows: dict) -> No
     assert f"| identity | {pf.STUDY_SPEC.n_train:,} | {paths} | {pf.BUDGET['epochs']} | 0.001 | — | 50 50" in section
 
 
+def test_earlier_gates_are_listed_in_the_order_of_the_changes(rows: dict) -> None:
+    """The voided gates, oldest first: the set grew (16,000 to 64,000), the budget (8 to 16 epochs), the paths got
+    shorter on the first grid of rates and longer again on the lower one (change 9); a sort by path length alone put
+    the 14 / 8 gate before the 9 / 6 one."""
+    key, rec = _fake(rows, "identity", pf.SELECTION_SEED, pf.LRS[1], [50.0] * 12)
+    history = [  # (training images, epochs, dashes, rate), in the order they ran
+        (16000, 16, 6, 1e-3),
+        (64000, 8, 6, 1e-3),
+        (64000, 16, 6, 1e-3),
+        (64000, 16, 5, 1e-3),
+        (64000, 16, 4, 2e-3),
+        (64000, 16, 4, 1e-3),
+        (64000, 16, 4, 5e-4),
+        (64000, 16, 4, 2.5e-4),
+        (64000, 16, 6, 2.5e-4),
+        (64000, 16, 9, 2.5e-4),
+        (64000, 16, 14, 2.5e-4),
+    ]
+    runs = {}
+    for n, epochs, dashes, lr in reversed(history):
+        spec = json.loads(key)
+        spec["testbed"]["n"][0], spec["epochs"], spec["testbed"]["config"]["n_dashes"], spec["lr"] = (
+            n,
+            epochs,
+            dashes,
+            lr,
+        )
+        runs[json.dumps(spec, sort_keys=True)] = rec
+    lines = [line for line in pf.earlier_gates({"runs": runs}) if line.startswith("| identity |")]
+    shown = [tuple(cell.strip() for cell in line.split("|")[2:6]) for line in lines]
+    assert shown == [
+        (f"{n:,}", f"{d} / {pf.STUDY_SPEC.config.n_distractors}", str(e), f"{lr:g}") for n, e, d, lr in history
+    ]
+
+
 def test_rates_then_reported_seeds_seed_by_seed_with_controls_at_their_parents_rate(rows: dict) -> None:
     results = {"runs": {}}
     for name in pf.MIXER_ARMS:
@@ -242,6 +278,26 @@ def test_one_real_miniature_run(tmp_path) -> None:
     assert rec["status"] == "ok" and [e["epoch"] for e in rec["curve"]] == [1.0, 2.0]
     assert 0 <= rec["test_top1"] <= 100 and rec["filters"]["from_pass_through"] > 0
     assert rec["final_val_top1"] == rec["curve"][-1]["val_top1"]
+
+
+def test_the_testbed_is_drawn_once_into_the_cache_before_any_run(tmp_path, monkeypatch) -> None:
+    """The script draws all three splits, the blocks shared out over its workers, so that no two runs draw the same
+    images side by side (the 14 / 8 training split took an hour); a run then loads them and draws nothing."""
+    spec = PathfinderSetSpec(300, 20, 20, PathfinderConfig(n_dashes=4), seed=5)  # two blocks of training images
+    monkeypatch.setitem(PATHFINDER_SETS, "pathfinder-test-bed", spec)
+    monkeypatch.setattr(pf, "STUDY_SET", "pathfinder-test-bed")
+    monkeypatch.setenv(pf.DATA_CACHE, str(tmp_path))
+    pathfinder_arrays.cache_clear()
+    try:
+        pf.draw_testbed(2)
+        names = sorted(path.name.split("-")[3] for path in tmp_path.glob("*.npz"))
+        assert names == ["test", "train", "val"], names
+        pathfinder_arrays.cache_clear()
+        monkeypatch.setattr(embedded, "make_pathfinder", pytest.fail)  # loaded, not drawn again
+        images, labels = pathfinder_arrays("pathfinder-test-bed", "train", 32)
+        assert images.shape == (300, 32, 32) and labels.sum() == 150
+    finally:
+        pathfinder_arrays.cache_clear()
 
 
 def test_a_pilot_that_has_not_left_chance_stops_at_the_gate_and_one_that_has_goes_on(tmp_path, monkeypatch) -> None:
