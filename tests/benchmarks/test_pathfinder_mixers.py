@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from pdevision.data.pathfinder import PathfinderConfig
 from tests.helpers import load_benchmark
 
 pf = load_benchmark("pathfinder_mixers.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_holm_equals_statsmodels() -> None:
@@ -425,3 +428,27 @@ def test_a_report_without_a_record_is_one_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "holds no record of this study" in err and "Traceback" not in err
     assert not missing.exists() and not missing.with_suffix(".md").exists()
+
+
+def _percentages(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)%", text)]
+
+
+def test_the_pathfinder_figures_in_the_readme_and_docs_are_the_records() -> None:
+    """Every percentage the README's Pathfinder paragraph and the Pathfinder section of docs/mixers.md quote is a
+    validation top-1 of a run in the JSON, one of the stopped runs' or protocol changes' logged figures, or one of
+    the protocol's lines (chance left, saturated, the width match): a number typed by hand from memory fails."""
+    record = json.loads((pf.HERE / "pathfinder_mixers.json").read_text())
+    known = {round(p["val_top1"], 2) for rec in record["runs"].values() for p in rec.get("curve", [])}
+    known |= {round(x, 2) for note in (*pf.STOPPED_RUNS, *pf.PROTOCOL_CHANGES) for x in _percentages(note)}
+    known |= {pf.LEFT_CHANCE, pf.SATURATED, 5.0}  # the 5%: parameters matched within it
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("[Pathfinder](docs/pathfinder.md) is the testbed")
+    passages = {
+        "README": readme[start : readme.index("no mixer is ranked on Pathfinder yet", start)],
+        "docs/mixers.md": (ROOT / "docs" / "mixers.md").read_text().split("## On Pathfinder", 1)[1],
+    }
+    for name, text in passages.items():
+        quoted = _percentages(text)
+        assert len(quoted) > 10, name
+        assert [x for x in quoted if round(x, 2) not in known] == [], name
