@@ -214,12 +214,21 @@ class _Grid:
     """For each of m images, a grid of ``CELL``-px cells over a square of side ``extent`` (padded by the reach)
     holding one bit per path that has a point within the separation (Chebyshev distance) of the cell."""
 
-    def __init__(self, m: int, extent: float, cfg: PathfinderConfig, dtype: type = np.uint64) -> None:
+    def __init__(
+        self, m: int, extent: float, cfg: PathfinderConfig, dtype: type = np.uint64, memory: np.ndarray | None = None
+    ) -> None:
+        """``memory``: the ``bits`` of an earlier grid, cleared and reused when large enough (a fresh array of tens
+        of MiB costs a page fault per page on first touch, which was most of the time spent drawing the targets)."""
         self.reach = math.ceil(cfg.separation / CELL)  # points in cells farther apart are beyond the separation
         self.inner = math.ceil(extent / CELL)
         self.side = self.inner + 2 * self.reach
         self.stride = self.side * self.side + 1  # last cell of a row: a spare one, for points off the grid
-        self.bits = np.zeros(m * self.stride, dtype=dtype)
+        size = m * self.stride
+        if memory is not None and memory.dtype == dtype and memory.size >= size:
+            self.bits = memory[:size]
+            self.bits.fill(0)
+        else:
+            self.bits = np.zeros(size, dtype=dtype)
         offsets = np.arange(-self.reach, self.reach + 1)
         dy, dx = np.meshgrid(offsets, offsets, indexing="ij")
         self.halo = (dy * self.side + dx).ravel()
@@ -239,7 +248,13 @@ class _Grid:
 
     def stamp(self, rows: np.ndarray, points: np.ndarray, bit: np.ndarray, keep: np.ndarray) -> None:
         """Mark the cells near points (len(rows), k, 2) with ``bit`` (len(rows),) where ``keep``."""
-        cells = self.cells(rows, points)
+        # points closer than a cell share it: each cell once per row (a repeat becomes the row's spare cell, which
+        # sorts last), so that the halo is added to the distinct cells only (a dot's 49 points fall in 17)
+        cells = np.sort(self.cells(rows, points), axis=1)
+        repeat = np.zeros(cells.shape, dtype=bool)
+        repeat[:, 1:] = cells[:, 1:] == cells[:, :-1]
+        last = cells // self.stride * self.stride + self.stride - 1
+        cells = np.sort(np.where(repeat, last, cells), axis=1)[:, : max(1, int((~repeat).sum(1).max(initial=0)))]
         spare = (cells % self.stride) == self.stride - 1
         near = (cells[:, :, None] + np.where(spare, 0, 1)[:, :, None] * self.halo).reshape(
             len(rows), cells.shape[1] * len(self.halo)
@@ -294,10 +309,12 @@ def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> di
     extent = 3 * REFERENCE_SIZE  # the plane the pair grows on, its first start in the middle
     edge = cfg.dot_radius + cfg.thickness / 2 + 0.5
     rate = 0.5  # the share of pairs drawn that succeed, from the last round: draw enough for the images left
+    memory = None  # the largest grid's cells so far, reused by the next rounds
     for _ in range(MAX_ROUNDS):
         k = min(math.ceil(1.5 * len(todo) / max(rate, 0.02)), 16 * BLOCK)
         rows = np.arange(k)
-        grid = _Grid(k, extent, cfg, np.uint8)
+        grid = _Grid(k, extent, cfg, np.uint8, memory)
+        memory = grid.bits if memory is None or grid.bits.size > memory.size else memory
         bits = [np.full(k, 1, np.uint8), np.full(k, 2, np.uint8)]
         phi = rng.uniform(0.0, 2 * np.pi, k)
         centre = np.full((k, 2), extent / 2)
