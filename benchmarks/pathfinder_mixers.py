@@ -817,11 +817,13 @@ def budget_line(results: dict[str, Any]) -> str:
 def gate_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
     passed = gate(results, rows)
     out = [
-        "## The gate",
+        "## The gate and the rates",
         "",
-        f"Pilot of every mixer at rate {LRS[1]:g}, seed {SELECTION_SEED} (not reported), and of an arm whose pilot "
-        f"stayed at chance its other rates: validation top-1 per epoch; an arm passes when one of its runs reaches "
-        f"{LEFT_CHANCE:g}% by epoch {GATE_EPOCH}.",
+        f"Every mixer's runs at seed {SELECTION_SEED} (not reported): the gate's pilot at rate {LRS[1]:g} first, then "
+        f"its other rates (the rate phase's runs; the gate's too for an arm whose pilot stayed at chance). Validation "
+        f"top-1 per epoch; an arm passes when one of its runs reaches {LEFT_CHANCE:g}% by epoch {GATE_EPOCH}. Once "
+        "an arm's three rates have run, the one with the best final validation top-1 (ties: the smaller) is its "
+        "rate for the reported seeds and its controls', in bold.",
         "",
         "| arm | params | MACs | rate | validation top-1 by epoch | passed |",
         "|---|---:|---:|---:|---|---|",
@@ -830,11 +832,13 @@ def gate_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> li
         recs = selection_runs(results, rows, name)
         shown = [lr for lr in (LRS[1], LRS[0], LRS[2]) if recs[lr] is not None] or [LRS[1]]
         verdict = {None: "—", True: "yes", False: "**no**"}[passed[name]]
+        chosen = chosen_rate(results, rows, name)
         for i, lr in enumerate(shown):
             rec = recs[lr]
             curve = " ".join(f"{e['val_top1']:.0f}" for e in rec["curve"]) if rec else "not run"
             size = f"{rows[name]['params']:,} | {rows[name]['macs'] / 1e6:.1f} M" if i == 0 else " | "
-            out.append(f"| {name if i == 0 else ''} | {size} | {lr:g} | {curve} | {verdict if i == 0 else ''} |")
+            rate = f"**{lr:g}**" if lr == chosen else f"{lr:g}"
+            out.append(f"| {name if i == 0 else ''} | {size} | {rate} | {curve} | {verdict if i == 0 else ''} |")
     if any(v is False for v in passed.values()):
         out += ["", "The gate failed: nothing further runs until the recipe or the testbed changes for all arms."]
     if saturated(results, rows):

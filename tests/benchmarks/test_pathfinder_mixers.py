@@ -452,3 +452,14 @@ def test_the_pathfinder_figures_in_the_readme_and_docs_are_the_records() -> None
         quoted = _percentages(text)
         assert len(quoted) > 10, name
         assert [x for x in quoted if round(x, 2) not in known] == [], name
+
+
+def test_the_gate_table_marks_an_arms_chosen_rate_once_its_three_rates_have_run(rows: dict) -> None:
+    results = {"runs": {}}
+    finals = {pf.LRS[0]: 80.0, pf.LRS[1]: 85.0, pf.LRS[2]: 85.0}  # a tie: the smaller rate
+    for lr, final in finals.items():
+        results["runs"].update([_fake(rows, "heat", pf.SELECTION_SEED, lr, [50.0, 65.0, final])])
+        table = "\n".join(pf.gate_section(results, rows))
+        marked = re.findall(r"\*\*([0-9.e-]+)\*\*", table)
+        assert marked == ([] if lr != pf.LRS[2] else [f"{pf.LRS[1]:g}"]), (lr, table)
+    assert pf.chosen_rate(results, rows, "heat-pass-through") == pf.LRS[1]  # a control takes its parent's
