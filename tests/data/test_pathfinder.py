@@ -244,3 +244,33 @@ def test_qbheat_pretrains_on_pathfinder_through_the_cli(tmp_path, monkeypatch) -
         == 0
     )
     pathfinder_arrays.cache_clear()
+
+
+def test_the_grid_stamps_the_cells_near_each_point_as_a_plain_loop_does() -> None:
+    """The stamp that marks each distinct cell once (and reuses an earlier grid's memory) against the definition:
+    every cell within the reach (Chebyshev, in cells) of a point gets the row's bit; points off the grid mark
+    nothing; rows not kept mark nothing."""
+    cfg = PathfinderConfig()
+    rng = np.random.default_rng(5)
+    m, k, extent = 6, 40, 12.0
+    points = rng.uniform(-3.0, extent + 3.0, (m, k, 2))
+    points[0, :5] = np.nan
+    points[1] = points[1, :1]  # one cell many times over
+    bits = rng.integers(1, 256, m).astype(np.uint8)
+    keep = np.array([True, True, True, False, True, True])
+    dirty = np.full(10 * m * pathfinder._Grid(1, extent, cfg, np.uint8).stride, 255, np.uint8)
+    grid = pathfinder._Grid(m, extent, cfg, np.uint8, memory=dirty)
+    assert not grid.bits.any()  # reused memory starts cleared
+    grid.stamp(np.arange(m), points, bits, keep)
+    want = np.zeros((m, grid.side, grid.side), np.uint8)
+    for row in range(m):
+        for x, y in points[row]:
+            if not keep[row] or np.isnan(x):
+                continue
+            cx, cy = int(x // pathfinder.CELL), int(y // pathfinder.CELL)
+            if not (0 <= cx < grid.inner and 0 <= cy < grid.inner):
+                continue
+            i, j = cy + grid.reach, cx + grid.reach
+            want[row, i - grid.reach : i + grid.reach + 1, j - grid.reach : j + grid.reach + 1] |= bits[row]
+    got = grid.bits.reshape(m, grid.stride)[:, :-1].reshape(m, grid.side, grid.side)
+    np.testing.assert_array_equal(got, want)

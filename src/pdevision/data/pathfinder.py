@@ -218,7 +218,7 @@ class _Grid:
         self, m: int, extent: float, cfg: PathfinderConfig, dtype: type = np.uint64, memory: np.ndarray | None = None
     ) -> None:
         """``memory``: the ``bits`` of an earlier grid, cleared and reused when large enough (a fresh array of tens
-        of MiB costs a page fault per page on first touch, which was most of the time spent drawing the targets)."""
+        of MiB pays a page fault per page on first touch)."""
         self.reach = math.ceil(cfg.separation / CELL)  # points in cells farther apart are beyond the separation
         self.inner = math.ceil(extent / CELL)
         self.side = self.inner + 2 * self.reach
