@@ -922,6 +922,9 @@ def reported_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -
         "",
         f"## Claims (seed-paired, two-sided paired t-test, Holm over all {len(CLAIMS)} at {ALPHA})",
         "",
+        "A claim is shown only as a difference in its direction. 'Not shown' is not evidence that two arms are equal, "
+        "so no claim of 'matches' is read from it: the interval gives the differences the runs leave open.",
+        "",
         "| claim | difference [95% bootstrap] | p | p (Holm) | verdict |",
         "|---|---|---:|---:|---|",
     ]
