@@ -894,10 +894,17 @@ def earlier_gates(results: dict[str, Any]) -> list[str]:
 
 def reported_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
     if not any(reported(results, rows, name) for name in ARMS):
+        left = [t for t in plan(results, rows) if t[0] == "report"]
+        waiting = (
+            f"None finished yet: every mixer passed the gate and every rate has run, so the {len(left)} reported "
+            "runs go seed by seed over all arms."
+            if left
+            else "None yet: they start once every mixer has passed the gate and every rate has run."
+        )
         return [
             "## Reported runs (test split, final checkpoints)",
             "",
-            "None yet: they start once every mixer has passed the gate and every rate has run.",
+            waiting,
             "",
             *filters_section(results, rows),
         ]

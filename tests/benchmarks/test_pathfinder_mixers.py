@@ -184,6 +184,9 @@ def test_rates_then_reported_seeds_seed_by_seed_with_controls_at_their_parents_r
     seeds = [json.loads(k)["seed"] for _, _, k in todo]
     assert seeds == sorted(seeds)  # every arm's seed 0 before any seed 1
     assert all(json.loads(k)["lr"] == pf.LRS[1] for _, _, k in todo)
+    assert "None finished yet: every mixer passed the gate and every rate has run, so the 70 reported runs" in (
+        "\n".join(pf.reported_section(results, rows))
+    )
     # the claims wait for all seeds; then heat over attention by a consistent margin is shown after Holm
     tops = {"heat": 90.0, "hcl-fixed-k": 95.0}  # an arm above heat's 70-72: its claim is shown in reverse
     for seed in pf.REPORT_SEEDS:
