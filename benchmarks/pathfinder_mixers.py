@@ -944,6 +944,11 @@ def reported_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -
     return [*out, "", *filters_section(results, rows)]
 
 
+def _mean_of_known(values: Any) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
 def filters_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
     out = [
         "## Filters",
@@ -964,7 +969,11 @@ def filters_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) ->
         if trained:
             high = statistics.fmean(f["highest"] for f in trained)
             away = statistics.fmean(f["from_pass_through"] for f in trained)
-            out.append(f"| {name} | trained (n={len(trained)}) | {_f(high, 3)} | {_f(away, 3)} | |")
+            bands = [_mean_of_known(f["bands"][b] for f in trained) for b in range(len(trained[0]["bands"]))]
+            out.append(
+                f"| {name} | trained (n={len(trained)}) | {_f(high, 3)} | {_f(away, 3)} | "
+                f"{' '.join(_f(b, 2) for b in bands)} |"
+            )
     return [*out, ""]
 
 

@@ -471,3 +471,18 @@ def test_the_gate_table_marks_an_arms_chosen_rate_once_its_three_rates_have_run(
         marked = re.findall(r"\*\*([0-9.e-]+)\*\*", table)
         assert marked == ([] if lr != pf.LRS[2] else [f"{pf.LRS[1]:g}"]), (lr, table)
     assert pf.chosen_rate(results, rows, "heat-pass-through") == pf.LRS[1]  # a control takes its parent's
+
+
+def test_the_filter_table_gives_each_trained_arm_the_mean_of_its_reported_runs(rows: dict) -> None:
+    results = {"runs": {}}
+    for name in pf.MIXER_ARMS:
+        for lr in pf.LRS:
+            results["runs"].update([_fake(rows, name, pf.SELECTION_SEED, lr, [80.0 if lr == pf.LRS[1] else 70.0])])
+    readings = ([0.5, 0.25, 1.0, 0.1, 0.0, -0.2], [0.7, 0.35, 0.8, 0.3, None, -0.4])  # highest, away, four bands
+    for seed, (high, away, *bands) in enumerate(readings):  # seeds 0 and 1
+        key, rec = _fake(rows, "wave", seed, pf.LRS[1], [80.0], test=80.0)
+        results["runs"][key] = {**rec, "filters": {"highest": high, "from_pass_through": away, "bands": bands}}
+    results["step0"] = {"wave": {"highest": 0.533, "from_pass_through": 0.268, "bands": [1.12, 1.37, 0.93, -0.07]}}
+    table = "\n".join(pf.filters_section(results, rows))
+    assert "| wave | step 0 | 0.533 | 0.268 | 1.12 1.37 0.93 -0.07 |" in table
+    assert "| wave | trained (n=2) | 0.600 | 0.300 | 0.90 0.20 0.00 -0.30 |" in table  # a band not read is left out
