@@ -911,8 +911,8 @@ def reported_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -
     out = [
         "## Reported runs (test split, final checkpoints)",
         "",
-        "| arm | rate | n | test top-1 mean [95% bootstrap] | failed runs | what it is |",
-        "|---|---:|---:|---|---:|---|",
+        "| arm | rate | n | test top-1 mean [95% bootstrap] | by seed | failed runs | what it is |",
+        "|---|---:|---:|---|---|---:|---|",
     ]
     for name in ARMS:
         recs = reported(results, rows, name)
@@ -921,8 +921,9 @@ def reported_section(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -
         lo, hi = bootstrap_interval(tops)
         failed = sum(t < LEFT_CHANCE for t in tops)
         mean = statistics.fmean(tops) if tops else None
+        by_seed = " ".join(f"{recs[s]['test_top1']:.1f}" if s in recs else "·" for s in REPORT_SEEDS)
         out.append(
-            f"| {name} | {_f(lr, 4) if lr else '—'} | {len(tops)} | {_f(mean)} [{_f(lo)}, {_f(hi)}] | "
+            f"| {name} | {f'{lr:g}' if lr else '—'} | {len(tops)} | {_f(mean)} [{_f(lo)}, {_f(hi)}] | {by_seed} | "
             f"{failed} of {len(tops)} | {ARMS[name]['about']} |"
         )
     out += [

@@ -203,6 +203,7 @@ def test_rates_then_reported_seeds_seed_by_seed_with_controls_at_their_parents_r
     assert verdicts[("hcl", "hcl-fixed-k")]["verdict"] == "the reverse is shown"
     text = pf.report({**results, "rows": rows, "step0": {}, "machine": "test"})
     assert "| heat |" in text and "| shown |" in text and "'Not shown' is not evidence" in text
+    assert "| heat | 0.00025 | 5 | 92.0 [" in text and "| 90.0 91.0 92.0 93.0 94.0 | 0 of 5 |" in text
 
 
 def test_the_budget_line_counts_the_whole_protocol_and_times_the_rest_from_current_runs(rows: dict) -> None:
