@@ -994,16 +994,29 @@ def plot_curves(results: dict[str, Any], path: Path) -> None:
         if rec.get("status") == "ok" and is_current(key):
             spec = json.loads(key)
             by_arm.setdefault(spec["arm"], []).append((spec, rec))
+    rate_colour = {lr: f"C{i}" for i, lr in enumerate(LRS)}
     for ax, name in zip(axes.flat, names, strict=False):
         for spec, rec in by_arm.get(name, []):
-            style = "-" if spec["seed"] in REPORT_SEEDS else ":"
-            ax.plot([e["epoch"] for e in rec["curve"]], [e["val_top1"] for e in rec["curve"]], style, lw=1)
+            reported_run = spec["seed"] in REPORT_SEEDS
+            ax.plot(
+                [e["epoch"] for e in rec["curve"]],
+                [e["val_top1"] for e in rec["curve"]],
+                "-" if reported_run else ":",
+                color="black" if reported_run else rate_colour.get(spec["lr"], "grey"),
+                lw=0.8 if reported_run else 1.2,
+            )
         ax.axhline(50, color="grey", lw=0.5)
         ax.set_title(name, fontsize=9)
         ax.set_ylim(40, 100)
         ax.set_xlim(1, BUDGET["epochs"])
     for ax in axes.flat[len(names) :]:
         ax.axis("off")
+    key_lines = [
+        plt.Line2D([], [], ls=":", lw=1.2, color=c, label=f"seed {SELECTION_SEED}, rate {lr:g}")
+        for lr, c in rate_colour.items()
+    ]
+    key_lines.append(plt.Line2D([], [], ls="-", lw=0.8, color="black", label="reported seeds, chosen rate"))
+    axes.flat[-1].legend(handles=key_lines, loc="center", fontsize=8, frameon=False)
     fig.suptitle(
         "validation top-1 per epoch; solid: reported seeds, dotted: the unreported selection seed", fontsize=10
     )

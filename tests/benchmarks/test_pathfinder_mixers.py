@@ -487,3 +487,13 @@ def test_the_filter_table_gives_each_trained_arm_the_mean_of_its_reported_runs(r
     table = "\n".join(pf.filters_section(results, rows))
     assert "| wave | step 0 | 0.533 | 0.268 | 1.12 1.37 0.93 -0.07 |" in table
     assert "| wave | trained (n=2) | 0.600 | 0.300 | 0.90 0.20 0.00 -0.30 |" in table  # a band not read is left out
+
+
+def test_the_curves_figure_is_drawn_from_a_record(rows: dict, tmp_path) -> None:
+    import matplotlib.image
+
+    results = {"runs": dict([_fake(rows, "heat", pf.SELECTION_SEED, lr, [50.0, 60.0, 70.0]) for lr in pf.LRS])}
+    results["runs"].update([_fake(rows, "heat", 0, pf.LRS[1], [50.0, 70.0, 80.0], test=80.0)])
+    pf.plot_curves(results, tmp_path / "curves.png")
+    image = matplotlib.image.imread(tmp_path / "curves.png")
+    assert image.ndim == 3 and image.shape[0] > 400 and image.shape[1] > 800
