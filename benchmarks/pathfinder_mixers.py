@@ -1036,6 +1036,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--plan", action="store_true", help="list the runs left and stop")
     args = p.parse_args(argv)
+    if args.jobs < 1 or args.max_runs < 0:
+        p.error(f"--jobs must be at least 1 and --max-runs at least 0 (got {args.jobs} and {args.max_runs})")
+    try:
+        load(args.json)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        p.error(f"--json: {args.json} is not a readable record of this study (a JSON file): {err}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.plan:
         results = load(args.json)

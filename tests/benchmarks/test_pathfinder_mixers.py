@@ -497,3 +497,22 @@ def test_the_curves_figure_is_drawn_from_a_record(rows: dict, tmp_path) -> None:
     pf.plot_curves(results, tmp_path / "curves.png")
     image = matplotlib.image.imread(tmp_path / "curves.png")
     assert image.ndim == 3 and image.shape[0] > 400 and image.shape[1] > 800
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--jobs", "0"], "--jobs must be at least 1"),
+        (["--max-runs", "-1"], "--max-runs at least 0"),
+        (["--report-only", "--json", "{bad}"], "is not a readable record of this study"),
+        (["--plan", "--json", "{bad}"], "is not a readable record of this study"),
+    ],
+)
+def test_bad_arguments_and_a_corrupt_record_are_one_line(tmp_path, capsys, argv: list, says: str) -> None:
+    bad = tmp_path / "record.json"
+    bad.write_bytes(b"{ not json \xff")
+    with pytest.raises(SystemExit) as exit_info:
+        pf.main([a.replace("{bad}", str(bad)) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and says in err and "Traceback" not in err
+    assert bad.read_bytes() == b"{ not json \xff" and not bad.with_suffix(".md").exists()  # nothing overwritten
