@@ -986,9 +986,8 @@ def plot_curves(results: dict[str, Any], path: Path) -> None:
 
     names = list(ARMS)
     cols = 4
-    fig, axes = plt.subplots(
-        math.ceil(len(names) / cols), cols, figsize=(3.2 * cols, 2.4 * math.ceil(len(names) / cols)), sharey=True
-    )
+    rows = math.ceil((len(names) + 1) / cols)  # one panel more than the arms: the key's
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), sharey=True)
     by_arm: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {n: [] for n in names}
     for key, rec in results["runs"].items():
         if rec.get("status") == "ok" and is_current(key):
