@@ -499,6 +499,18 @@ def test_the_curves_figure_is_drawn_from_a_record(rows: dict, tmp_path) -> None:
     assert image.ndim == 3 and image.shape[0] > 400 and image.shape[1] > 800
 
 
+def test_the_curves_figure_keeps_a_panel_for_its_key(rows: dict, tmp_path, monkeypatch) -> None:
+    import matplotlib.image
+
+    results = {"runs": dict([_fake(rows, "heat", pf.SELECTION_SEED, pf.LRS[1], [50.0, 60.0])])}
+    arms, heights = list(pf.ARMS.items()), {}
+    for n in (3, 4):  # 3 arms and the key fill one row of four; 4 arms push the key onto a second row
+        monkeypatch.setattr(pf, "ARMS", dict(arms[:n]))
+        pf.plot_curves(results, tmp_path / f"curves{n}.png")
+        heights[n] = matplotlib.image.imread(tmp_path / f"curves{n}.png").shape[0]
+    assert heights[4] > 1.5 * heights[3]
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
