@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import matplotlib.image
 import numpy as np
 import pytest
 import torch
@@ -490,8 +491,6 @@ def test_the_filter_table_gives_each_trained_arm_the_mean_of_its_reported_runs(r
 
 
 def test_the_curves_figure_is_drawn_from_a_record(rows: dict, tmp_path) -> None:
-    import matplotlib.image
-
     results = {"runs": dict([_fake(rows, "heat", pf.SELECTION_SEED, lr, [50.0, 60.0, 70.0]) for lr in pf.LRS])}
     results["runs"].update([_fake(rows, "heat", 0, pf.LRS[1], [50.0, 70.0, 80.0], test=80.0)])
     pf.plot_curves(results, tmp_path / "curves.png")
@@ -500,8 +499,6 @@ def test_the_curves_figure_is_drawn_from_a_record(rows: dict, tmp_path) -> None:
 
 
 def test_the_curves_figure_keeps_a_panel_for_its_key(rows: dict, tmp_path, monkeypatch) -> None:
-    import matplotlib.image
-
     results = {"runs": dict([_fake(rows, "heat", pf.SELECTION_SEED, pf.LRS[1], [50.0, 60.0])])}
     arms, heights = list(pf.ARMS.items()), {}
     for n in (3, 4):  # 3 arms and the key fill one row of four; 4 arms push the key onto a second row
