@@ -41,8 +41,9 @@ the ``-authors-init`` arms keep the authors' form as controls.
 
 Run: ``python benchmarks/pathfinder_mixers.py`` (resumes from ``pathfinder_mixers.json``; the testbed's images are
 drawn once into ``RUNS_DIR/data``, unless ``PDEVISION_DATA_CACHE`` names another folder; ``--max-runs N`` stops
-after N trainings, for a session's share; ``--report-only`` writes ``pathfinder_mixers.md`` and the curves from the
-JSON; ``--plan`` lists what is left).
+after N trainings, for a session's share; ``--arms A,B`` starts only those arms' runs (the others wait, in the
+protocol's order), to spend a session's share on the runs a claim needs; ``--report-only`` writes
+``pathfinder_mixers.md`` and the curves from the JSON; ``--plan`` lists what is left).
 """
 
 from __future__ import annotations
@@ -552,6 +553,11 @@ def plan(
     return [t for t in _all_left(results, rows) if t[2] not in running]
 
 
+def only_arms(todo: list[tuple[str, str, str]], arms: frozenset[str] | None) -> list[tuple[str, str, str]]:
+    """The runs of ``todo`` (the plan) whose arm is one of ``arms`` (``None``: all), in the plan's order."""
+    return [t for t in todo if arms is None or t[1] in arms]
+
+
 def _all_left(results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
     """The runs not finished, of the first phase that has any (or none: the gate failed, or all is done)."""
     if False in gate(results, rows).values() or saturated(results, rows):
@@ -603,7 +609,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gate_epoch = GATE_EPOCH if phase == "gate" else None
             return pool.submit(train_run, key, str(folder_of(runs_dir, key)), 1, _reports(key), gate_epoch)
 
-        keep_busy(start, lambda running: plan(results, rows, running), finish, jobs, args.max_runs)
+        def next_runs(running: frozenset[str]) -> list[tuple[str, str, str]]:
+            return only_arms(plan(results, rows, running), args.arms)
+
+        keep_busy(start, next_runs, finish, jobs, args.max_runs)
     return results
 
 
@@ -1026,12 +1035,22 @@ def plot_curves(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _arm_names(text: str) -> frozenset[str]:
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - set(ARMS))
+    if unknown or not names:
+        got = f"unknown arm {', '.join(unknown)}" if unknown else f"no arm named in {text!r}"
+        raise argparse.ArgumentTypeError(f"{got}; expected comma-separated names of: {', '.join(ARMS)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", type=Path, default=HERE / "pathfinder_mixers.json")
     p.add_argument("--runs-dir", default="runs/pathfinder_mixers")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--max-runs", type=int, default=10**6, help="stop after this many trainings")
+    p.add_argument("--arms", type=_arm_names, help="start only these arms' runs (comma-separated names)")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--plan", action="store_true", help="list the runs left and stop")
     args = p.parse_args(argv)
@@ -1044,7 +1063,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.plan:
         results = load(args.json)
-        for phase, arm, key in plan(results, results.get("rows") or arm_rows()):
+        for phase, arm, key in only_arms(plan(results, results.get("rows") or arm_rows()), args.arms):
             print(phase, arm, json.loads(key)["seed"], json.loads(key)["lr"])
         return 0
     if args.report_only and "rows" not in load(args.json):

@@ -444,22 +444,36 @@ def _percentages(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)%", text)]
 
 
+def _quoted(text: str) -> list[float]:
+    """The figures a passage quotes: every percentage, and every estimate with its interval, ``x [lo, hi]``."""
+    estimates = re.findall(r"(-?\d+(?:\.\d+)?)%? \[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\]", text)
+    return _percentages(text) + [float(x) for triple in estimates for x in triple]
+
+
+def test_quoted_figures_include_estimates_and_their_intervals() -> None:
+    text = "heat 82.7% [77.4, 89.2]; heat vs attention -0.3 [-10.0, 7.7]; a [link](x.md)"
+    assert sorted(_quoted(text)) == sorted([82.7, 82.7, 77.4, 89.2, -0.3, -10.0, 7.7])
+
+
 def test_the_pathfinder_figures_in_the_readme_and_docs_are_the_records() -> None:
-    """Every percentage the README's Pathfinder paragraph and the Pathfinder section of docs/mixers.md quote is a
-    validation top-1 of a run in the JSON, one of the stopped runs' or protocol changes' logged figures, or one of
-    the protocol's lines (chance left, saturated, the width match): a number typed by hand from memory fails."""
+    """Every figure the README's Pathfinder paragraph and the Pathfinder section of docs/mixers.md quote (a
+    percentage, or an estimate with its interval) is a validation top-1 of a run in the JSON, a figure of the report
+    written from the JSON (test top-1, means, intervals, claim differences), one of the stopped runs' or protocol
+    changes' logged figures, or one of the protocol's lines (chance left, saturated, the width match): a number
+    typed by hand from memory fails."""
     record = json.loads((pf.HERE / "pathfinder_mixers.json").read_text())
     known = {round(p["val_top1"], 2) for rec in record["runs"].values() for p in rec.get("curve", [])}
+    known |= {round(float(x), 2) for x in re.findall(r"-?\d+\.\d+", pf.report(record))}
     known |= {round(x, 2) for note in (*pf.STOPPED_RUNS, *pf.PROTOCOL_CHANGES) for x in _percentages(note)}
     known |= {pf.LEFT_CHANCE, pf.SATURATED, 5.0}  # the 5%: parameters matched within it
     readme = (ROOT / "README.md").read_text()
     start = readme.index("[Pathfinder](docs/pathfinder.md) is the testbed")
     passages = {
-        "README": readme[start : readme.index("no mixer is ranked on Pathfinder yet", start)],
+        "README": readme[start : readme.index("\n\n", start)],
         "docs/mixers.md": (ROOT / "docs" / "mixers.md").read_text().split("## On Pathfinder", 1)[1],
     }
     for name, text in passages.items():
-        quoted = _percentages(text)
+        quoted = _quoted(text)
         assert len(quoted) > 10, name
         assert [x for x in quoted if round(x, 2) not in known] == [], name
 
@@ -525,3 +539,18 @@ def test_bad_arguments_and_a_corrupt_record_are_one_line(tmp_path, capsys, argv:
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and says in err and "Traceback" not in err
     assert bad.read_bytes() == b"{ not json \xff" and not bad.with_suffix(".md").exists()  # nothing overwritten
+
+
+def test_arms_keeps_the_plans_order_and_only_the_named_arms(rows: dict) -> None:
+    todo = [("report", "heat-fixed-k-1", "a"), ("report", "wave-authors-init", "b"), ("report", "hcl-fixed-k", "c")]
+    assert pf.only_arms(todo, frozenset({"hcl-fixed-k", "heat-fixed-k-1"})) == [todo[0], todo[2]]
+    assert pf.only_arms(todo, None) == todo
+
+
+@pytest.mark.parametrize("given", ["heat,nope", ",", ""])
+def test_an_unknown_arm_is_one_line(given: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        pf.main(["--plan", "--arms", given])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--arms" in err and "expected comma-separated names" in err
+    assert "Traceback" not in err
