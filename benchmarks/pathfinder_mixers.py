@@ -819,7 +819,7 @@ def budget_line(results: dict[str, Any]) -> str:
     hours = left * BUDGET["epochs"] * epoch / 3600
     return (
         text + f"; at their mean epoch time ({epoch:.0f} s, one thread a run) the {left} left need at most about "
-        f"{hours:.0f} hours of training, {hours / 2:.0f} with two runs side by side."
+        f"{hours:.1f} hours of training, {hours / 2:.1f} with two runs side by side."
     )
 
 

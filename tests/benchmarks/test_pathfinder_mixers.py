@@ -220,7 +220,7 @@ def test_the_budget_line_counts_the_whole_protocol_and_times_the_rest_from_curre
     line = pf.budget_line(results)
     assert "91 runs, 2 done" in line and "mean epoch time (120 s, one thread a run)" in line
     hours = 89 * pf.BUDGET["epochs"] * 120 / 3600  # the runs left, each its budget's epochs at 120 s
-    assert f"the 89 left need at most about {hours:.0f} hours of training, {hours / 2:.0f} with two runs side" in line
+    assert f"the 89 left need at most about {hours:.1f} hours of training, {hours / 2:.1f} with two runs side" in line
 
 
 def _timed(rec: dict, epoch_seconds: list[float]) -> dict:
