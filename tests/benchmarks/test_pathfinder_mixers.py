@@ -542,7 +542,7 @@ def test_bad_arguments_and_a_corrupt_record_are_one_line(tmp_path, capsys, argv:
     assert bad.read_bytes() == b"{ not json \xff" and not bad.with_suffix(".md").exists()  # nothing overwritten
 
 
-def test_arms_keeps_the_plans_order_and_only_the_named_arms(rows: dict) -> None:
+def test_arms_keeps_the_plans_order_and_only_the_named_arms() -> None:
     todo = [("report", "heat-fixed-k-1", "a"), ("report", "wave-authors-init", "b"), ("report", "hcl-fixed-k", "c")]
     assert pf.only_arms(todo, frozenset({"hcl-fixed-k", "heat-fixed-k-1"})) == [todo[0], todo[2]]
     assert pf.only_arms(todo, None) == todo
