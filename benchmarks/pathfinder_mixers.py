@@ -816,6 +816,8 @@ def budget_line(results: dict[str, Any]) -> str:
     if not current:
         return text + "; no run of this budget has finished yet to time the rest."
     epoch = statistics.mean(run_seconds(r) / len(r["curve"]) for r in current)
+    if left == 0:
+        return text + f", none left (mean epoch time {epoch:.0f} s, one thread a run)."
     hours = left * BUDGET["epochs"] * epoch / 3600
     return (
         text + f"; at their mean epoch time ({epoch:.0f} s, one thread a run) the {left} left need at most about "

@@ -223,6 +223,13 @@ def test_the_budget_line_counts_the_whole_protocol_and_times_the_rest_from_curre
     assert f"the 89 left need at most about {hours:.1f} hours of training, {hours / 2:.1f} with two runs side" in line
 
 
+def test_the_budget_line_of_a_finished_protocol_says_so(rows: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pf, "protocol_size", lambda: 1)
+    key, rec = _fake(rows, "heat", pf.SELECTION_SEED, pf.LRS[1], [50.0] * 10)
+    line = pf.budget_line({"runs": {key: _timed(rec, [75.0] * 10)}})
+    assert line.endswith("1 runs, 1 done, none left (mean epoch time 75 s, one thread a run).")
+
+
 def _timed(rec: dict, epoch_seconds: list[float]) -> dict:
     curve = [{**e, "epoch_seconds": t} for e, t in zip(rec["curve"], epoch_seconds, strict=True)]
     return {**rec, "curve": curve, "seconds": 1.0}
