@@ -484,6 +484,9 @@ def test_the_pathfinder_figures_in_the_readme_and_docs_are_the_records() -> None
         quoted = _quoted(text)
         assert len(quoted) > 10, name
         assert [x for x in quoted if round(x, 2) not in known] == [], name
+    hours = re.search(r"Done so far: \d+ runs .*?, ([\d.]+) hours of training", pf.report(record)).group(1)
+    for name, text in passages.items():  # the study's budget, as the record's header gives it
+        assert re.findall(r"took ([\d.]+) hours of training", text) == [hours], name
 
 
 def test_the_gate_table_marks_an_arms_chosen_rate_once_its_three_rates_have_run(rows: dict) -> None:
