@@ -451,10 +451,15 @@ def _percentages(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)%", text)]
 
 
+def _estimates(text: str) -> list[tuple[float, float, float]]:
+    """Every estimate with its interval, ``x [lo, hi]`` (``x%`` too), as a triple."""
+    found = re.findall(r"(-?\d+(?:\.\d+)?)%? \[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\]", text)
+    return [(float(x), float(lo), float(hi)) for x, lo, hi in found]
+
+
 def _quoted(text: str) -> list[float]:
     """The figures a passage quotes: every percentage, and every estimate with its interval, ``x [lo, hi]``."""
-    estimates = re.findall(r"(-?\d+(?:\.\d+)?)%? \[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\]", text)
-    return _percentages(text) + [float(x) for triple in estimates for x in triple]
+    return _percentages(text) + [x for triple in _estimates(text) for x in triple]
 
 
 def test_quoted_figures_include_estimates_and_their_intervals() -> None:
@@ -463,11 +468,12 @@ def test_quoted_figures_include_estimates_and_their_intervals() -> None:
 
 
 def test_the_pathfinder_figures_in_the_readme_and_docs_are_the_records() -> None:
-    """Every figure the README's Pathfinder paragraph and the Pathfinder section of docs/mixers.md quote (a
-    percentage, or an estimate with its interval) is a validation or test top-1 of a run in the JSON, a figure of
-    the report written from the JSON (means, intervals, claim differences), one of the stopped runs' or protocol
-    changes' logged figures, or one of the protocol's lines (chance left, saturated, the width match): a number
-    typed by hand from memory fails."""
+    """Every figure the README's Pathfinder paragraph, the Pathfinder section of docs/mixers.md and the Pathfinder
+    paragraph of docs/ablations.md quote (a percentage, or an estimate with its interval) is a validation or test
+    top-1 of a run in the JSON, a figure of the report written from the JSON (means, intervals, claim differences),
+    one of the stopped runs' or protocol changes' logged figures, or one of the protocol's lines (chance left,
+    saturated, the width match); an estimate with its interval is one of the report's as a whole. A number typed by
+    hand from memory fails."""
     record = json.loads((pf.HERE / "pathfinder_mixers.json").read_text())
     known = {round(p["val_top1"], 2) for rec in record["runs"].values() for p in rec.get("curve", [])}
     known |= {round(rec["test_top1"], 2) for rec in record["runs"].values() if "test_top1" in rec}
@@ -480,13 +486,36 @@ def test_the_pathfinder_figures_in_the_readme_and_docs_are_the_records() -> None
         "README": readme[start : readme.index("\n\n", start)],
         "docs/mixers.md": (ROOT / "docs" / "mixers.md").read_text().split("## On Pathfinder", 1)[1],
     }
-    for name, text in passages.items():
+    ablations = (ROOT / "docs" / "ablations.md").read_text()
+    start = ablations.index("**The k ablations again, on Pathfinder")
+    quoted_only = {"docs/ablations.md": ablations[start : ablations.index("\n\n", start)]}
+    for name, text in {**passages, **quoted_only}.items():
         quoted = _quoted(text)
         assert len(quoted) > 10, name
         assert [x for x in quoted if round(x, 2) not in known] == [], name
+        # an estimate and its interval are one of the report's, together (not three figures found apart)
+        assert [t for t in _estimates(text) if t not in _estimates(pf.report(record))] == [], name
     hours = re.search(r"Done so far: \d+ runs .*?, ([\d.]+) hours of training", pf.report(record)).group(1)
     for name, text in passages.items():  # the study's budget, as the record's header gives it
         assert re.findall(r"took ([\d.]+) hours of training", text) == [hours], name
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    """The rows (cells stripped) of the markdown table whose header row starts with ``header``."""
+    lines = text[text.index(header) :].split("\n\n", 1)[0].splitlines()[2:]  # past the header and its rule
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
+
+
+def test_the_result_tables_of_docs_mixers_are_the_reports_row_by_row() -> None:
+    """Arm by arm and claim by claim, in the report's order: a figure moved to the wrong row, which the figure test
+    above cannot see (it is still a figure of the record), fails here."""
+    report = pf.report(json.loads((pf.HERE / "pathfinder_mixers.json").read_text()))
+    docs = (ROOT / "docs" / "mixers.md").read_text().split("### The result", 1)[1]
+    arms = _table(report, "| arm | rate | n | test top-1")
+    assert [[f"{r[3].replace(' [', '% [')}", r[5]] for r in arms] == [r[1:] for r in _table(docs, "| arm | test")]
+    claims = _table(report, "| claim | difference")
+    assert [[r[1], r[4]] for r in claims] == [r[1:] for r in _table(docs, "| claim | difference")]
+    assert len(arms) == len(pf.ARMS) and len(claims) == 12
 
 
 def test_the_gate_table_marks_an_arms_chosen_rate_once_its_three_rates_have_run(rows: dict) -> None:
