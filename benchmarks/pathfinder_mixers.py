@@ -1058,6 +1058,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.jobs < 1 or args.max_runs < 0:
         p.error(f"--jobs must be at least 1 and --max-runs at least 0 (got {args.jobs} and {args.max_runs})")
+    if args.arms and args.report_only:
+        p.error("--arms picks the runs to start and --report-only starts none (its report covers every arm); use one")
     try:
         load(args.json)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

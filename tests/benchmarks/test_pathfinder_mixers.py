@@ -594,3 +594,12 @@ def test_an_unknown_arm_is_one_line(given: str, capsys) -> None:
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "--arms" in err and "expected comma-separated names" in err
     assert "Traceback" not in err
+
+
+def test_arms_with_report_only_is_refused_not_ignored(tmp_path, capsys) -> None:
+    record = tmp_path / "record.json"
+    with pytest.raises(SystemExit) as exit_info:
+        pf.main(["--report-only", "--arms", "heat", "--json", str(record)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--report-only starts none" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # no report written
