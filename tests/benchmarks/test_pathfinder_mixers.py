@@ -3,6 +3,7 @@ statsmodels), the filter readings, and one real miniature run."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -14,6 +15,7 @@ import pytest
 import torch
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
 
 from pdevision.data import embedded
 from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec, pathfinder_arrays
@@ -467,37 +469,153 @@ def test_quoted_figures_include_estimates_and_their_intervals() -> None:
     assert sorted(_quoted(text)) == sorted([82.7, 82.7, 77.4, 89.2, -0.3, -10.0, 7.7])
 
 
+def _test_tops(record: dict) -> dict[str, dict[int, float]]:
+    """The reported runs' test top-1, by arm and seed."""
+    tops: dict[str, dict[int, float]] = {}
+    for key, rec in record["runs"].items():
+        if "test_top1" in rec:
+            spec = json.loads(key)
+            tops.setdefault(spec["arm"], {})[spec["seed"]] = rec["test_top1"]
+    return tops
+
+
+def _paired_differences(record: dict) -> dict[tuple[str, str], np.ndarray]:
+    tops = _test_tops(record)
+    return {(a, b): np.array([tops[a][s] - tops[b][s] for s in pf.REPORT_SEEDS]) for a, b, _ in pf.CLAIMS}
+
+
+def _t_intervals(record: dict) -> list[tuple[float, float, float]]:
+    """Each claim's mean difference with its paired t-interval (scipy), as the docs round them."""
+    out = []
+    for d in _paired_differences(record).values():
+        lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        out.append((round(float(d.mean()), 1), round(float(lo), 1), round(float(hi), 1)))
+    return out
+
+
+def _power_range(record: dict) -> tuple[float, float, float, float, int]:
+    """Over the claims whose paired differences spread by more than 5 points (every claim whose arms start apart
+    but HcNet's fixed k): the smallest and largest spread, the power of a paired t-test at 0.05 to find a 3-point
+    difference at 5 seeds at each end (statsmodels), and how many claims that is."""
+    spreads = sorted(float(d.std(ddof=1)) for d in _paired_differences(record).values() if d.std(ddof=1) > 5)
+    power = [TTestPower().power(effect_size=3 / sd, nobs=len(pf.REPORT_SEEDS), alpha=0.05) for sd in spreads]
+    return spreads[0], spreads[-1], min(power), max(power), len(spreads)
+
+
+def _bootstrap_coverage(n: int = 5, samples: int = 20_000) -> float:
+    """How often the percentile bootstrap 95% interval of a mean of ``n`` normal values holds the true mean: the
+    bootstrap distribution taken exactly (every resample's weight, as infinitely many resamples give it), the
+    samples simulated with a fixed seed."""
+    counts = np.array([c for c in itertools.product(range(n + 1), repeat=n) if sum(c) == n], dtype=float)
+    weights = np.array([math.factorial(n) / np.prod([math.factorial(int(k)) for k in c]) for c in counts]) / n**n
+    x = np.random.default_rng(0).standard_normal((samples, n))
+    means = x @ counts.T / n
+    order = np.argsort(means, axis=1)
+    sorted_means, cumulative = np.take_along_axis(means, order, 1), np.cumsum(weights[order], axis=1)
+    rows = np.arange(samples)
+    lo = sorted_means[rows, (cumulative < 0.025).sum(1)]
+    hi = sorted_means[rows, (cumulative < 0.975).sum(1)]
+    return float(((lo < 0) & (hi > 0)).mean())
+
+
+def test_the_bootstrap_coverage_is_the_scripts_at_five_seeds() -> None:
+    """The exact-resampling coverage above agrees with the study's own interval (10,000 resamples) on the same kind
+    of samples, to within the simulation's noise."""
+    x = np.random.default_rng(1).standard_normal((300, 5))
+    script = np.mean([lo < 0 < hi for lo, hi in (pf.bootstrap_interval(list(row)) for row in x)])
+    assert abs(script - _bootstrap_coverage()) < 0.06 and 0.80 < _bootstrap_coverage() < 0.88
+
+
+def _passages() -> dict[str, str]:
+    """What users read of the study: each README paragraph that links its record, each paragraph of
+    docs/ablations.md that does, and docs/mixers.md from its first link to the record to the page's end."""
+    link = "pathfinder_mixers.md"
+    out: dict[str, str] = {}
+    for name in ("README.md", "docs/ablations.md"):
+        paragraphs = re.split(r"\n\s*\n", (ROOT / name).read_text())
+        out[name] = "\n\n".join(p for p in paragraphs if link in p)
+    mixers = (ROOT / "docs" / "mixers.md").read_text()
+    out["docs/mixers.md"] = mixers[mixers.index(link) :]
+    return out
+
+
 def test_the_pathfinder_figures_in_the_readme_and_docs_are_the_records() -> None:
-    """Every figure the README's Pathfinder paragraph, the Pathfinder section of docs/mixers.md and the Pathfinder
-    paragraph of docs/ablations.md quote (a percentage, or an estimate with its interval) is a validation or test
-    top-1 of a run in the JSON, a figure of the report written from the JSON (means, intervals, claim differences),
-    one of the stopped runs' or protocol changes' logged figures, or one of the protocol's lines (chance left,
-    saturated, the width match); an estimate with its interval is one of the report's as a whole. A number typed by
-    hand from memory fails."""
+    """Every figure that the passages on the study quote (a percentage, or an estimate with its interval) is a
+    validation or test top-1 of a run in the JSON, a figure of the report written from the JSON (means, intervals,
+    claim differences), one of the stopped runs' or protocol changes' logged figures, one of the protocol's lines
+    (chance left, saturated, the width match), or one of the limits computed here from the JSON (the paired
+    t-intervals, the power of its 5 seeds) and by simulation (the bootstrap's coverage); an estimate with its
+    interval is one of the report's or one of the t-intervals as a whole. A number typed by hand fails."""
     record = json.loads((pf.HERE / "pathfinder_mixers.json").read_text())
+    report = pf.report(record)
     known = {round(p["val_top1"], 2) for rec in record["runs"].values() for p in rec.get("curve", [])}
     known |= {round(rec["test_top1"], 2) for rec in record["runs"].values() if "test_top1" in rec}
-    known |= {round(float(x), 2) for x in re.findall(r"-?\d+\.\d+", pf.report(record))}
+    known |= {round(float(x), 2) for x in re.findall(r"-?\d+\.\d+", report)}
     known |= {round(x, 2) for note in (*pf.STOPPED_RUNS, *pf.PROTOCOL_CHANGES) for x in _percentages(note)}
     known |= {pf.LEFT_CHANCE, pf.SATURATED, 5.0}  # the 5%: parameters matched within it
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("[Pathfinder](docs/pathfinder.md) is the testbed")
-    passages = {
-        "README": readme[start : readme.index("\n\n", start)],
-        "docs/mixers.md": (ROOT / "docs" / "mixers.md").read_text().split("## On Pathfinder", 1)[1],
-    }
-    ablations = (ROOT / "docs" / "ablations.md").read_text()
-    start = ablations.index("**The k ablations again, on Pathfinder")
-    quoted_only = {"docs/ablations.md": ablations[start : ablations.index("\n\n", start)]}
-    for name, text in {**passages, **quoted_only}.items():
+    t_intervals = _t_intervals(record)
+    known |= {x for triple in t_intervals for x in triple}
+    *_, low_power, high_power, _ = _power_range(record)
+    known |= {round(100 * low_power), round(100 * high_power), round(100 * _bootstrap_coverage())}
+    estimates = set(_estimates(report)) | set(t_intervals)
+    for name, text in _passages().items():
         quoted = _quoted(text)
-        assert len(quoted) > 10, name
+        assert name == "README.md" or len(quoted) > 10, name
         assert [x for x in quoted if round(x, 2) not in known] == [], name
-        # an estimate and its interval are one of the report's, together (not three figures found apart)
-        assert [t for t in _estimates(text) if t not in _estimates(pf.report(record))] == [], name
-    hours = re.search(r"Done so far: \d+ runs .*?, ([\d.]+) hours of training", pf.report(record)).group(1)
-    for name, text in passages.items():  # the study's budget, as the record's header gives it
-        assert re.findall(r"took ([\d.]+) hours of training", text) == [hours], name
+        # an estimate and its interval are one of the report's or a t-interval, together (not three figures found
+        # apart)
+        assert [t for t in _estimates(text) if t not in estimates] == [], name
+    hours = re.search(r"Done so far: \d+ runs .*?, ([\d.]+) hours of training", report).group(1)
+    for name, text in _passages().items():  # the study's budget, as the record's header gives it
+        assert set(re.findall(r"([\d.]+) hours of training", text)) <= {hours}, name
+    assert re.findall(r"took ([\d.]+) hours of training", _passages()["docs/mixers.md"]) == [hours]
+
+
+def test_the_limits_in_docs_mixers_are_computed_from_the_record() -> None:
+    """The spread, power and pairing figures of the archived study's limits are the ones computed here."""
+    record = json.loads((pf.HERE / "pathfinder_mixers.json").read_text())
+    text = " ".join(_passages()["docs/mixers.md"].split())
+    low_sd, high_sd, low_power, high_power, claims = _power_range(record)
+    assert f"For {claims} of the {len(pf.CLAIMS)} claims" in text
+    assert f"spread by {low_sd:.1f} to {high_sd:.1f} points" in text
+    assert f"{100 * low_power:.0f}-{100 * high_power:.0f}% chance" in text
+    assert f"about {100 * _bootstrap_coverage():.0f}% of the time" in text
+
+
+def test_the_archived_skeleton_lets_even_the_identity_arm_see_the_whole_image(rows: dict) -> None:
+    """The receptive field of the identity arm, computed from its layers (every convolution in order: it has no
+    other spatial operation), against the study's image size, as docs/mixers.md states it."""
+    torch.manual_seed(0)
+    model = pf.build(rows["identity"]["model_args"])
+    field, jump = 1, 1
+    for module in model.modules():
+        if isinstance(module, (torch.nn.AvgPool2d, torch.nn.MaxPool2d)):
+            raise AssertionError("a pooling layer the computation leaves out")
+        if isinstance(module, torch.nn.Conv2d):
+            field += (module.kernel_size[0] - 1) * jump
+            jump *= module.stride[0]
+    assert field > pf.BUDGET["img_size"]
+    assert f"receptive field of {field} px, computed from the layout, on a {pf.BUDGET['img_size']} px image" in (
+        " ".join((ROOT / "docs" / "mixers.md").read_text().split())
+    )
+
+
+def test_only_two_claims_compare_arms_that_start_from_the_same_weights(rows: dict) -> None:
+    """Built from one seed, as the training loop builds a run's model after seeding, the two arms of a claim share
+    their initial weights only for wave against heat (every weight both have but the FVEs; wave's own parameters
+    are the part compared) and heat against its authors' start."""
+    shared = []
+    for better, worse, _ in pf.CLAIMS:
+        weights = []
+        for arm in (better, worse):
+            torch.manual_seed(0)
+            weights.append(pf.build(rows[arm]["model_args"]).state_dict())
+        a, b = weights
+        common = [k for k in a if k in b and a[k].shape == b[k].shape]
+        differ = {k for k in common if not torch.equal(a[k], b[k])}
+        if len(common) >= 0.9 * min(len(a), len(b)) and all("freq_embed" in k for k in differ):
+            shared.append((better, worse, bool(differ)))
+    assert shared == [("wave", "heat", True), ("heat", "heat-authors-init", False)]
 
 
 def _table(text: str, header: str) -> list[list[str]]:
