@@ -3,6 +3,8 @@ its records' (the README's rule: every figure beside a record is in that record,
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.test_readme import ROOT, blocks, records, unknown_figures
@@ -27,3 +29,29 @@ def test_a_typed_figure_is_seen() -> None:
     block = "vHeat-T does 59.3 GMACs at 768 px ([r](../benchmarks/bench_cpu_perf/results.md))"
     assert unknown_figures(block, page) == ["59.3"]
     assert unknown_figures(block.replace("59.3", "59.2"), page) == []
+
+
+def _rows(text: str, header: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first markdown table whose header row starts with ``header``."""
+    lines = text[text.index(header) :].split("\n\n", 1)[0].splitlines()[2:]
+    return [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in lines]
+
+
+def test_the_speed_pages_ratio_table_is_the_records_row_by_row() -> None:
+    """docs/speed.md's table of inference ratios names what each ratio compares (a peer as shipped, or on the same
+    kernels; PDE-ResNet-50's and ResNet-50's sizes); with those notes taken off, each row is the record's row, and
+    the sizes it quotes are the record's."""
+    record_path = ROOT / "benchmarks" / "bench_cpu_perf" / "results.md"
+    record = {tuple(r[:3]): r[3:] for r in _rows(record_path.read_text(), "| model | vs | dtype | 224 px")}
+    page = (ROOT / "docs" / "speed.md").read_text()
+    rows = _rows(page, "| model | vs | dtype | 224 px")
+    assert len(rows) >= 10
+    notes = []
+    for row in rows:
+        notes += [n for cell in row[:2] for n in re.findall(r"\(([^)]*)\)", cell)]
+        model, peer = (re.sub(r" \(.*\)$", "", cell) for cell in row[:2])
+        peer = peer.replace("swin_tiny", "swin_tiny_patch4_window7_224")
+        assert record.get((model, peer, row[2])) == row[3:], row
+    assert {"as shipped", "same kernels"} <= set(notes)
+    sizes = [n for n in notes if "GMACs" in n]
+    assert sizes and all(unknown_figures(f"{n} ([r](results.md))", record_path) == [] for n in sizes)

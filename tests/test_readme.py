@@ -46,7 +46,8 @@ def blocks(text: str) -> list[str]:
 def records(block: str, page: Path = README) -> list[Path]:
     """The records a block of ``page`` links to: files under ``benchmarks/``."""
     paths = [(page.parent / link.split("#")[0]).resolve() for link in LINK.findall(block) if "://" not in link]
-    return [p for p in paths if p.is_file() and p.is_relative_to(ROOT / "benchmarks")]
+    text = (".md", ".json", ".csv")
+    return [p for p in paths if p.is_file() and p.suffix in text and p.is_relative_to(ROOT / "benchmarks")]
 
 
 def number(figure: str) -> str:
