@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from pdevision.bench.compare import _ratio_table, ratio_rows
 from pdevision.bench.operators import fit_exponent
-from pdevision.bench.run import _ratio_table, ratio_rows
 from pdevision.cli import main
 
 
@@ -256,7 +256,7 @@ def test_bench_out_never_replaces_a_users_results(
 
 
 def test_an_earlier_bench_record_and_other_files_are_no_clash(tmp_path: Path) -> None:
-    from pdevision.bench.run import check_bench_folder
+    from pdevision.bench.compare import check_bench_folder
 
     (tmp_path / "results.json").write_text(json.dumps({"machine": {}, "rows": []}))
     (tmp_path / "results.csv").write_text("model\n")

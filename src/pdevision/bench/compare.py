@@ -104,7 +104,7 @@ def _first_calls(fns: dict[str, Any]) -> None:
             ) from exc
 
 
-# what a bench writes into its folder (run{i} and the staging folder: a series of runs, bench.runs)
+# what a bench writes into its folder (run{i} and the staging folder: a series of runs, bench.repeat)
 BENCH_FILES = ("results.json", "results.csv", "results.md", "cost_vs_resolution.png", "operators.png")
 _BENCH_NAME = re.compile(r"^(results\.(json|csv|md)|cost_vs_resolution\.png|operators\.png|run\d+|\.runs-in-progress)$")
 
@@ -286,7 +286,7 @@ def _runs_table(ratios: list[dict[str, Any]]) -> list[str]:
 
 
 def _timing_text(result: dict[str, Any]) -> str:
-    """How the figures were timed: in one run, or as the median over several (:mod:`pdevision.bench.runs`)."""
+    """How the figures were timed: in one run, or as the median over several (:mod:`pdevision.bench.repeat`)."""
     within = f"median of {result['repeats']} interleaved repeats after warm-up"
     runs = result.get("runs", 1)
     if runs < 2:

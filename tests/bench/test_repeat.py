@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pdevision.bench.run import markdown_table
-from pdevision.bench.runs import STAGING, combine_runs, failure_message, run_in_processes
+from pdevision.bench.compare import markdown_table
+from pdevision.bench.repeat import STAGING, combine_runs, failure_message, run_in_processes
 from pdevision.cli import main
 
 

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pdevision.bench.compare import check_bench_folder, run_bench, write_results
 from pdevision.bench.operators import fit_exponent
-from pdevision.bench.run import check_bench_folder, run_bench, write_results
 from pdevision.errors import UsageError
 
 # per-row measurements that are medians over the runs; the rest (parameters, MACs, batch) are the same in every run
