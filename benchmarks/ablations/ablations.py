@@ -22,15 +22,15 @@ Row groups (``--rows GROUP [GROUP ...]``, default all but ``robustness``):
 * ``families``: the micro families against resnet18, convnext_atto and a small Swin.
 * ``robustness``: the ``families`` trainings evaluated under ImageNet-C corruptions
   (:mod:`pdevision.tasks.classify.robustness`), mCE relative to resnet18 of the same seed.
-* ``qbheat_mae``: not run by this script; the report points to ``benchmarks/qbheat_vs_mae.md``.
+* ``qbheat_mae``: not run by this script; the report points to ``benchmarks/qbheat_vs_mae/qbheat_vs_mae.md``.
 
 Rows are data (:data:`GROUPS`): a row whose model arguments the installed models reject is skipped
 with the model's message and recorded as skipped (retried on the next run), so rows can be written
 before their arguments exist.
 
-Run, for example, ``python benchmarks/ablations.py --rows vheat_k --img-size 32 --epochs 8 --batch-size 32
+Run, for example, ``python -m benchmarks.ablations.ablations --rows vheat_k --img-size 32 --epochs 8 --batch-size 32
 --lr 3e-3 --jobs 2``, then ``--report-only --rows GROUP ...`` to write the Markdown of every group from the
-JSON. Writes ``benchmarks/ablations.json`` (every run) and ``benchmarks/ablations.md``.
+JSON. Writes ``benchmarks/ablations/ablations.json`` (every run) and ``benchmarks/ablations/ablations.md``.
 """
 
 from __future__ import annotations
@@ -43,12 +43,14 @@ import json
 import logging
 import math
 import os
-import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.records import machine_line, read_record, write_record, write_report
 
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger("ablations")
@@ -197,8 +199,8 @@ GROUPS: dict[str, dict[str, Any]] = {
         "expected": None,
         "rows": [],
         "see": "not run by this script: the like-for-like comparison (QB-Heat and MAE on the same encoder, QB-Heat "
-        "on resnet18) is recorded in [`benchmarks/qbheat_vs_mae.md`](qbheat_vs_mae.md) by "
-        "`benchmarks/qbheat_vs_mae.py`.",
+        "on resnet18) is recorded in [`benchmarks/qbheat_vs_mae/qbheat_vs_mae.md`](../qbheat_vs_mae/qbheat_vs_mae.md) "
+        "by `benchmarks/qbheat_vs_mae/qbheat_vs_mae.py`.",
     },
 }
 GROUPS["robustness"] = {
@@ -233,7 +235,7 @@ def eval_key(row: dict[str, Any], seed: int, budget: dict[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True)
 
 
-def _folder(runs_dir: Path, key: str) -> Path:
+def run_folder(runs_dir: Path, key: str) -> Path:
     spec = json.loads(key)
     return runs_dir / f"{spec['model']}-s{spec['seed']}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
@@ -374,9 +376,7 @@ def robustness_key(train: str, corruptions: str, severities: str, max_images: in
 
 
 def load_results(path: Path) -> dict[str, Any]:
-    if path.exists():
-        return json.loads(path.read_text())
-    return {"runs": {}, "evals": {}}
+    return read_record(path, empty={"runs": {}, "evals": {}})
 
 
 SECTIONS = ("runs", "evals", "groups")
@@ -394,9 +394,7 @@ def save_results(path: Path, results: dict[str, Any]) -> None:
         disk = load_results(path)
         for section in SECTIONS:
             results[section] = {**disk.get(section, {}), **results.get(section, {})}
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        write_record(path, results)
 
 
 def plan(groups: list[str], seeds: list[int], budget: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
@@ -465,7 +463,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             log.warning("skipping %s / %s: the model rejects its arguments (%s)", group, row["name"], reason)
             results["runs"][key] = {"status": "skipped", "reason": reason}
             continue
-        todo[key] = str(_folder(runs_dir, key))
+        todo[key] = str(run_folder(runs_dir, key))
     log.info("%d training runs to do (%d in %s already)", len(todo), len(results["runs"]), args.json)
     save_results(args.json, results)
     if args.jobs > 1 and todo:
@@ -474,10 +472,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ) as ex:
             pending = {ex.submit(run_training, k, f, device, args.workers, args.threads): k for k, f in todo.items()}
             for fut in futures.as_completed(pending):
-                _record(results, pending[fut], fut, args.json)
+                record_run(results, pending[fut], fut, args.json)
     else:
         for key, folder in todo.items():
-            _record(
+            record_run(
                 results,
                 key,
                 None,
@@ -517,14 +515,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results["evals"][ekey] = {"status": "ok", **r}
                 save_results(args.json, results)
     results["machine"] = (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, device {device}; load average "
+        f"{machine_line()}, device {device}; load average "
         f"{os.getloadavg()[2]:.1f} over the 15 minutes before the last invocation ended"
     )
     save_results(args.json, results)
     return results
 
 
-def _record(results: dict[str, Any], key: str, fut: Any, path: Path, call: Any = None, section: str = "runs") -> None:
+def record_run(
+    results: dict[str, Any], key: str, fut: Any, path: Path, call: Any = None, section: str = "runs"
+) -> None:
     try:
         rec = fut.result() if fut is not None else call()
     except Exception as exc:  # a row that fails to train is recorded, the others go on
@@ -549,7 +549,7 @@ def _stats(values: list[float]) -> tuple[float, float, int]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0), len(values)
 
 
-def _fmt(values: list[float], digits: int = 1) -> str:
+def mean_sd(values: list[float], digits: int = 1) -> str:
     m, s, n = _stats(values)
     return "—" if n == 0 else f"{m:.{digits}f} ± {s:.{digits}f} (n={n})"
 
@@ -654,7 +654,7 @@ def _header(
     return [
         "# Ablations at CPU scale on the embedded `scenes` benchmark",
         "",
-        "Written by `benchmarks/ablations.py` from `benchmarks/ablations.json`.",
+        "Written by `benchmarks/ablations/ablations.py` from `benchmarks/ablations/ablations.json`.",
         "",
         (
             f"- Budget, the same for every row: {shared}; seeds {seeds}."
@@ -703,10 +703,10 @@ def _group_table(
         vals = [r["best_val_top1"] for r in ok]
         by_seed = zip(seeds, recs, strict=True)
         per_seed[row["name"]] = {s: r["best_val_top1"] for s, r in by_seed if r.get("status") == "ok"}
-        cpu_s = _fmt([r["cpu_seconds"] for r in ok if r.get("cpu_seconds") is not None], 0)
+        cpu_s = mean_sd([r["cpu_seconds"] for r in ok if r.get("cpu_seconds") is not None], 0)
         lines.append(
-            f"| {row['name']} | `{args}` | {ok[0]['params'] / 1e6:.3f} | {_fmt(vals)} | {cpu_s} | "
-            f"{_fmt([r['seconds'] for r in ok], 0)} |"
+            f"| {row['name']} | `{args}` | {ok[0]['params'] / 1e6:.3f} | {mean_sd(vals)} | {cpu_s} | "
+            f"{mean_sd([r['seconds'] for r in ok], 0)} |"
         )
     return lines
 
@@ -739,7 +739,7 @@ def _sizes_table(
         cells = []
         for size in sizes:
             vals = [float(e["top1"][str(size)] if str(size) in e["top1"] else e["top1"][size]) for e in ok]
-            cells.append(_fmt(vals))
+            cells.append(mean_sd(vals))
             if size == max(sizes):
                 per_seed[row["name"]] = dict(zip(ok_seeds, vals, strict=True))
         lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
@@ -783,7 +783,7 @@ def _robustness_table(
         if not mca:
             lines.append(f"| {row['name']} | {_why(_row_runs(results, row, seeds, budget))} | | |")
             continue
-        lines.append(f"| {row['name']} | {_fmt(clean)} | {_fmt(mca)} | {_fmt(mces)} |")
+        lines.append(f"| {row['name']} | {mean_sd(clean)} | {mean_sd(mca)} | {mean_sd(mces)} |")
     return lines
 
 
@@ -881,13 +881,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report-only", action="store_true", help="rewrite the Markdown from the JSON, train nothing")
     p.add_argument("--note", action="append", default=[], help="a line for the report's header (repeatable)")
     args = p.parse_args(argv)
+    rows_given = "--rows" in (sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("pdevision").setLevel(logging.WARNING)
     budget = budget_of(args)
     results = load_results(args.json) if args.report_only else run(args)
+    shown = results.get("report", {})  # the groups and notes of the report last written, kept in the record
+    if args.report_only and not rows_given and "rows" in shown:
+        args.rows = shown["rows"]
+    notes = args.note or (shown.get("notes", []) if args.report_only else [])
     groups = args.rows + (["qbheat_mae"] if "qbheat_mae" not in args.rows and not args.report_only else [])
     robustness = robustness_of(args)
-    args.md.write_text(report(results, groups, list(range(args.seeds)), budget, robustness, args.note))
+    results["report"] = {"rows": args.rows, "notes": notes}
+    save_results(args.json, results)
+    write_report(args.md, report(results, groups, list(range(args.seeds)), budget, robustness, notes))
     print(f"wrote {args.md} and {args.json}")
     return 0
 

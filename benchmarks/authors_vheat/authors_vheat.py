@@ -8,22 +8,22 @@ the authors' model's random initialisation; this library's model gets the author
 compute the same function. Each is folded its own way: the authors' ``infer_mode`` with ``infer_init()`` (their
 throughput mode), this library's as ``pdevision bench`` folds it. Timing as ``pdevision bench``: one process, the
 steady allocator, interleaved repeats after warm-up, median; fp32 and bf16 autocast. Writes
-``benchmarks/authors_vheat.md``.
+``benchmarks/authors_vheat/authors_vheat.md``.
 
-Run: ``PYTHONPATH=src python benchmarks/authors_vheat.py --authors-code PATH/TO/vHeat --threads 2``
+Run: ``PYTHONPATH=src python -m benchmarks.authors_vheat.authors_vheat --authors-code PATH/TO/vHeat --threads 2``
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 
 from pdevision.engine.validators import bounded, positive_int  # the CLI's checks: a clear argparse error
 from pdevision.models.factory import MAX_SIZE
@@ -64,8 +64,9 @@ def build_pair(module: Any, img_size: int) -> tuple[torch.nn.Module, torch.nn.Mo
 
 
 def measure(module: Any, sizes: list[int], repeats: int) -> list[dict[str, Any]]:
-    from pdevision.bench.measure import inference_fn, interleaved_medians
     from pdevision.bench.run import default_batch
+
+    from pdevision.bench.measure import inference_fn, interleaved_medians
 
     dev = torch.device("cpu")
     rows = []
@@ -96,10 +97,10 @@ def write_report(rows: list[dict[str, Any]], args: argparse.Namespace, commit: s
     lines = [
         "# vHeat-T: this library against the authors' code (same weights)",
         "",
-        "Written by `benchmarks/authors_vheat.py`.",
+        "Written by `python -m benchmarks.authors_vheat.authors_vheat`.",
         "",
-        f"- Machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, CPU, steady "
-        f"allocator; median of {args.repeats} interleaved repeats after warm-up; {seconds:.0f} s in all.",
+        f"- Machine: {machine_line()}, CPU, steady allocator; median of {args.repeats} interleaved repeats after "
+        f"warm-up; {seconds:.0f} s in all.",
         f"- Authors' code: MzeroMiko/vHeat at commit {commit}, `classification/models/vHeat.py`, vHeat-T "
         "(`vHeat_tiny_224.yaml`: dims 96, depths 2-2-6-2, pre-norm), `infer_mode` with `infer_init()`.",
         "- This library: `vheat_tiny` with the authors' weights (`checkpoint_filter_fn`), folded as `pdevision bench` "
@@ -120,13 +121,19 @@ def write_report(rows: list[dict[str, Any]], args: argparse.Namespace, commit: s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--authors-code", type=Path, required=True, help="root of a clone of MzeroMiko/vHeat")
+    p.add_argument("--authors-code", type=Path, help="root of a clone of MzeroMiko/vHeat (needed to measure)")
     p.add_argument("--sizes", type=bounded(int, 32, MAX_SIZE), nargs="+", default=[224, 512, 768, 1024])
     p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--commit", default="unknown", help="the clone's commit, for the record")
-    p.add_argument("--md", type=Path, default=HERE / "authors_vheat.md")
+    p.add_argument("--md", type=Path, default=HERE / "authors_vheat.md", help="the report (record: .json)")
+    add_report_only(p)
     args = p.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.md.with_suffix(".json"), args.md)
+        return 0
+    if args.authors_code is None:
+        p.error("--authors-code is needed to measure (or --report-only)")
     module = load_authors_module(args.authors_code)
     from pdevision.bench.measure import steady_allocator
 
@@ -135,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     steady_allocator()
     start = time.perf_counter()
     rows = measure(module, args.sizes, args.repeats)
-    args.md.write_text(write_report(rows, args, args.commit, time.perf_counter() - start))
+    text = write_report(rows, args, args.commit, time.perf_counter() - start)
+    save_study(args.md.with_suffix(".json"), args.md, text, command_line(__spec__.name, argv), data=rows)
     print(f"wrote {args.md}")
     return 0
 

@@ -3,9 +3,9 @@ entry point (``pdevision.cli:main``: the package, torch and timm imported first;
 model) and the new one (``_pdevision_cli:main``: the recorded help; parameters from meta-device builds, MACs only
 with ``--macs``). Each command is a fresh Python process, run ``--repeats`` times interleaved; the median wall time
 is reported, with the CPU model (``lscpu``) and the load average before and after. Writes
-``benchmarks/cli_startup.md``.
+``benchmarks/cli_startup/cli_startup.md``.
 
-Run: ``PYTHONPATH=src python benchmarks/cli_startup.py --repeats 5``
+Run: ``PYTHONPATH=src python -m benchmarks.cli_startup.cli_startup --repeats 5``
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-OUT = Path(__file__).with_name("cli_startup.md")
-SRC = Path(__file__).resolve().parents[1] / "src"
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
+
+OUT = Path(__file__).with_suffix(".md")
+RECORD = Path(__file__).with_suffix(".json")
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 OLD = "import sys; from pdevision.cli import main; sys.exit(main({argv!r}))"
 NEW = "import sys; from _pdevision_cli import main; sys.exit(main({argv!r}))"
@@ -32,16 +35,6 @@ CASES = [  # (label, entry point, argv, timed at most once: minutes)
 ]
 
 
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (no lscpu)"
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    name = " ".join(fields.get("Model name", "unknown").split())
-    return f"{name}, {' '.join(fields.get('CPU(s)', '?').split())} CPUs"
-
-
 def run_once(code: str, argv: list[str]) -> float:
     env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "100"}
     start = time.perf_counter()
@@ -49,11 +42,15 @@ def run_once(code: str, argv: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-slow", action="store_true", help="leave out `models --macs` (minutes)")
-    args = parser.parse_args()
+    add_report_only(parser)
+    args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(RECORD, OUT)
+        return 0
     load_before = os.getloadavg()
     times: dict[int, list[float]] = {i: [] for i in range(len(CASES))}
     for _ in range(args.repeats):  # interleaved: a change of load touches every case alike
@@ -71,10 +68,10 @@ def main() -> int:
         [
             "# Command-line startup",
             "",
-            f"Made by `benchmarks/cli_startup.py --repeats {args.repeats}`: each command a fresh Python process "
+            f"Made by `{command_line(__spec__.name, argv)}`: each command a fresh Python process "
             "(`python -c` calling the entry point, as the console script does), the cases interleaved; wall "
             "seconds.",
-            f"Machine: {cpu_model()}; Python {sys.version.split()[0]}; load average "
+            f"Machine: {machine_line()}; Python {sys.version.split()[0]}; load average "
             f"{load_before[0]:.2f} before, {load_after[0]:.2f} after (1-minute averages).",
             "",
             "| command | entry point | median s | min s | runs |",
@@ -83,7 +80,7 @@ def main() -> int:
             "",
         ]
     )
-    OUT.write_text(text)
+    save_study(RECORD, OUT, text, command_line(__spec__.name, argv))
     print(text)
     return 0
 

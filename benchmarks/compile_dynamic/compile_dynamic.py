@@ -9,7 +9,7 @@ a table; ``--append TITLE`` adds it as a section of an existing record, ``--from
 of earlier runs. ``--shapes dynamic`` runs only the dynamic configuration; ``--specialize-float`` sets
 ``torch._dynamo.config.specialize_float`` (Python floats as constants, no restarted analysis).
 
-    nice python benchmarks/compile_dynamic.py --markdown benchmarks/compile_dynamic.md
+    nice python -m benchmarks.compile_dynamic.compile_dynamic --markdown benchmarks/compile_dynamic/compile_dynamic.md
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,18 @@ import time
 from pathlib import Path
 
 import torch
+from benchmarks.records import (
+    REPOSITORY,
+    add_report_only,
+    command_line,
+    machine_line,
+    read_record,
+    report_of,
+    rewrite_report,
+    save_study,
+)
+
+OUT = Path(__file__).with_suffix(".md")
 
 MODELS = {  # model: (first, second, third) input size (height, width)
     "vheat_micro": ((64, 64), (96, 96), (80, 112)),
@@ -75,11 +86,11 @@ def run_one(name: str, dynamic: bool) -> dict[str, object]:
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per configuration")
-    parser.add_argument("--markdown", default=None)
+    parser.add_argument("--markdown", default=None, help="the report to write; its record: the same name, .json")
     parser.add_argument("--append", metavar="TITLE", help="add the rows to --markdown as a section with this title")
     parser.add_argument("--from-jsonl", nargs="+", help="write --markdown from JSON lines printed by earlier runs")
     parser.add_argument("--shapes", nargs="+", choices=("static", "dynamic"), default=["static", "dynamic"])
@@ -87,7 +98,12 @@ def main() -> None:
         "--specialize-float", action="store_true", help="torch._dynamo.config.specialize_float = True in each run"
     )
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "DYNAMIC"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    add_report_only(parser)
+    args = parser.parse_args(argv)
+    if args.report_only:
+        report = Path(args.markdown) if args.markdown else OUT
+        rewrite_report(report.with_suffix(".json"), report)
+        return
     if args.one:
         torch.set_num_threads(int(os.environ.get("THREADS", "2")))
         print(json.dumps(run_one(args.one[0], args.one[1] == "1")))
@@ -96,7 +112,7 @@ def main() -> None:
         rows = [
             json.loads(ln) for f in args.from_jsonl for ln in Path(f).read_text().splitlines() if ln.startswith("{")
         ]
-        write_markdown(rows, args.markdown, args.append)
+        write_markdown(rows, args.markdown, args.append, command_line(__spec__.name, argv))
         return
     rows = []
     for name in args.models:
@@ -104,10 +120,12 @@ def main() -> None:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
             env["SPECIALIZE_FLOAT"] = "1" if args.specialize_float else "0"
             load_start = " ".join(f"{v:.2f}" for v in os.getloadavg())
-            cmd = [sys.executable, __file__, "--one", name, "1" if dynamic else "0"]
+            cmd = [sys.executable, "-m", __spec__.name, "--one", name, "1" if dynamic else "0"]
             start = time.perf_counter()
             try:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+                done = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=args.timeout, env=env, cwd=REPOSITORY
+                )
                 lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
                 if done.returncode != 0 or not lines:
                     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -122,7 +140,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             rows.append(row)
     if args.markdown:
-        write_markdown(rows, args.markdown, args.append)
+        write_markdown(rows, args.markdown, args.append, command_line(__spec__.name, argv))
 
 
 def table(rows: list[dict[str, object]]) -> list[str]:
@@ -153,28 +171,29 @@ def table(rows: list[dict[str, object]]) -> list[str]:
     return lines
 
 
-def write_markdown(rows: list[dict[str, object]], path: str, append: str | None = None) -> None:
-    """Write the record, or with ``append`` (a section title) add the rows as a new section of an existing one."""
+def write_markdown(rows: list[dict[str, object]], path: str, append: str | None, command: str) -> None:
+    """Write the record and its report, or with ``append`` (a section title) add the rows as a new section of an
+    existing one."""
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     about = [
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__};",
+        f"Machine: {machine_line()};",
         f"load when this table was written (`uptime`): `{uptime}`; each row's load is in its last column.",
         "",
     ]
+    record = Path(path).with_suffix(".json")
     if append:
-        with open(path, "a") as f:
-            f.write("\n".join(["", f"## {append}", "", *about, *table(rows)]) + "\n")
+        text = report_of(read_record(record)) + "\n".join(["", f"## {append}", "", *about, *table(rows)])
+        save_study(record, path, text, command, data=[*read_record(record).get("data", []), *rows])
         return
     lines = [
         "# torch.compile at new input sizes",
         "",
-        "Made by `benchmarks/compile_dynamic.py` (eval mode, no autograd, batch 1, inductor, a fresh cache per",
-        "configuration). Seconds of the first call at each size: the compile, then what a new size costs.",
+        f"Made by `{command}` (eval mode, no autograd, batch 1, inductor, a fresh cache per configuration).",
+        " Seconds of the first call at each size: the compile, then what a new size costs.",
         *about,
         *table(rows),
     ]
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    save_study(record, path, "\n".join(lines), command, data=rows)
 
 
 if __name__ == "__main__":

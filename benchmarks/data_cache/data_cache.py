@@ -1,6 +1,6 @@
 """Drawing an embedded set against loading it from the disk cache (``PDEVISION_DATA_CACHE``).
 
-    python benchmarks/data_cache.py [--sets pathfinder:train:32 pathx:val:128 scenes:val:64] [--rounds 3]
+    python -m benchmarks.data_cache.data_cache [--sets pathfinder:train:32 pathx:val:128 scenes:val:64] [--rounds 3]
 
 For each ``NAME:SPLIT:SIZE``, in this one process: the seconds to draw the split without the cache (once: it is the
 same work each time), to draw and write it with an empty cache folder, and to load it from that folder (the median of
@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 
-from pdevision.bench.measure import machine_description
 from pdevision.data.cache import ENV
 from pdevision.data.embedded import (
     PATHFINDER_SETS,
@@ -89,11 +88,10 @@ def parse_set(text: str) -> tuple[str, str, int]:
 
 
 def report(rows: list[tuple[tuple[str, str, int], dict]], rounds: int, command: str) -> str:
-    machine = machine_description(torch.device("cpu"))
     lines = [
         "# Drawing an embedded set against loading it from the disk cache",
         "",
-        f"`{command}` on {machine['cpu']} ({machine['cores']} cores), load average "
+        f"`{command}` on {machine_line()}, load average "
         f"{os.getloadavg()[0]:.1f} at the end (other work on the machine was not stopped). Seconds, wall clock; load: "
         f"the median of {rounds}.",
         "",
@@ -112,8 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", nargs="+", type=parse_set, default=[("pathfinder", "train", 32), ("pathx", "val", 128)])
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--out", type=Path, default=HERE / "data_cache.md")
+    p.add_argument("--out", type=Path, default=HERE / "data_cache.md", help="the report; its record: same name, .json")
+    add_report_only(p)
     args = p.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.out.with_suffix(".json"), args.out)
+        return 0
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
     rows = []
@@ -121,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as folder:
             rows.append(((name, split, size), measure(name, split, size, args.rounds, Path(folder))))
         print(name, split, size, rows[-1][1], flush=True)
-    command = "python benchmarks/data_cache.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    args.out.write_text(report(rows, args.rounds, command.strip()))
+    command = command_line(__spec__.name, argv)
+    data = [{"set": list(key), **values} for key, values in rows]
+    save_study(args.out.with_suffix(".json"), args.out, report(rows, args.rounds, command), command, data=data)
     return 0
 
 

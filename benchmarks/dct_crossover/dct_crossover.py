@@ -1,20 +1,23 @@
 """Matrix vs FFT DCT round trip (dct2 + idct2) on NHWC maps, to set ``method="auto"``'s switch point.
 
-Run: ``.venv/bin/python benchmarks/dct_crossover.py`` (writes benchmarks/dct_crossover.md).
+Run: ``.venv/bin/python -m benchmarks.dct_crossover.dct_crossover`` (writes benchmarks/dct_crossover/dct_crossover.md).
 Interleaved, median of 7 repeats, batch 2, 96 channels, fp32, this machine's CPU threads.
 """
 
 from __future__ import annotations
 
-import os
-import platform
+import argparse
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 
 from pdevision.ops import dct2, idct2
+
+OUT = Path(__file__).with_suffix(".md")
+RECORD = Path(__file__).with_suffix(".json")
 
 SIZES = [7, 14, 28, 56, 64, 96, 128, 160, 192, 256, 384, 512]
 
@@ -28,7 +31,12 @@ def _time(fn, x: torch.Tensor, repeats: int) -> list[float]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_report_only(parser)
+    if parser.parse_args(argv).report_only:
+        rewrite_report(RECORD, OUT)
+        return
     torch.manual_seed(0)
     rows = ["| map | tokens | matrix (ms) | fft (ms) | faster |", "|---|---:|---:|---:|---|"]
     for s in SIZES:
@@ -45,11 +53,10 @@ def main() -> None:
         rows.append(f"| {s}x{s} | {s * s} | {med['matrix']:.2f} | {med['fft']:.2f} | {best} |")
         print(rows[-1], flush=True)
     header = (
-        f"# DCT round trip, matrix vs FFT\n\nMachine: {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} threads.\n"
+        f"# DCT round trip, matrix vs FFT\n\nMachine: {machine_line()}.\n"
         "Batch 2, 96 channels, NHWC, fp32; median of 7 interleaved repeats.\n\n"
     )
-    Path(__file__).with_suffix(".md").write_text(header + "\n".join(rows) + "\n")
+    save_study(RECORD, OUT, header + "\n".join(rows), command_line(__spec__.name, argv))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ one-level even/odd split of the DCT-II (each product on half-size matrices after
 the multiply-adds), which this library tried and did not keep, and the FFT path. Writes ``dct_rate.md`` beside
 this script.
 
-Run: ``PYTHONPATH=src python benchmarks/bench_cpu_perf/dct_rate.py --threads 2``
+Run: ``PYTHONPATH=src python -m benchmarks.dct_rate.dct_rate --threads 2``
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 
-from pdevision.bench.measure import machine_description, matmul_gflops, steady_allocator
+from pdevision.bench.measure import matmul_gflops, steady_allocator
 from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 from pdevision.ops.dct import dct2, dct_matrix
 
-OUT = Path(__file__).with_name("dct_rate.md")
+OUT = Path(__file__).with_suffix(".md")
 # (H, W, C) of vHeat-T's four stages at 512 and 1024 px
 SHAPES = ((128, 128, 96), (64, 64, 192), (32, 32, 384), (16, 16, 768), (256, 256, 96), (128, 128, 192))
 
@@ -66,8 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--repeats", type=positive_int, default=15)
     parser.add_argument("--shapes", nargs="+", default=[f"{h}x{w}x{c}" for h, w, c in SHAPES], help="HxWxC")
-    parser.add_argument("--md", type=Path, default=OUT)
+    parser.add_argument("--md", type=Path, default=OUT, help="the report; its record: the same name, .json")
+    add_report_only(parser)
     args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.md.with_suffix(".json"), args.md)
+        return 0
     try:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
         assert all(len(s) == 3 and min(s) > 1 and s[0] % 2 == 0 and s[1] % 2 == 0 for s in shapes)
@@ -75,14 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"dct_rate: shapes are HxWxC with even H and W, got {args.shapes}") from None
     torch.set_num_threads(args.threads)
     steady = steady_allocator()
-    machine = machine_description(torch.device("cpu"))
     peak = matmul_gflops(torch.device("cpu"), dtype=torch.bfloat16)
     lines = [
         "# Matrix DCT of vHeat-T's maps in bf16: achieved rate against the matrix-multiply rate",
         "",
-        f"Machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}, "
-        f"allocator {'steady' if steady else 'default'}; measured bf16 `torch.mm` {peak:.0f} GFLOP/s. Batch 1, NHWC, "
-        f"median of {args.repeats}; `PYTHONPATH=src python benchmarks/bench_cpu_perf/dct_rate.py`. `dct2`: the "
+        f"Machine: {machine_line(args.threads)}, allocator {'steady' if steady else 'default'}; measured bf16 "
+        f"`torch.mm` {peak:.0f} GFLOP/s. Batch 1, NHWC, "
+        f"median of {args.repeats}; `{command_line(__spec__.name, argv)}`. `dct2`: the "
         "library's 2-D DCT (two products); `along H`, `along W`: each product alone; `even/odd`: the one-level "
         "even/odd split, half the multiply-adds plus the fold and the concatenation; `fft`: the FFT path.",
         "",
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {along_w:.2f} | {split:.2f} | {fft:.2f} |"
             )
             print(lines[-1], flush=True)
-    args.md.write_text("\n".join(lines) + "\n")
+    save_study(args.md.with_suffix(".json"), args.md, "\n".join(lines), command_line(__spec__.name, argv))
     print(f"written to {args.md}")
     return 0
 

@@ -7,8 +7,8 @@ peak resident set, measured in a fresh process per model), and images per second
 (batch 1, median of ``--repeats`` rounds taken in turn over all models). Writes ``dense_cost.json`` and
 ``dense_cost.md`` to ``--out``.
 
-    python benchmarks/dense.py --device cuda --out benchmarks/dense_gpu
-    python benchmarks/dense.py --device cpu --repeats 3 --out benchmarks/dense_cpu
+    python -m benchmarks.dense_cost.dense_cost --device cuda --out benchmarks/dense_gpu
+    python -m benchmarks.dense_cost.dense_cost --device cpu --repeats 3 --out benchmarks/dense_cost
 
 UPerNet: smp's UPerNet with 512 decoder channels (mmseg's ``channels=512``), 150 classes (ADE20K).
 Mask R-CNN: torchvision's with the default heads, 80 classes, images of 800x1280 (its transform keeps
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -29,6 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from benchmarks.records import REPOSITORY, add_report_only, command_line, read_record, write_record, write_report
+
+from pdevision.bench.measure import machine_description
+
+HERE = Path(__file__).resolve().parent
 
 OURS = ["vheat_tiny", "hcnet_tiny", "pderesnet50"]
 PEERS = ["convnext_tiny", "swin_tiny_patch4_window7_224", "resnet50"]
@@ -67,16 +71,46 @@ def probe(name: str, head: str, device: torch.device) -> dict[str, float]:
     return {"params_m": params / 1e6, "gmacs": macs / 1e9, "peak_mib": peak / 2**20}
 
 
-def main() -> int:
+def report(result: dict[str, Any]) -> str:
+    """The Markdown table of a record (``dense_cost.json``)."""
+    machine = result["machine"]
+    repeats = next((r["repeats"] for r in result["rows"] if "repeats" in r), "?")
+    lines = [
+        f"Machine: {machine['device']} ({machine.get('name') or machine.get('cpu')}), {machine['threads']} threads, "
+        f"torch {machine['torch']}, load average at the end {', '.join(f'{v:.1f}' for v in machine['load_average'])}; "
+        f"batch 1, median of {repeats} interleaved rounds.",
+        "",
+        "| head | input (HxW) | backbone | params (M) | GMACs | peak memory (MiB) | img/s |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(
+                f"| {r['head']} | {r['input'][0]}x{r['input'][1]} | {r['model']} | failed: {r['error']} | | | |"
+            )
+            continue
+        lines.append(
+            f"| {r['head']} | {r['input'][0]}x{r['input'][1]} | {r['model']} | {r['params_m']:.1f} | {r['gmacs']:.1f} "
+            f"| {r['peak_mib']:.0f} | {r.get('img_per_s', float('nan')):.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--models", nargs="+", default=OURS + PEERS)
     parser.add_argument("--heads", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", default="benchmarks/dense_cost")
+    parser.add_argument("--out", default=str(HERE), help="folder of dense_cost.json and dense_cost.md")
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    add_report_only(parser)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.report_only:
+        write_report(out / "dense_cost.md", report(read_record(out / "dense_cost.json")))
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -90,16 +124,16 @@ def main() -> int:
     start = time.perf_counter()
     for head in args.heads:
         for name in args.models:
-            cmd = [sys.executable, __file__, "--device", args.device, "--probe", json.dumps([name, head])]
+            cmd = [sys.executable, "-m", __spec__.name, "--device", args.device, "--probe", json.dumps([name, head])]
             if args.threads:
                 cmd += ["--threads", str(args.threads)]
             env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-            out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-            if out.returncode != 0:
-                rows[(name, head)] = {"error": out.stderr.strip().splitlines()[-1][:200]}
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=REPOSITORY)
+            if done.returncode != 0:
+                rows[(name, head)] = {"error": done.stderr.strip().splitlines()[-1][:200]}
                 print(f"{name} {head}: failed: {rows[(name, head)]['error']}", file=sys.stderr)
                 continue
-            rows[(name, head)] = json.loads(out.stdout.strip().splitlines()[-1])
+            rows[(name, head)] = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"{name} {head}: {rows[(name, head)]}", file=sys.stderr)
         models = {n: build(n, head, device) for n in args.models if "error" not in rows[(n, head)]}
         x = _inputs(head, device)
@@ -117,38 +151,22 @@ def main() -> int:
         del models
     machine = {
         "device": str(device),
-        "name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
+        **machine_description(device),
         "load_average": os.getloadavg(),
     }
-    result = {"machine": machine, "seconds": time.perf_counter() - start, "rows": []}
+    result = {
+        "command": command_line(__spec__.name, argv),
+        "machine": machine,
+        "seconds": time.perf_counter() - start,
+        "rows": [],
+    }
     for (name, head), r in rows.items():
         result["rows"].append({"model": name, "head": head, "input": list(SETUPS[head]), **r})
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "dense_cost.json").write_text(json.dumps(result, indent=2))
-    lines = [
-        f"Machine: {machine['device']} ({machine['name']}), {machine['threads']} threads, torch {machine['torch']}, "
-        f"load average at the end {', '.join(f'{v:.1f}' for v in machine['load_average'])}; "
-        f"batch 1, median of {args.repeats} interleaved rounds.",
-        "",
-        "| head | input (HxW) | backbone | params (M) | GMACs | peak memory (MiB) | img/s |",
-        "|---|---|---|---:|---:|---:|---:|",
-    ]
-    for r in result["rows"]:
-        if "error" in r:
-            lines.append(
-                f"| {r['head']} | {r['input'][0]}x{r['input'][1]} | {r['model']} | failed: {r['error']} | | | |"
-            )
-            continue
-        lines.append(
-            f"| {r['head']} | {r['input'][0]}x{r['input'][1]} | {r['model']} | {r['params_m']:.1f} | {r['gmacs']:.1f} "
-            f"| {r['peak_mib']:.0f} | {r.get('img_per_s', float('nan')):.2f} |"
-        )
-    (out / "dense_cost.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_record(out / "dense_cost.json", result, sort_keys=False, indent=2)
+    text = report(result)
+    write_report(out / "dense_cost.md", text)
+    print(text)
     return 0
 
 

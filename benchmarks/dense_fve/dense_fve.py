@@ -13,13 +13,12 @@ rule's run-time resampling acts):
 
 Writes ``fve_transfer.json`` and ``fve_transfer.md`` to ``--out``.
 
-    python benchmarks/dense_fve.py --source runs/segment/best --size 128 --other 96 --steps 40 --seeds 0
+    python -m benchmarks.dense_fve.dense_fve --source runs/segment/best --size 128 --other 96 --steps 40 --seeds 0
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,6 +28,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from benchmarks.records import add_report_only, command_line, read_record, write_record, write_report
+
+HERE = Path(__file__).resolve().parent
 
 PREFIX = "net.encoder.model.model."
 
@@ -101,17 +103,47 @@ def fine_tune(model: torch.nn.Module, size: int, steps: int, seed: int) -> None:
         opt.step()
 
 
-def main() -> int:
+def _fmt(v: list[float]) -> str:
+    return f"{statistics.mean(v):.2f}" + (f" ± {statistics.stdev(v):.2f}" if len(v) > 1 else "")
+
+
+def report(result: dict[str, Any]) -> str:
+    """The Markdown of a record (``dense_fve.json``)."""
+    size, other = result["size"], result["other"]
+    lines = [
+        f"Source: vheat_micro + UPerNet at 64 px, val mIoU {result['source_val_miou_at_64']:.2f} at 64 px. "
+        f"Val mIoU (%) on {result['val_scenes']} embedded val scenes upsampled to {size} px (and {other} px); "
+        f"fine-tuning {result['steps']} AdamW steps of 8 crops at {size} px, seeds {result['seeds']} "
+        "(mean ± std over seeds).",
+        "",
+        f"| FVE rule | zero-shot at {size} | fine-tuned, at {size} | fine-tuned, at {other} |",
+        "|---|---:|---:|---:|",
+    ]
+    for rule, r in result["rows"].items():
+        lines.append(f"| {rule} | {_fmt(r['zero_shot'])} | {_fmt(r['tuned'])} | {_fmt(r['tuned_other'])} |")
+    if result.get("note"):  # a paragraph on the conditions of the run, kept in the record
+        lines += ["", result["note"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", required=True, help="segmentation checkpoint of vheat_micro at 64 px")
+    parser.add_argument("--source", help="segmentation checkpoint of vheat_micro at 64 px (needed to measure)")
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--other", type=int, default=96)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--val", type=int, default=250, help="val scenes")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", default="benchmarks/dense_fve")
-    args = parser.parse_args()
+    parser.add_argument("--out", default=str(HERE), help="folder of dense_fve.json and dense_fve.md")
+    add_report_only(parser)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.report_only:
+        write_report(out / "dense_fve.md", report(read_record(out / "dense_fve.json")))
+        return 0
+    if args.source is None:
+        parser.error("--source is needed to measure (or --report-only)")
     if args.threads:
         torch.set_num_threads(args.threads)
     import pdevision.models  # noqa: F401
@@ -136,12 +168,9 @@ def main() -> int:
             print(rule, seed, {k: v[-1] for k, v in r.items()}, f"{time.perf_counter() - start:.0f} s", file=sys.stderr)
     source_miou = miou(build(meta, state, 64, "interp"), val, n)
 
-    def fmt(v: list[float]) -> str:
-        return f"{statistics.mean(v):.2f}" + (f" ± {statistics.stdev(v):.2f}" if len(v) > 1 else "")
-
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {
+        "command": command_line(__spec__.name, argv),
         "source": str(args.source),
         "source_val_miou_at_64": source_miou,
         "size": args.size,
@@ -154,19 +183,10 @@ def main() -> int:
         "threads": torch.get_num_threads(),
         "load_average": os.getloadavg(),
     }
-    (out / "fve_transfer.json").write_text(json.dumps(result, indent=2))
-    lines = [
-        f"Source: vheat_micro + UPerNet at 64 px, val mIoU {source_miou:.2f} at 64 px. Val mIoU (%) on {args.val} "
-        f"embedded val scenes upsampled to {args.size} px (and {args.other} px); fine-tuning {args.steps} AdamW "
-        f"steps of 8 crops at {args.size} px, seeds {args.seeds} (mean ± std over seeds).",
-        "",
-        f"| FVE rule | zero-shot at {args.size} | fine-tuned, at {args.size} | fine-tuned, at {args.other} |",
-        "|---|---:|---:|---:|",
-    ]
-    for rule, r in rows.items():
-        lines.append(f"| {rule} | {fmt(r['zero_shot'])} | {fmt(r['tuned'])} | {fmt(r['tuned_other'])} |")
-    (out / "fve_transfer.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_record(out / "dense_fve.json", result, sort_keys=False, indent=2)
+    text = report(result)
+    write_report(out / "dense_fve.md", text)
+    print(text)
     return 0
 
 

@@ -10,23 +10,25 @@ the load of other jobs) is recorded beside it.
 The script resumes: finished runs are read back from ``--out``/dense_seeds.json and skipped. It writes
 ``dense_seeds.json`` (one record per run) and ``dense_seeds.md`` (mean ± sample std over seeds).
 
-    python benchmarks/dense_seeds.py --models vheat_micro resnet18 hcnet_micro pderesnet_micro \
+    python -m benchmarks.dense_seeds.dense_seeds --models vheat_micro resnet18 hcnet_micro pderesnet_micro \
         --seeds 0 1 2 --epochs 2 --out benchmarks
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.records import add_report_only, command_line, machine_line, read_record, write_record, write_report
+
+HERE = Path(__file__).resolve().parent
 
 
 def run_one(model: str, seed: int, epochs: int) -> dict[str, Any]:
@@ -61,11 +63,15 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def write_markdown(records: list[dict[str, Any]], models: list[str], path: Path, header: dict[str, Any]) -> None:
+def report(record: dict[str, Any]) -> str:
+    """The Markdown of a record: its header and the runs of the header's epochs, seeds and models."""
+    header = record["header"]
+    models = header["models"]
+    records = [r for r in record["runs"] if r["epochs"] == header["epochs"] and r["seed"] in header["seeds"]]
     lines = [
         "# Micro backbones vs resnet18 on the embedded segmentation default",
         "",
-        "Written by `benchmarks/dense_seeds.py` from `dense_seeds.json`.",
+        "Written by `python -m benchmarks.dense_seeds.dense_seeds` from `dense_seeds.json`.",
         f"UPerNet (decoder {header['decoder']}), `light` recipe, embedded scenes ({header['data']}), "
         f"{header['epochs']} epochs = {header['steps']} steps of batch 8 for every model (equal steps), "
         "val on the 250 val scenes. Seeds move the initialisation, batch order and augmentation; the scenes are "
@@ -88,7 +94,7 @@ def write_markdown(records: list[dict[str, Any]], models: list[str], path: Path,
             f"{_mean_std([r['final_val_pixel_acc'] for r in rows])} | {_mean_std(digits)} | {_mean_std(face)} | "
             f"{statistics.mean(r['cpu_s'] for r in rows):.0f} | {statistics.mean(r['wall_s'] for r in rows):.0f} |"
         )
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default="benchmarks")
+    p.add_argument("--out", default=str(HERE), help="folder of dense_seeds.json and dense_seeds.md")
+    add_report_only(p)
     args = p.parse_args(argv)
+    out = Path(args.out)
+    if args.report_only:
+        write_report(out / "dense_seeds.md", report(read_record(out / "dense_seeds.json")))
+        return 0
     import torch
 
     import pdevision  # noqa: F401  (registers the models)
@@ -107,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     store = out / "dense_seeds.json"
-    records: list[dict[str, Any]] = json.loads(store.read_text()) if store.exists() else []
+    record = read_record(store, empty={"header": {}, "runs": []})
+    records: list[dict[str, Any]] = record["runs"]
     done = {(r["model"], r["seed"], r["epochs"]) for r in records}
     for model in args.models:  # models outermost, in the order given: a cut-short study has fewer models, all seeds
         for seed in args.seeds:
@@ -120,16 +131,20 @@ def main(argv: list[str] | None = None) -> int:
             record = run_one(model, seed, args.epochs)
             print(f"  mIoU {record['final_val_miou']:.2f} in {record['cpu_s']:.0f} CPU s", file=sys.stderr, flush=True)
             records.append(record)
-            store.write_text(json.dumps(records, indent=1))
+            write_record(store, record, sort_keys=False)
     header = {
         "decoder": SEGMENT_RECIPES["light"].decoder_channels,
         "data": ", ".join(f"{k} {v}" for k, v in DENSE_SCENE_KNOBS.items()),
         "epochs": args.epochs,
         "steps": next((r["steps"] for r in records if r["epochs"] == args.epochs), "?"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs, torch {torch.__version__}",
+        "machine": f"{machine_line(1)} (cores shared with other jobs)",
+        "models": args.models,
+        "seeds": args.seeds,
+        "command": command_line(__spec__.name, argv),
     }
-    chosen = [r for r in records if r["epochs"] == args.epochs and r["seed"] in args.seeds]
-    write_markdown(chosen, args.models, out / "dense_seeds.md", header)
+    record["header"] = header
+    write_record(store, record, sort_keys=False)
+    write_report(out / "dense_seeds.md", report(record))
     return 0
 
 

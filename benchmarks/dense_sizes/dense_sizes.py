@@ -4,9 +4,9 @@ Detection and segmentation run a backbone on larger, often non-square inputs: 80
 resize) and 512x512 (the ADE20K crop). This script times ``forward_features`` (the backbone without its
 classification head) of each model folded as ``pdevision bench`` folds it, at each size and batch, interleaved in
 one process with the steady allocator, in fp32 and bf16 autocast, and measures the peak memory of one fp32
-forward in a fresh process per model and size. Writes ``benchmarks/dense_sizes.md`` (and ``.json``).
+forward in a fresh process per model and size. Writes ``benchmarks/dense_sizes/dense_sizes.md`` (and ``.json``).
 
-Run: ``PYTHONPATH=src python benchmarks/dense_sizes.py --threads 2``
+Run: ``PYTHONPATH=src python -m benchmarks.dense_sizes.dense_sizes --threads 2``
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from benchmarks.records import REPOSITORY, add_report_only, command_line, read_record, write_record, write_report
 
+from pdevision.bench.measure import machine_description
 from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 
 HERE = Path(__file__).resolve().parent
@@ -57,9 +59,9 @@ def backbone(name: str, size: tuple[int, int]) -> Any:
 
 def probe_memory(name: str, size: tuple[int, int], batch: int) -> float:
     """Peak resident-set growth (MiB) of one fp32 forward in a fresh process."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--probe", json.dumps([name, list(size), batch])]
+    cmd = [sys.executable, "-m", __spec__.name, "--probe", json.dumps([name, list(size), batch])]
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=900)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=900, cwd=REPOSITORY)
     if out.returncode != 0:
         raise RuntimeError(f"memory probe of {name} at {size} failed: {out.stderr.strip()[-500:]}")
     return float(out.stdout.strip().splitlines()[-1])
@@ -105,17 +107,18 @@ def measure(models: list[str], sizes: list[tuple[int, int]], batches: list[int],
     return rows
 
 
-def write_report(rows: list[dict], threads: int, repeats: int, seconds: float) -> str:
+def report(record: dict[str, Any]) -> str:
     """Markdown: one table per size, batch and dtype, each model's time as a multiple of the first model's."""
+    rows, repeats, seconds = record["rows"], record["repeats"], record["seconds"]
     lines = [
         "# Backbones alone at dense-task input sizes",
         "",
-        "Written by `benchmarks/dense_sizes.py`.",
+        "Written by `python -m benchmarks.dense_sizes.dense_sizes`.",
         "",
-        f"- CPU, {threads} threads, torch {torch.__version__}, steady allocator; `forward_features` of each folded "
-        f"model (no classification head); median of {repeats} interleaved repeats after warm-up; {seconds:.0f} s in "
-        "all. Peak MiB: resident-set growth of one fp32 forward in a fresh process (caches built by a first "
-        "one-image forward).",
+        f"- CPU, {record['threads']} threads, torch {record['torch']}, steady allocator; `forward_features` of each "
+        f"folded model (no classification head); median of {repeats} interleaved repeats after warm-up; "
+        f"{seconds:.0f} s in all. Peak MiB: resident-set growth of one fp32 forward in a fresh process (caches built "
+        "by a first one-image forward).",
         "- Throughput relative to the first model: its time over the model's (above 1: faster than it).",
         "",
         "| size (HxW) | batch | dtype | model | ms | relative throughput | peak MiB |",
@@ -139,9 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", nargs="+", type=positive_int, default=[1, 2])
     p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--md", type=Path, default=HERE / "dense_sizes.md")
+    p.add_argument("--md", type=Path, default=HERE / "dense_sizes.md", help="the report; its record: same name, .json")
     p.add_argument("--probe", help=argparse.SUPPRESS)
+    add_report_only(p)
     args = p.parse_args(argv)
+    if args.report_only:
+        write_report(args.md, report(read_record(args.md.with_suffix(".json"))))
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.probe:
@@ -153,8 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     rows = measure(args.models, args.sizes, args.batches, args.repeats)
     seconds = time.perf_counter() - start
-    args.md.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    args.md.write_text(write_report(rows, torch.get_num_threads(), args.repeats, seconds))
+    record = {
+        "command": command_line(__spec__.name, argv),
+        "machine": machine_description(torch.device("cpu")),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "repeats": args.repeats,
+        "seconds": seconds,
+        "rows": rows,
+    }
+    write_record(args.md.with_suffix(".json"), record, sort_keys=False)
+    write_report(args.md, report(record))
     print(f"wrote {args.md}")
     return 0
 

@@ -1,17 +1,15 @@
 """Interleaved A/B measurements behind the fused inference kernels (issue 15), one process, one thread by default.
 
 Each comparison runs both variants alternately in the same process (warm-up, then ``--rounds`` rounds), so the
-ratios hold on a loaded machine where absolute times do not. Writes ``benchmarks/bench_cpu_perf/ab.md``.
+ratios hold on a loaded machine where absolute times do not. Writes ``benchmarks/fused_kernels_ab/fused_kernels_ab.md``.
 
-Run: ``PYTHONPATH=src python benchmarks/bench_cpu_perf/ab.py [--threads 1] [--rounds 5] [--quick]``
+Run: ``PYTHONPATH=src python -m benchmarks.fused_kernels_ab.fused_kernels_ab [--threads 1] [--rounds 5] [--quick]``
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import timm
 import torch
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import matmul_gflops, onednn_matmul_gflops
@@ -27,7 +26,8 @@ from pdevision.fastpath import accelerate, reference_kernels
 from pdevision.fastpath.kernels import heat_filter_nhwc
 from pdevision.ops.dct import dct2, idct2
 
-OUT = Path(__file__).with_name("ab.md")
+OUT = Path(__file__).with_suffix(".md")
+RECORD = Path(__file__).with_suffix(".json")
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -164,12 +164,16 @@ def pderesnet_fold(rounds: int) -> list[str]:
     ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="skip the largest cases")
-    args = parser.parse_args()
+    add_report_only(parser)
+    args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(RECORD, OUT)
+        return
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     cpu = torch.device("cpu")
@@ -180,9 +184,8 @@ def main() -> None:
     lines = [
         "# Fused inference kernels: interleaved A/B measurements",
         "",
-        f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} torch thread(s), torch {torch.__version__};"
-        f" median of {args.rounds} interleaved rounds after one warm-up round. Written by"
-        " `benchmarks/bench_cpu_perf/ab.py`.",
+        f"{machine_line(args.threads)}; median of {args.rounds} interleaved rounds after one warm-up round. Written by"
+        " `benchmarks/fused_kernels_ab/fused_kernels_ab.py`.",
         "",
         "## Matrix-multiply rate, 1024 x 1024 (GFLOP/s)",
         "",
@@ -196,7 +199,7 @@ def main() -> None:
     lines += same_kernels_for_peers(args.rounds, args.quick)
     lines += pderesnet_fold(args.rounds)
     lines.append(f"Total time {time.perf_counter() - start:.0f} s.")
-    OUT.write_text("\n".join(lines) + "\n")
+    save_study(RECORD, OUT, "\n".join(lines), command_line(__spec__.name, argv))
     print(OUT.read_text())
 
 

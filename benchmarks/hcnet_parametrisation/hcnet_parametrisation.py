@@ -7,14 +7,14 @@ final training loss (mean of the last 20 steps), whether any loss or gradient wa
 end, over the validation set: the largest ``k W`` of any HcL (``> 1`` leaves the explicit scheme's
 stability region), the largest amplification ``max|HcL(z)| / max|z|`` of any HcL, the largest stage output.
 
-Run: ``.venv/bin/python benchmarks/hcnet_parametrisation.py`` (writes benchmarks/hcnet_parametrisation.md).
+Run: ``python -m benchmarks.hcnet_parametrisation.hcnet_parametrisation`` (writes its record and report beside it;
+``--report-only``: the report from the record).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -23,11 +23,15 @@ import numpy as np
 import timm
 import torch
 import torch.nn.functional as F
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import pdevision  # noqa: F401
 from pdevision.layers import HeatConductionLayer
+
+OUT = Path(__file__).with_suffix(".md")
+RECORD = Path(__file__).with_suffix(".json")
 
 STEPS = 200
 BATCH = 32
@@ -103,7 +107,13 @@ def run(parametrisation: str, seed: int, lr: float, data: tuple[torch.Tensor, ..
     return dict(acc=acc, loss=statistics.mean(losses[-20:]), nonfinite=nonfinite, seconds=seconds, **probe(model, xva))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_report_only(parser)
+    args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(RECORD, OUT)
+        return
     # One thread: on the shared 2-core machine two OpenMP threads ran ~10x slower under contention.
     torch.set_num_threads(1)
     data = load_data()
@@ -134,8 +144,7 @@ def main() -> None:
         )
     header = (
         "# HcL parametrisation: paper vs stable\n\n"
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"torch {torch.__version__}, torch threads: {torch.get_num_threads()}.\n"
+        f"Machine: {machine_line()}.\n"
         f"hcnet_micro (2.0M params), digits 64x64 (1347 train / 450 val, stratified), {STEPS} steps of batch "
         f"{BATCH}, AdamW (weight decay 0.05), {WARMUP} warm-up steps then cosine; seeds {list(SEEDS)}, "
         "same initial weights (both parametrisations start as the same function) and same batches per seed.\n"
@@ -144,7 +153,7 @@ def main() -> None:
         "s: training seconds.\n\n"
     )
     text = header + "\n".join(rows) + "\n\nSummary over seeds:\n\n" + "\n".join(means) + "\n"
-    Path(__file__).with_suffix(".md").write_text(text)
+    save_study(RECORD, OUT, text, command_line(__spec__.name, argv))
 
 
 if __name__ == "__main__":

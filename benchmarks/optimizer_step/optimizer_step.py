@@ -3,9 +3,9 @@
 The training loop builds Adam, AdamW and SGD with ``fused=True`` where PyTorch has the fused update for the
 device (``LoopConfig.fused_opt``), and ``pdevision bench`` times its training step with the same optimizer. This
 records why: the step alone, with random gradients, for our tiny models and the timm peers, the three forms
-interleaved in one process. Writes ``benchmarks/optimizer_step.md``.
+interleaved in one process. Writes ``benchmarks/optimizer_step/optimizer_step.md``.
 
-Run: ``PYTHONPATH=src python benchmarks/optimizer_step.py --threads 2``
+Run: ``PYTHONPATH=src python -m benchmarks.optimizer_step.optimizer_step --threads 2``
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import timm
 import torch
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 
 import pdevision  # noqa: F401  (registers the models)
-from pdevision.bench.measure import interleaved_medians, machine_description
+from pdevision.bench.measure import interleaved_medians
 from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 
-OUT = Path(__file__).with_name("optimizer_step.md")
+OUT = Path(__file__).with_suffix(".md")
 MODELS = ("vheat_tiny", "hcnet_tiny", "pderesnet50", "convnext_tiny", "swin_tiny_patch4_window7_224", "resnet50")
 FORMS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
@@ -41,19 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--rounds", type=positive_int, default=7)
     parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--md", type=Path, default=OUT)
+    parser.add_argument("--md", type=Path, default=OUT, help="the report; its record: the same name, .json")
+    add_report_only(parser)
     args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.md.with_suffix(".json"), args.md)
+        return 0
     unknown = [m for m in args.models if not timm.is_model(m)]
     if unknown:
         raise SystemExit(f"optimizer_step: unknown model(s) {', '.join(unknown)}; see timm.list_models()")
     torch.set_num_threads(args.threads)
-    machine = machine_description(torch.device("cpu"))
     lines = [
         "# One AdamW step (ms), per-parameter loop against foreach and fused",
         "",
-        f"Machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}. "
+        f"Machine: {machine_line(args.threads)}. "
         f"Random gradients; median of {args.rounds} interleaved rounds after one warm-up step; "
-        "`PYTHONPATH=src python benchmarks/optimizer_step.py`.",
+        f"`{command_line(__spec__.name, argv)}`.",
         "",
         "| model | parameter tensors | params (M) | loop | foreach | fused | fused speed-up over loop |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {ms['loop'] / ms['fused']:.2f}x |"
         )
         print(lines[-1], flush=True)
-    args.md.write_text("\n".join(lines) + "\n")
+    save_study(args.md.with_suffix(".json"), args.md, "\n".join(lines), command_line(__spec__.name, argv))
     print(f"written to {args.md}")
     return 0
 

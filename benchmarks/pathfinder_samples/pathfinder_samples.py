@@ -1,6 +1,6 @@
 """Sample images of the embedded Pathfinder sets for docs/pathfinder.md, and the generator's measured speed.
 
-    PYTHONPATH=src python benchmarks/pathfinder_samples.py   # writes benchmarks/pathfinder_samples.png
+    python -m benchmarks.pathfinder_samples.pathfinder_samples   # writes pathfinder_samples.png beside it
 
 Rows: ``pathfinder-6``, ``pathfinder-9``, ``pathfinder`` (14 dashes) at 32 px and ``pathx`` (128 px); the first
 8 validation images of each (label 0, 1, 0, 1, ...). Prints the time to generate 1,000 validation images of each

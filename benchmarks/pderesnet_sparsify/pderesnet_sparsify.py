@@ -2,7 +2,7 @@
 sparser 1x1 weights (``pdevision.symmetry.sparsify``), prune the small ones, compare with pruning the
 original weights.
 
-Run: ``.venv/bin/python benchmarks/pderesnet_sparsify.py`` (writes benchmarks/pderesnet_sparsify.md; about a
+Run: ``python -m benchmarks.pderesnet_sparsify.pderesnet_sparsify`` (writes its record and report beside it; about a
 minute with one CPU thread, the default: on the busy shared 2-core machine two threads were 50x slower).
 Data: scikit-learn's bundled digits (1797 8x8 images, 10 classes), upsampled to 32x32, 3 channels, fixed
 stratified 75/25 split. Each model trains for ``--steps`` AdamW steps (batch 64, one-cycle schedule, random
@@ -12,8 +12,6 @@ stratified 75/25 split. Each model trains for ``--steps`` AdamW steps (batch 64,
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import numpy as np
 import timm
 import torch
 import torch.nn.functional as F
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
@@ -34,6 +33,9 @@ from pdevision.symmetry import (
     prune_small_weights,
     sparsify,
 )
+
+OUT = Path(__file__).with_suffix(".md")
+RECORD = Path(__file__).with_suffix(".json")
 
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3)
 FRACTIONS = (0.2, 0.3, 0.4)
@@ -135,20 +137,22 @@ def run_variant(equation: str, activation: str, data: tuple, steps: int, search_
     return [*lines, ""]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400, help="training steps per model")
     parser.add_argument("--search-steps", type=int, default=500, help="gradient steps of the symmetry search")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    args = parser.parse_args()
+    add_report_only(parser)
+    args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(RECORD, OUT)
+        return
     torch.set_num_threads(args.threads)
     data = load_data()
     out = [
         "# Sparsifying PDE-ResNet through its weight symmetry",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"torch {torch.__version__}, torch threads: {torch.get_num_threads()}. Recorded by "
-        "`benchmarks/pderesnet_sparsify.py`.",
+        f"Machine: {machine_line()}. Recorded by `{command_line(__spec__.name, argv)}`.",
         f"Data: scikit-learn digits upsampled to 32x32, {len(data[1])} train / {len(data[3])} val images "
         "(stratified, seed 0).",
         "Pruning zeroes the 1x1 weights (coefficient, mixing and shortcut matrices of every folded block) whose "
@@ -160,7 +164,7 @@ def main() -> None:
         lines = run_variant(equation, activation, data, args.steps, args.search_steps)
         print("\n".join(lines), flush=True)
         out += lines
-    Path(__file__).with_suffix(".md").write_text("\n".join(out))
+    save_study(RECORD, OUT, "\n".join(out), command_line(__spec__.name, argv))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Where the inference time goes: torch.profiler over one folded forward, grouped by operator kind.
 
-Run: ``.venv/bin/python benchmarks/profile_models.py [--res 224 768] [--dtype fp32 bf16] [--threads N]``; writes
-benchmarks/profile_models.md. Categories: linear layers (addmm/mm; oneDNN products with a bias, the fused
+Run: ``python -m benchmarks.profile_models.profile_models [--res 224 768] [--dtype fp32 bf16] [--threads N]``;
+writes its record and report beside it. Categories: linear layers (addmm/mm; oneDNN products with a bias, the fused
 kernels of the folded models), the heat operator's DCT products (bmm on the reference path; oneDNN products
 without a bias in the fused heat filter), convolutions, normalisation, element-wise and memory (copies,
 activations, adds, multiplies).
@@ -10,16 +10,18 @@ activations, adds, multiplies).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 from torch.profiler import profile
 
 import pdevision  # noqa: F401
 from pdevision.bench.models import build_for_bench
+
+OUT = Path(__file__).with_suffix(".md")
+RECORD = Path(__file__).with_suffix(".json")
 
 MODELS = ["vheat_tiny", "convnext_tiny", "swin_tiny_patch4_window7_224"]
 CATEGORIES = {
@@ -67,19 +69,23 @@ def profile_model(name: str, res: int, batch: int, dtype: str = "fp32") -> dict[
     return dict(totals)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--res", nargs="+", type=int, default=[224, 768])
     parser.add_argument("--dtype", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
+    add_report_only(parser)
+    args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(RECORD, OUT)
+        return
     torch.set_num_threads(args.threads)
     cats = [*CATEGORIES, "other"]
     lines = [
         "# Where the inference time goes",
         "",
-        f"torch.profiler, one folded forward after a warm-up; {platform.machine()}, {os.cpu_count()} cores, "
-        f"{args.threads} torch threads, torch {torch.__version__}. Self CPU time in ms by operator kind.",
+        f"torch.profiler, one folded forward after a warm-up; {machine_line(args.threads)}. Self CPU time in ms by "
+        "operator kind.",
         "",
     ]
     for res in args.res:
@@ -97,7 +103,7 @@ def main() -> None:
             lines.append("| **total** | " + " | ".join(f"{sum(results[m].values()):.0f}" for m in MODELS) + " |")
             lines.append("")
             print("\n".join(lines[-len(cats) - 5 :]), flush=True)
-    Path(__file__).with_suffix(".md").write_text("\n".join(lines))
+    save_study(RECORD, OUT, "\n".join(lines), command_line(__spec__.name, argv))
 
 
 if __name__ == "__main__":

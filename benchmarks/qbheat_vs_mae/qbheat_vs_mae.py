@@ -24,7 +24,7 @@ One process, one torch thread. Resumable: every finished pretraining run (its fo
 evaluation (in ``--state``, a JSON file) is kept, and a rerun does only what is missing. ``--report-only`` writes
 the Markdown from the JSON. Run (about 12 CPU minutes at the defaults):
 
-    OMP_NUM_THREADS=1 python benchmarks/qbheat_vs_mae.py
+    OMP_NUM_THREADS=1 python -m benchmarks.qbheat_vs_mae.qbheat_vs_mae
 
 ``--quick``: a smoke run (seconds-long budgets, 1 seed, outputs under ``--work``).
 """
@@ -36,8 +36,6 @@ import csv
 import dataclasses
 import json
 import logging
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -47,6 +45,7 @@ import timm
 import torch
 
 import pdevision  # noqa: F401
+from benchmarks import records
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.crops import build_pretrain_dataset
 from pdevision.engine import RunConfig, save_checkpoint
@@ -88,9 +87,7 @@ def load_state(path: Path) -> dict[str, Any]:
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1, default=str))
-    tmp.replace(path)
+    records.write_record(path, state, sort_keys=False)
 
 
 def pretrain_config(key: str, seed: int, steps: int, work: Path, epochs: int) -> PretrainConfig:
@@ -232,7 +229,7 @@ def main() -> None:
     parser.add_argument("--lp-train", type=int, default=2000, help="training scenes for the linear probe, k-NN")
     parser.add_argument("--pretrain-epochs", type=int, default=4, help="epochs the step budget is split into")
     parser.add_argument("--work", default="runs/bench_qbheat_vs_mae", help="run folders")
-    parser.add_argument("--state", default=None, help="results JSON (default: benchmarks/qbheat_vs_mae.json)")
+    parser.add_argument("--state", default=None, help="results JSON (default: qbheat_vs_mae.json here)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, 1 seed, outputs under --work")
     parser.add_argument("--report-only", action="store_true", help="only write the Markdown from the JSON")
     parser.add_argument(
@@ -264,9 +261,7 @@ def main() -> None:
         if state.get("settings") not in (None, settings):
             raise SystemExit(f"{state_path} was made with other settings ({state['settings']}); use another --state")
         state["settings"] = settings
-        state["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores (shared with other jobs), torch " + (
-            f"{torch.__version__}, 1 torch thread"
-        )
+        state["machine"] = f"{records.machine_line(1)} (cores shared with other jobs)"
         if "timing" not in state:
             logging.info("interleaved per-step timing")
             rounds, steps = (2, 1) if args.quick else (3, 2)
@@ -379,8 +374,8 @@ def _setup_lines(state: dict[str, Any], state_path: Path, seeds: list[str]) -> l
     lines = [
         "# QB-Heat vs MAE, like for like",
         "",
-        f"Produced by `benchmarks/qbheat_vs_mae.py` (results in `{state_path.name}`, resumable). Machine: "
-        f"{state.get('machine', '?')}. A CPU-minutes study at 64 px, not the paper's scale.",
+        f"Produced by `python -m benchmarks.qbheat_vs_mae.qbheat_vs_mae` (results in `{state_path.name}`, resumable). "
+        f"Machine: {state.get('machine', '?')}. A CPU-minutes study at 64 px, not the paper's scale.",
         "",
         "## Set-up",
         "",
@@ -559,7 +554,7 @@ def write_report(path: Path, png: Path, state: dict[str, Any], state_path: Path)
     lines += _long_ft_lines(long, seeds) + _closing_lines(state, evals, long, png, seeds)
     lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
+    records.write_report(path, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@ inference throughput interleaved in one process.
 Rows: ``reparameterize_model`` (timm's walk: every submodule's ``reparameterize`` hook); ``model.reparameterize``;
 ``stages only``: only the stages' FVE folding, which is what timm's walk reached before the hooks (the linear layers
 on the default kernels, stem weights contiguous); ConvNeXt-T folded as ``pdevision bench`` folds a peer. Writes
-``benchmarks/reparameterize.md`` with the machine's load average before and after.
+``benchmarks/reparameterize/reparameterize.md`` with the machine's load average before and after.
 
-Run: ``PYTHONPATH=src nice -n 0 python benchmarks/reparameterize.py --threads 2``
+Run: ``PYTHONPATH=src nice -n 0 python -m benchmarks.reparameterize.reparameterize --threads 2``
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from pathlib import Path
 
 import timm
 import torch
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 from timm.utils.model import reparameterize_model
 
 import pdevision  # noqa: F401  (registers the models)
-from pdevision.bench.measure import inference_fn, interleaved_medians, machine_description, steady_allocator
+from pdevision.bench.measure import inference_fn, interleaved_medians, steady_allocator
 from pdevision.bench.models import build_for_bench
 from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 
-OUT = Path(__file__).with_name("reparameterize.md")
+OUT = Path(__file__).with_suffix(".md")
 
 
 def module_types(model: torch.nn.Module) -> list[tuple[str, str]]:
@@ -56,8 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=positive_int, default=8)
     parser.add_argument("--img-size", type=positive_int, default=224)
     parser.add_argument("--rounds", type=positive_int, default=7)
-    parser.add_argument("--md", type=Path, default=OUT)
+    parser.add_argument("--md", type=Path, default=OUT, help="the report; its record: the same name, .json")
+    add_report_only(parser)
     args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.md.with_suffix(".json"), args.md)
+        return 0
     torch.set_num_threads(args.threads)
     steady = steady_allocator()
     load_before = os.getloadavg()
@@ -75,16 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     peer_key = list(models)[-1]
     peer_ips = args.batch / times[peer_key]["median"]
-    machine = machine_description(torch.device("cpu"))
     lines = [
         f"# Folding through timm: {args.model} vs {args.peer} at {args.img_size} px",
         "",
-        f"Machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}, "
-        f"timm {timm.__version__}; allocator {'steady' if steady else 'default'}; fp32, batch {args.batch}, "
+        f"Machine: {machine_line(args.threads)}, timm {timm.__version__}; "
+        f"allocator {'steady' if steady else 'default'}; fp32, batch {args.batch}, "
         f"eval, `torch.inference_mode`; median of {args.rounds} interleaved rounds after two warm-up rounds, "
         f"all models in one process. Load average (1, 5, 15 min) before: {', '.join(f'{v:.2f}' for v in load_before)}"
         f"; after: {', '.join(f'{v:.2f}' for v in load_after)} (other processes share the cores when it is above 0). "
-        "`PYTHONPATH=src nice -n 0 python benchmarks/reparameterize.py`.",
+        f"`{command_line(__spec__.name, argv)}`.",
         "",
         f"`reparameterize_model(model)` and `model.reparameterize(img_size={args.img_size})` give the same module "
         f"types: {same_modules}; the same logits bit for bit: {same_output}.",
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, t in times.items():
         ips = args.batch / t["median"]
         lines.append(f"| {key} | {ips:.2f} | {t['min']:.3f}-{t['max']:.3f} | {ips / peer_ips:.2f}x |")
-    args.md.write_text("\n".join(lines) + "\n")
+    save_study(args.md.with_suffix(".json"), args.md, "\n".join(lines), command_line(__spec__.name, argv))
     print(args.md.read_text())
     return 0
 

@@ -12,9 +12,9 @@ take on a quiet core; wall time on a crowded machine is not comparable between r
 goes into the JSON at once, and a rerun skips the runs it holds (and reuses its timing), so killing the
 script loses at most the run in progress.
 
-Run: ``python benchmarks/restoration.py`` (writes ``benchmarks/restoration.json``, ``restoration.md``,
-``restoration_<setting>.png``); ``python benchmarks/restoration.py --cost --sizes 256 512 1024`` prints the
-inference cost table (recorded in ``restoration_cost_quiet.md``).
+Run: ``python -m benchmarks.restoration.restoration`` (writes ``restoration.json``, ``restoration.md``,
+``restoration_<setting>.png`` beside it); ``python -m benchmarks.restoration.restoration --cost --sizes 256 512 1024``
+prints the inference cost table (recorded in ``restoration_cost_quiet.md``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from benchmarks.records import machine_line, write_record, write_report
 
 from pdevision.data.restoration import classical_baselines, embedded_images, psnr, ssim
 from pdevision.engine import RunConfig, fit
@@ -67,9 +67,7 @@ def net_args(patch: int, swin_heads: int = SWIN_HEADS) -> dict[str, dict[str, An
 
 
 def _save_json(path: Path, record: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)
+    write_record(path, record, sort_keys=False)
 
 
 # -- equal time: one interleaved timing of a training step --------------------------------------------------
@@ -196,6 +194,7 @@ def quality(args: argparse.Namespace) -> dict:
     vheatir = create_restoration_model("vheatir", "micro", 1, **nargs["vheatir"])
     record["fve_params"] = sum(p.numel() for n, p in vheatir.named_parameters() if "freq_embed" in n)
     record["args"] = {k: v for k, v in vars(args).items() if k not in ("fresh", "json", "out")}  # no machine paths
+    record["machine"] = f"{machine_line(1)} (one torch thread)"
     if "timing" not in record:
         print("timing a training step of each net, interleaved ...", flush=True)
         record["timing"] = time_steps(args, nargs)
@@ -276,9 +275,9 @@ def markdown(record: dict, seconds: float | None) -> str:
     lines = [
         "# Image restoration: vHeatIR against DnCNN-/SwinIR-style nets and BM3D/NLM",
         "",
-        f"Made by `python benchmarks/restoration.py --budget-seconds {a['budget_seconds']:g}` on the shared 2-core "
-        f"development CPU ({platform.machine()}, one torch thread, one process; other engineers' jobs running), "
-        f"torch {torch.__version__}"
+        f"Made by `python -m benchmarks.restoration.restoration --budget-seconds {a['budget_seconds']:g}` on the "
+        f"shared 2-core development CPU ({record.get('machine', 'machine not recorded')}, one process; other "
+        "engineers' jobs running)"
         + (f"; the script ran {seconds / 60:.0f} min of wall time in its last invocation." if seconds else ".")
         + " Numbers: `restoration.json`.",
         "",
@@ -484,7 +483,7 @@ def main() -> None:
     old = md.read_text() if md.exists() else ""
     if HAND_WRITTEN in old:  # the section written by hand after a run is kept
         text += "\n" + old[old.index(HAND_WRITTEN) :]
-    md.write_text(text)
+    write_report(md, text)
     print(text)
 
 

@@ -1,8 +1,8 @@
-"""Write ``benchmarks/scenes.md`` from finished runs on the embedded ``scenes`` set: training summaries
+"""Write ``benchmarks/scenes/scenes.md`` from finished runs on the embedded ``scenes`` set: training summaries
 (``RUN/summary.json``, optional CPU time) and corruption evaluations (``corruptions.json`` of
 ``pdevision eval --corruptions``), with mCE of each model relative to ``--baseline``'s evaluation.
 
-Usage: ``python benchmarks/scenes_record.py --run NAME=RUN[:CPU_SECONDS] ... --corruptions NAME=JSON ...
+Usage: ``python -m benchmarks.scenes.scenes --run NAME=RUN[:CPU_SECONDS] ... --corruptions NAME=JSON ...
 [--baseline NAME]``. The corruption JSON files are copied to ``benchmarks/scenes_<name>_corruptions.json``,
 their checkpoint paths shortened to ``runs/RUN/best``.
 """
@@ -13,23 +13,29 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.records import add_report_only, command_line, rewrite_report, save_study
+
 from pdevision.tasks.classify.robustness import format_table, mean_corruption_error, top1_errors
 
 HERE = Path(__file__).resolve().parent
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", nargs="*", default=[], help="NAME=RUN_FOLDER[:CPU_SECONDS]")
     p.add_argument("--corruptions", nargs="*", default=[], help="NAME=corruptions.json")
     p.add_argument("--baseline", default=None, help="NAME of the corruption result that mCE is relative to")
     p.add_argument("--note", default="", help="a sentence on the machine and load")
-    p.add_argument("--md", type=Path, default=HERE / "scenes.md")
-    args = p.parse_args()
+    p.add_argument("--md", type=Path, default=HERE / "scenes.md", help="the report; its record: the same name, .json")
+    add_report_only(p)
+    args = p.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.md.with_suffix(".json"), args.md)
+        return 0
     lines = [
         "# Runs on the embedded `scenes` set",
         "",
-        "Written by `benchmarks/scenes_record.py` from the runs' files.",
+        f"Written by `{command_line(__spec__.name, argv)}` from the runs' files.",
         args.note,
         "",
         "## Training",
@@ -83,7 +89,7 @@ def main() -> int:
                 "",
                 format_table(r),
             ]
-    args.md.write_text("\n".join(lines) + "\n")
+    save_study(args.md.with_suffix(".json"), args.md, "\n".join(lines), command_line(__spec__.name, argv))
     print(f"wrote {args.md}")
     return 0
 

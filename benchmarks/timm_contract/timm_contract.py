@@ -13,13 +13,13 @@ script adds our families (:data:`EXCLUDE_JIT_FILTERS` below) to that list in the
 timm itself leaves them out of exactly the tests it leaves its own non-scriptable models out of. ``torch.jit.script``
 is deprecated in torch 2.14 (``torch.compile`` / ``torch.export`` replace it); docs/deploy.md gives the export paths.
 
-The results are kept per test case in ``benchmarks/timm_contract.json``, each row naming the run that produced it
-(date, commit of this repository, timm source, load). A run over a subset (``--models``, ``--tests``) replaces the
-rows of the cases it ran and keeps the others; ``--fresh`` starts the record anew. ``benchmarks/timm_contract.md`` is
-written from the JSON: pass / fail / skip counts per test, the excluded TorchScript cases, every failure in one line,
-and which run each row comes from.
+The results are kept per test case in ``timm_contract.json`` beside this script, each row naming the run that produced
+it (date, commit of this repository, timm source, load). A run over a subset (``--models``, ``--tests``) replaces the
+rows of the cases it ran and keeps the others; ``--fresh`` starts the record anew. ``timm_contract.md`` is written
+from the JSON: pass / fail / skip counts per test, the excluded TorchScript cases, every failure in one line, and
+which run each row comes from.
 
-Run: ``PYTHONPATH=src python benchmarks/timm_contract.py PATH/TO/pytorch-image-models``
+Run: ``PYTHONPATH=src python -m benchmarks.timm_contract.timm_contract PATH/TO/pytorch-image-models``
 (``--models 'vheat_*'`` for a subset, ``--tests test_model_forward_fx`` for some tests).
 """
 
@@ -42,6 +42,7 @@ from pathlib import Path
 
 import timm
 import torch
+from benchmarks.records import add_report_only, write_record, write_report
 
 import pdevision  # noqa: F401  (registers the models)
 
@@ -56,7 +57,7 @@ EXCLUDE_JIT_FILTERS = ["vheat_*", "waveformer_*", "hcnet_*", "pderesnet*", "pdef
 # Failures known and owned elsewhere: (test, model pattern) -> note printed next to them.
 KNOWN: dict[tuple[str, str], str] = {}
 
-CONFTEST = '''"""Written by benchmarks/timm_contract.py: this library's models in timm's registry, and only those."""
+CONFTEST = '''"""Written by benchmarks/timm_contract: this library's models in timm's registry, and only those."""
 
 import fnmatch
 
@@ -192,7 +193,7 @@ def known_note(test: str, model: str) -> str:
 def this_commit() -> str:
     """The short commit of this repository, with ``+changes`` when the source or the benchmarks differ from it."""
     commit = _git(["-C", str(ROOT), "rev-parse", "--short", "HEAD"]) or "?"
-    dirty = _git(["-C", str(ROOT), "status", "--porcelain", "--", "src", "benchmarks/timm_contract.py"])
+    dirty = _git(["-C", str(ROOT), "status", "--porcelain", "--", "src", "benchmarks/timm_contract/timm_contract.py"])
     return commit + ("+changes" if dirty else "")
 
 
@@ -245,8 +246,8 @@ def markdown(record: dict, models: list[str]) -> str:
     lines = [
         "# timm's model tests on this library's models",
         "",
-        "Written by `benchmarks/timm_contract.py` from `benchmarks/timm_contract.json` (one row per test case, each "
-        "with the run that produced it; a run over a subset of models or tests replaces only its own rows). "
+        "Written by `python -m benchmarks.timm_contract.timm_contract` from `timm_contract.json` (one row per test "
+        "case, each with the run that produced it; a run over a subset of models or tests replaces only its own rows). "
         f"{len(models)} models registered in timm's registry by pdevision ({', '.join(models)}); on the CPU.",
         "",
         "## Runs",
@@ -307,19 +308,24 @@ def markdown(record: dict, models: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("timm_source", type=Path, help="a timm source checkout, or a bare git repository of one")
+    parser.add_argument(
+        "timm_source", type=Path, nargs="?", help="a timm source checkout, or a bare git repository of one (to run)"
+    )
     parser.add_argument("--models", nargs="+", default=["*"], help="wildcards over our model names (default all)")
     parser.add_argument("--tests", nargs="*", default=[], help="test functions to run (default all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per test case (pytest-timeout)")
     parser.add_argument("--fresh", action="store_true", help="start the record anew instead of updating its rows")
     parser.add_argument("--note", default="", help="a note on this run, printed under the runs table")
-    parser.add_argument("--render", action="store_true", help="only rewrite the Markdown from the JSON record")
     parser.add_argument("--md", type=Path, default=OUT)
     parser.add_argument("--record", type=Path, default=RECORD)
+    add_report_only(parser)
     args = parser.parse_args(argv)
-    if args.render:
-        args.md.write_text(markdown(json.loads(args.record.read_text()), our_models()))
+    if args.report_only:
+        record = json.loads(args.record.read_text())
+        write_report(args.md, markdown(record, record["registered"]))
         return 0
+    if args.timm_source is None:
+        parser.error("name the timm source to run its tests (or --report-only)")
     models = [m for m in our_models() if any(fnmatch.fnmatchcase(m, p) for p in args.models)]
     if not models:
         raise SystemExit(f"timm_contract: no model of ours matches {args.models}; ours: {', '.join(our_models())}")
@@ -341,8 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     old = {} if args.fresh or not args.record.is_file() else json.loads(args.record.read_text())
     record = merge(old, run, rows, our_models(), excluded_tests)
-    args.record.write_text(json.dumps(record, indent=1) + "\n")
-    args.md.write_text(markdown(record, our_models()))
+    record["registered"] = our_models()
+    write_record(args.record, record, sort_keys=False)
+    write_report(args.md, markdown(record, record["registered"]))
     print(args.md.read_text())
     return 0
 

@@ -7,9 +7,9 @@ Three forms of the same step (forward, cross-entropy, backward, AdamW), interlea
 * ``kernels``: the fused update and the model on oneDNN (``pdevision.fastpath.accelerate``,
   ``RunConfig.fused_kernels``), what ``pdevision train`` runs on the CPU.
 
-Every model gets the same treatment (ours and the timm peers). Writes ``benchmarks/training_step.md``.
+Every model gets the same treatment (ours and the timm peers). Writes ``benchmarks/training_step/training_step.md``.
 
-Run: ``PYTHONPATH=src python benchmarks/training_step.py --threads 2``
+Run: ``PYTHONPATH=src python -m benchmarks.training_step.training_step --threads 2``
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from pathlib import Path
 import timm
 import torch
 import torch.nn.functional as F
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 from torch import nn
 
 import pdevision  # noqa: F401  (registers the models)
-from pdevision.bench.measure import interleaved_medians, machine_description, steady_allocator
+from pdevision.bench.measure import interleaved_medians, steady_allocator
 from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 from pdevision.fastpath import accelerate, reference_kernels
 
-OUT = Path(__file__).with_name("training_step.md")
+OUT = Path(__file__).with_suffix(".md")
 MODELS = ("vheat_tiny", "hcnet_tiny", "convnext_tiny", "swin_tiny_patch4_window7_224")
 FORMS = ("reference", "fused update", "kernels")
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}
@@ -74,21 +75,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--img-size", type=positive_int, default=224)
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
-    parser.add_argument("--md", type=Path, default=OUT)
+    parser.add_argument("--md", type=Path, default=OUT, help="the report; its record: the same name, .json")
+    add_report_only(parser)
     args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.md.with_suffix(".json"), args.md)
+        return 0
     unknown = [m for m in args.models if not timm.is_model(m)]
     if unknown:
         raise SystemExit(f"training_step: unknown model(s) {', '.join(unknown)}; see timm.list_models()")
     torch.set_num_threads(args.threads)
     steady = steady_allocator()
-    machine = machine_description(torch.device("cpu"))
     lines = [
         f"# One training step at {args.img_size} px (images/s), with and without the CPU training kernels",
         "",
-        f"Machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, torch {machine['torch']}; "
+        f"Machine: {machine_line(args.threads)}; "
         f"allocator {'steady' if steady else 'default'}. Batch {args.batch}; forward, cross-entropy, backward, AdamW; "
         f"median of {args.rounds} interleaved steps after two warm-up steps; "
-        "`PYTHONPATH=src python benchmarks/training_step.py`. `reference`: PyTorch's linear layers and AdamW's "
+        f"`{command_line(__spec__.name, argv)}`. `reference`: PyTorch's linear layers and AdamW's "
         "per-parameter loop; `fused update`: AdamW's fused update; `kernels`: the fused update and the linear layers "
         "on oneDNN (what `pdevision train` runs on the CPU). Under bf16 autocast the linear layers are autocast's "
         "oneDNN products in every form.",
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {ips['kernels'] / ips['reference']:.2f}x |"
             )
             print(lines[-1], flush=True)
-    args.md.write_text("\n".join(lines) + "\n")
+    save_study(args.md.with_suffix(".json"), args.md, "\n".join(lines), command_line(__spec__.name, argv))
     print(f"written to {args.md}")
     return 0
 

@@ -6,12 +6,12 @@ put on the kernels by :func:`pdevision.fastpath.accelerate`. Both get the same w
 map; each call is one forward of a ``(1, size, size, 96)`` map under bfloat16 autocast without autograd (vHeat-T's
 first stage at 1024 px: ``size=256``). Prints whether the outputs are equal bit for bit and the median times.
 
-    python benchmarks/fastpath_split/operator_ab.py [threads] [size] [repeats]
+    python benchmarks/archive/fastpath_split/operator_ab.py [threads] [size] [repeats]
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import statistics
 import subprocess
 import sys
@@ -45,8 +45,12 @@ def old_operator_class(folder: Path) -> type[nn.Module]:
         for old, new in replace.items():
             source = source.replace(old, new)
         (folder / f"{name}.py").write_text(source)
-    sys.path.insert(0, str(folder))
-    return importlib.import_module("old_hco").HeatConductionOperator
+        # each old file a module of its own name, so the next one's rewritten import finds it
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules["old_hco"].HeatConductionOperator
 
 
 def forward(op: nn.Module, x: torch.Tensor) -> torch.Tensor:

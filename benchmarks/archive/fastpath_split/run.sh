@@ -4,13 +4,13 @@
 # default pair; HcNet's authors' network landed later, so hcnet_tiny is the same architecture on both sides). The two
 # versions cannot share a process, so the same `pdevision bench` command runs in alternating fresh processes,
 # before / after / before / after, on the same machine; each run interleaves the models and their peers itself.
-#   usage: [ROUNDS=3] benchmarks/fastpath_split/run.sh [BEFORE AFTER]   (from the repository root, after `make install`)
+#   usage: [ROUNDS=3] benchmarks/archive/fastpath_split/run.sh [BEFORE AFTER]   (from the repository root, after `make install`)
 # AFTER defaults to HEAD, the code as it is now.
 set -euo pipefail
 before=${1:-d2054b5}
 after=${2:-$(git rev-parse --short HEAD)}
 rounds=${ROUNDS:-3}
-here=benchmarks/fastpath_split
+here=benchmarks/archive/fastpath_split
 old=$(mktemp -d)
 new=$(mktemp -d)
 trap 'git worktree remove --force "$old"; git worktree remove --force "$new"' EXIT

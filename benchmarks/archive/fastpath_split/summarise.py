@@ -41,7 +41,7 @@ def main() -> None:
         "",
         f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, torch {machine['torch']}; "
         f"oneDNN fp32 matmul {machine['matmul_gflops_by_dtype']['fp32']['onednn']:.0f} GFLOP/s. "
-        "Command: `benchmarks/fastpath_split/run.sh` (the same `pdevision bench` command in fresh processes, "
+        "Command: `benchmarks/archive/fastpath_split/run.sh` (the same `pdevision bench` command in fresh processes, "
         f"before / after, {len(runs['before'])} rounds; each run interleaves the models within itself).",
         "",
         "Inference throughput of our model as a multiple of the peer's, each run, and the change of the after "

@@ -6,7 +6,7 @@ convolutions, depths 1-1-3-1, StarReLU MLPs of ratio 4, linear head). Each mixer
 parameter count is within ``--tolerance`` (5%) of the heat model's at dims 32 (:func:`match_dims`: the first-stage
 width, doubled per stage, the even width closest to
 the budget). Every run trains through :func:`pdevision.tasks.classify.train` on the embedded ``scenes`` set with the
-same budget (``benchmarks/ablations.py``'s runner and resume keys); only the learning rate is chosen per mixer, by
+same budget (the runner and resume keys of ``benchmarks/ablations``); only the learning rate is chosen per mixer, by
 one rule for all: the rate of ``--lrs`` with the best validation top-1 at seed 0 (ties: the smaller rate). The
 seed-0 run of the chosen rate is one of the ``--seeds`` reported runs (so seed 0 is the one the rate was chosen
 on, a selection the other seeds do not have; the report gives seeds 1 and 2 alone too).
@@ -17,8 +17,8 @@ gain of the trained spectral mixers (the mean ``|T|`` of the transfer factors at
 the mean at ``|w| < pi / 2``, all blocks and channels), and inference throughput measured with
 :mod:`pdevision.bench`'s interleaved medians, in one process.
 
-Run: ``python benchmarks/mixers.py --jobs 2`` (resumes from ``benchmarks/mixers.json``), ``--report-only`` to write
-``benchmarks/mixers.md`` from the JSON, ``--skip-bench`` to leave the throughput rows out.
+Run: ``python -m benchmarks.archive.mixers.mixers --jobs 2`` (resumes from ``mixers.json`` beside this script),
+``--report-only`` to write ``mixers.md`` from the JSON, ``--skip-bench`` to leave the throughput rows out.
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ import logging
 import math
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from benchmarks.ablations import ablations
+from benchmarks.records import machine_line, write_report
 
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger("mixers")
@@ -66,11 +68,6 @@ CLAIMS = (
     ("heat", "sepconv", "heat conduction against ConvFormer's separable convolution"),
 )
 
-
-# benchmarks/ablations.py's runner, imported by name so that the worker processes (spawned) can import it too
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-import ablations  # noqa: E402
 
 LEFT_CHANCE = 2 * ablations.CHANCE  # top-1 (%): twice chance on the 10 classes of scenes; below it, a run did not learn
 
@@ -130,11 +127,11 @@ def _train_all(todo: dict[str, str], results: dict[str, Any], path: Path, jobs: 
         with futures.ProcessPoolExecutor(jobs, mp_context=ctx) as ex:
             pending = {ex.submit(ablations.run_training, k, f, "cpu", 0, 1): k for k, f in todo.items()}
             for fut in futures.as_completed(pending):
-                ablations._record(results, pending[fut], fut, path, section=section)
+                ablations.record_run(results, pending[fut], fut, path, section=section)
     else:
         for key, folder in todo.items():
             call = lambda k=key, f=folder: ablations.run_training(k, f, "cpu", 0, 1)  # noqa: E731
-            ablations._record(results, key, None, path, call, section=section)
+            ablations.record_run(results, key, None, path, call, section=section)
 
 
 def _todo(results: dict[str, Any], plan: list[tuple[dict[str, Any], int, float]], runs_dir: Path) -> dict[str, str]:
@@ -142,7 +139,7 @@ def _todo(results: dict[str, Any], plan: list[tuple[dict[str, Any], int, float]]
     for row, seed, lr in plan:
         key = ablations.train_key(row, seed, budget_at(lr))
         if results["runs"].get(key, {}).get("status") != "ok":
-            todo[key] = str(ablations._folder(runs_dir, key))
+            todo[key] = str(ablations.run_folder(runs_dir, key))
     return todo
 
 
@@ -173,8 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             final += [(row, seed, lr) for seed in range(args.seeds)]
     _train_all(_todo(results, final, runs_dir), results, args.json, args.jobs)
     results["machine"] = (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average "
-        f"{os.getloadavg()[2]:.1f} over the 15 minutes before the training ended"
+        f"{machine_line()}; load average {os.getloadavg()[2]:.1f} over the 15 minutes before the training ended"
     )
     ablations.save_results(args.json, results)
     retrain_lost(results, table, tuple(args.lrs), runs_dir, args.json, args.jobs)
@@ -278,7 +274,7 @@ def lost_runs(
         key = ablations.train_key(row, ANALYSIS_SEED, budget_at(lr)) if lr else None
         if key is None or results["runs"].get(key, {}).get("status") != "ok" or _analysis_run(results, key):
             continue
-        todo[key] = str(ablations._folder(runs_dir, key)) + "-rerun"
+        todo[key] = str(ablations.run_folder(runs_dir, key)) + "-rerun"
     return todo
 
 
@@ -424,7 +420,7 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
     lines = [
         "# Token mixers in one MetaFormer skeleton (issue 26)",
         "",
-        "Written by `benchmarks/mixers.py` from `benchmarks/mixers.json`.",
+        "Written by `benchmarks/archive/mixers/mixers.py` from `benchmarks/archive/mixers/mixers.json`.",
         "",
         f"- Skeleton: `{MODEL}` (timm's `MetaFormer` with vHeat's stem of two 3x3 stride-2 convolutions, depths "
         "1-1-3-1, widths doubling per stage, "
@@ -463,13 +459,14 @@ def report(results: dict[str, Any], lrs: tuple[float, ...], seeds: int) -> str:
         vals = _per_seed(results, row, lr, seeds)
         per_seed[row["name"]] = vals
         recs = [results["runs"][ablations.train_key(row, s, budget_at(lr))] for s in vals]
-        cpu = ablations._fmt([r["cpu_seconds"] for r in recs], 0)
+        cpu = ablations.mean_sd([r["cpu_seconds"] for r in recs], 0)
         later = [v for s, v in vals.items() if s > 0]
         each = " / ".join(f"{vals[s]:.1f}" for s in sorted(vals))
         left = f"{sum(v > LEFT_CHANCE for v in vals.values())}/{len(vals)}"
         lines.append(
             f"| {row['name']} | {row['model_args']['dims']} | {row['params'] / 1e6:.3f} | {' / '.join(sweep)} | "
-            f"{lr:g} | {ablations._fmt(list(vals.values()))} | {each} | {left} | {ablations._fmt(later)} | {cpu} |"
+            f"{lr:g} | {ablations.mean_sd(list(vals.values()))} | {each} | {left} | "
+            f"{ablations.mean_sd(later)} | {cpu} |"
         )
     lines += ["", "## The papers' claims, as paired differences over seeds", ""]
     lines += [
@@ -554,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     BUDGET.update(epochs=args.epochs, max_train_batches=args.max_train_batches, img_size=args.img_size)
     results = ablations.load_results(args.json) if args.report_only else run(args)
-    args.md.write_text(report(results, tuple(args.lrs), args.seeds))
+    write_report(args.md, report(results, tuple(args.lrs), args.seeds))
     print(args.md.read_text())
     return 0
 

@@ -7,29 +7,29 @@ averaged over channels and positions) and the mean **magnitude** of its output, 
 model that maps every image to one output has a spread near 0 while its magnitude stays: its features no longer
 depend on the image, and its gradients carry no signal about the label.
 
-Run: ``python benchmarks/pathfinder_collapse.py RUN_FOLDER... > benchmarks/pathfinder_collapse.md``
+Run: ``python -m benchmarks.archive.pathfinder_collapse.pathfinder_collapse RUN_FOLDER...`` (writes
+``pathfinder_collapse.json`` and ``pathfinder_collapse.md`` beside it; ``--report-only``: the report from the JSON)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+from benchmarks.archive.pathfinder_mixers import pathfinder_mixers as pf
+from benchmarks.records import add_report_only, command_line, rewrite_report, save_study
 from PIL import Image
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-import pathfinder_mixers as pf  # noqa: E402
+from pdevision.data.pathfinder import make_pathfinder
+from pdevision.data.transforms import eval_transform_for
+from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.modeling import load_classifier, model_from_meta
 
-from pdevision.data.pathfinder import make_pathfinder  # noqa: E402
-from pdevision.data.transforms import eval_transform_for  # noqa: E402
-from pdevision.engine.checkpoint import CheckpointError  # noqa: E402
-from pdevision.engine.modeling import load_classifier, model_from_meta  # noqa: E402
+HERE = Path(__file__).resolve().parent
+OUT = Path(__file__).with_suffix(".md")
 
 
 def validation_batch(meta: dict[str, Any], n: int) -> torch.Tensor:
@@ -63,7 +63,7 @@ def rows_for(folder: Path, n: int) -> list[tuple[str, dict[str, Any]]]:
 
 def trained_on(folder: Path) -> str:
     """The paths and validation top-1 of the run in ``folder`` as ``pathfinder_mixers.json`` records it."""
-    for key, rec in pf.load(HERE / "pathfinder_mixers.json")["runs"].items():
+    for key, rec in pf.load(HERE.parent / "pathfinder_mixers" / "pathfinder_mixers.json")["runs"].items():
         if rec.get("folder") and Path(rec["folder"]).name == folder.name:
             cfg = json.loads(key)["testbed"]["config"]
             return f"{cfg['n_dashes']} dashes / {cfg['n_distractors']} distractors, final {rec['final_val_top1']:g}%"
@@ -82,9 +82,16 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="run folders of pathfinder_mixers.py")
+    parser.add_argument("folders", nargs="*", type=Path, help="run folders of pathfinder_mixers.py")
     parser.add_argument("--images", type=int, default=256, help="validation images (default 256)")
+    parser.add_argument("--md", type=Path, default=OUT, help="the report; its record: the same name, .json")
+    add_report_only(parser)
     args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.md.with_suffix(".json"), args.md)
+        return 0
+    if not args.folders:
+        parser.error("name the run folders to read (or --report-only)")
     if not 2 <= args.images <= pf.STUDY_SPEC.n_val:
         parser.error(f"--images must be from 2 to {pf.STUDY_SPEC.n_val} (a spread needs two images), got {args.images}")
     torch.set_num_threads(1)
@@ -92,10 +99,18 @@ def main(argv: list[str] | None = None) -> int:
         rows = [row for folder in args.folders for row in rows_for(folder, args.images)]
     except CheckpointError as exc:
         raise SystemExit(f"pathfinder_collapse: {exc}") from None
-    cmd = " ".join(["python benchmarks/pathfinder_collapse.py", *(str(f) for f in args.folders)])
-    print("# Features of Pathfinder runs, stage by stage\n")
-    print(f"Written by `{cmd}` ({args.images} validation images of `{pf.STUDY_SET}`); see the script's docstring.\n")
-    print("\n".join(table(rows)))
+    cmd = command_line(__spec__.name, argv)
+    text = "\n".join(
+        [
+            "# Features of Pathfinder runs, stage by stage",
+            "",
+            f"Written by `{cmd}` ({args.images} validation images of `{pf.STUDY_SET}`); see the script's docstring.",
+            "",
+            *table(rows),
+        ]
+    )
+    save_study(args.md.with_suffix(".json"), args.md, text, cmd, data=rows)
+    print(text)
     return 0
 
 

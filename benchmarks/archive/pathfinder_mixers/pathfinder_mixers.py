@@ -1,7 +1,8 @@
 """The token mixers on Pathfinder (issue 36), under a protocol fixed before the reported runs.
 
 One MetaFormer skeleton (``pdeformer_micro``, vHeat's convolutional stem), one recipe, one budget; only the token
-mixer changes, its width matched to the heat model's parameter count (``benchmarks/mixers.py``'s rule, within 5%).
+mixer changes, its width matched to the heat model's parameter count (the rule of
+``benchmarks/archive/mixers``, within 5%).
 The protocol, in the order it runs (``PROTOCOL_CHANGES`` logs every change made after a run was seen, and why):
 
 1. **Gate.** One pilot run of every arm at the middle rate (seed :data:`SELECTION_SEED`, never reported). Every
@@ -39,10 +40,10 @@ timm's MetaFormer) both filters start as near pass-throughs and the two models a
 highest frequency, where the factor turns negative. Both offsets are this library's options, not the authors';
 the ``-authors-init`` arms keep the authors' form as controls.
 
-Run: ``python benchmarks/pathfinder_mixers.py`` (resumes from ``pathfinder_mixers.json``; the testbed's images are
-drawn once into ``RUNS_DIR/data``, unless ``PDEVISION_DATA_CACHE`` names another folder; ``--max-runs N`` stops
-after N trainings, for a session's share; ``--arms A,B`` starts only those arms' runs (the others wait, in the
-protocol's order), to spend a session's share on the runs a claim needs; ``--report-only`` writes
+Run: ``python -m benchmarks.archive.pathfinder_mixers.pathfinder_mixers`` (resumes from ``pathfinder_mixers.json``;
+the testbed's images are drawn once into ``RUNS_DIR/data``, unless ``PDEVISION_DATA_CACHE`` names another folder;
+``--max-runs N`` stops after N trainings, for a session's share; ``--arms A,B`` starts only those arms' runs (the
+others wait, in the protocol's order), to spend a session's share on the runs a claim needs; ``--report-only`` writes
 ``pathfinder_mixers.md`` and the curves from the JSON; ``--plan`` lists what is left).
 """
 
@@ -67,6 +68,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from benchmarks.ablations import ablations
+from benchmarks.records import read_record, write_record, write_report
 
 from pdevision.bench.measure import machine_description
 from pdevision.data.cache import ENV as DATA_CACHE
@@ -76,10 +79,6 @@ from pdevision.data.pathfinder import PathfinderConfig
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger("pathfinder_mixers")
 
-# benchmarks/ablations.py's runner, imported by name so that the worker processes (spawned) can import it too
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-import ablations  # noqa: E402
 
 # -- the testbed and the budget (fixed before the reported runs; see PROTOCOL_CHANGES) ------------------------------
 STUDY_SET = "pathfinder-study"
@@ -328,7 +327,7 @@ def match_width(
     args: dict[str, Any], target: int, tolerance: float = 0.05, widths: range = range(28, 42, 2)
 ) -> tuple[int, int]:
     """The even first-stage width of ``widths`` whose model is closest to ``target`` parameters, and its count
-    (the matched widths of ``benchmarks/mixers.json`` were 32 to 38)."""
+    (the matched widths of ``benchmarks/archive/mixers/mixers.json`` were 32 to 38)."""
     counts = {d: params_of({**args, "dims": d, "stem": STEM}) for d in widths}
     dims = min((d for d, n in counts.items() if n is not None), key=lambda d: abs(counts[d] / target - 1))
     if abs(counts[dims] / target - 1) > tolerance:
@@ -382,7 +381,7 @@ def read_curve(folder: Path) -> list[dict[str, float]]:
 def train_run(
     key: str, folder: str, threads: int = 1, test: bool = True, gate_epoch: int | None = None
 ) -> dict[str, Any]:
-    """Train one run (``benchmarks/ablations.py``'s runner), keep its curve, score its final checkpoint on the test
+    """Train one run (the runner of ``benchmarks/ablations``), keep its curve, score its final checkpoint on the test
     split and read its filters. ``gate_epoch``: a gate pilot, trained to that epoch first and on to the budget's end
     only if it left chance by then; one that did not stops there (``stopped_at_gate``), as its later epochs cannot
     change the gate."""
@@ -463,13 +462,11 @@ def step0_filters(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 # -- the record --------------------------------------------------------------------------------------------------
 def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {"runs": {}}
+    return read_record(path, empty={"runs": {}})
 
 
 def save(path: Path, results: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_record(path, results)
 
 
 def is_current(key: str) -> bool:
@@ -760,8 +757,8 @@ def report(results: dict[str, Any]) -> str:
     lines = [
         "# The token mixers on Pathfinder (issue 36)",
         "",
-        "Written by `python benchmarks/pathfinder_mixers.py --report-only` from `pathfinder_mixers.json`; the "
-        "protocol is the script's docstring, fixed before the reported runs.",
+        "Written by `python -m benchmarks.archive.pathfinder_mixers.pathfinder_mixers --report-only` from "
+        "`pathfinder_mixers.json`; the protocol is the script's docstring, fixed before the reported runs.",
         "",
         f"- Testbed: `{STUDY_SET}`, {STUDY_SPEC.n_train:,} / {STUDY_SPEC.n_val:,} / {STUDY_SPEC.n_test:,} images "
         f"(train / validation / test), {STUDY_SPEC.config.n_dashes} dashes per target path, "
@@ -1073,7 +1070,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only and "rows" not in load(args.json):
         p.error(f"--report-only: {args.json} holds no record of this study (run the script without it first)")
     results = load(args.json) if args.report_only else run(args)
-    (args.json.with_suffix(".md")).write_text(report(results))
+    write_report(args.json.with_suffix(".md"), report(results))
     plot_curves(results, args.json.with_suffix(".png"))
     return 0
 

@@ -1,6 +1,6 @@
 """The Pathfinder generator against an earlier revision of itself: the same images, and the time each takes.
 
-    python benchmarks/pathfinder_speed.py --against REV [--images 500] [--rounds 3]
+    python -m benchmarks.archive.pathfinder_speed.pathfinder_speed --against REV [--images 500] [--rounds 3]
 
 ``REV`` is a git revision; its ``src/pdevision/data/pathfinder.py`` is imported beside the current one. For each
 embedded Pathfinder set (``pathfinder-6``, ``pathfinder-9``, ``pathfinder`` of 14 dashes, ``pathx`` at 128 px), both
@@ -25,11 +25,14 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+from benchmarks.records import add_report_only, command_line, machine_line, rewrite_report, save_study
 
 from pdevision.data import pathfinder as current
 from pdevision.data.embedded import PATHFINDER_SETS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
+OUT = Path(__file__).with_suffix(".md")
+
 SETS = ("pathfinder-6", "pathfinder-9", "pathfinder", "pathx")
 
 
@@ -70,25 +73,38 @@ def compare(old: ModuleType, name: str, n: int, rounds: int) -> dict[str, float 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--against", required=True, help="git revision of the generator to compare with")
+    parser.add_argument("--against", help="git revision of the generator to compare with (needed to measure)")
     parser.add_argument("--images", type=int, default=500, help="validation images per set (default 500)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each, median reported (default 3)")
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
+    parser.add_argument("--md", type=Path, default=OUT, help="the report; its record: the same name, .json")
+    add_report_only(parser)
     args = parser.parse_args(argv)
+    if args.report_only:
+        rewrite_report(args.md.with_suffix(".json"), args.md)
+        return 0
+    if args.against is None:
+        parser.error("--against REV is needed to measure (or --report-only)")
     if args.images < 1 or args.rounds < 1:
         parser.error(f"--images and --rounds must be 1 or more, got {args.images} and {args.rounds}")
     with tempfile.TemporaryDirectory() as tmp:
         old = generator_at(args.against, Path(tmp))
-        print(f"# The Pathfinder generator against {args.against}\n")
-        print(
-            f"`python benchmarks/pathfinder_speed.py --against {args.against} --images {args.images} --rounds "
-            f"{args.rounds}`; load average at the start {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores.\n"
-        )
-        print(f"| set | {args.against} s | now s | now / then | identical |")
-        print("|---|---:|---:|---:|---|")
+        lines = [
+            f"# The Pathfinder generator against {args.against}",
+            "",
+            f"`{command_line(__spec__.name, argv)}`; load average at the start {os.getloadavg()[0]:.1f}, "
+            f"{machine_line()}.",
+            "",
+            f"| set | {args.against} s | now s | now / then | identical |",
+            "|---|---:|---:|---:|---|",
+        ]
         for name in args.sets:
             r = compare(old, name, args.images, args.rounds)
-            print(f"| `{name}` | {r['old']:.1f} | {r['new']:.1f} | {r['ratio']:.2f} | {'yes' if r['same'] else 'NO'} |")
+            lines.append(
+                f"| `{name}` | {r['old']:.1f} | {r['new']:.1f} | {r['ratio']:.2f} | {'yes' if r['same'] else 'NO'} |"
+            )
+            print(lines[-1], flush=True)
+    save_study(args.md.with_suffix(".json"), args.md, "\n".join(lines), command_line(__spec__.name, argv))
     return 0
 
 

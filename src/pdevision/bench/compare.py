@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from pdevision._files import replaced_atomically, write_atomically
 from pdevision._optional import require
 from pdevision.bench.flops import count_params
 from pdevision.bench.measure import (
@@ -360,12 +361,14 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 
 def write_results(result: dict[str, Any], out_dir: Path) -> None:
-    (out_dir / "results.json").write_text(json.dumps(result, indent=2))
-    with open(out_dir / "results.csv", "w", newline="") as f:
+    """The record (``results.json``), its rows as CSV, its report (``results.md``) and plots, each file written in
+    one step."""
+    write_atomically(out_dir / "results.json", json.dumps(result, indent=2))
+    with replaced_atomically(out_dir / "results.csv") as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(result["rows"][0]))
         writer.writeheader()
         writer.writerows(result["rows"])
-    (out_dir / "results.md").write_text(markdown_table(result))
+    write_atomically(out_dir / "results.md", markdown_table(result))
     plot_results(result, out_dir)
 
 
