@@ -64,8 +64,7 @@ def build_pair(module: Any, img_size: int) -> tuple[torch.nn.Module, torch.nn.Mo
 
 
 def measure(module: Any, sizes: list[int], repeats: int) -> list[dict[str, Any]]:
-    from pdevision.bench.run import default_batch
-
+    from pdevision.bench.compare import default_batch
     from pdevision.bench.measure import inference_fn, interleaved_medians
 
     dev = torch.device("cpu")

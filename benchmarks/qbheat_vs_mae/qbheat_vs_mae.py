@@ -216,7 +216,7 @@ def run_pretraining(key: str, seed: int, steps: int, work: Path, epochs: int) ->
     t0 = time.process_time()
     summary = pretrain(cfg)
     summary["cpu_s"] = time.process_time() - t0  # of this process's share of the run (a resumed run: the rest)
-    summary_file.write_text(json.dumps(summary, indent=2, default=str))
+    records.write_record(summary_file, summary, sort_keys=False, indent=2)
     return summary
 
 

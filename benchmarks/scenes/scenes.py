@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.records import add_report_only, command_line, rewrite_report, save_study
+from benchmarks.records import add_report_only, command_line, rewrite_report, save_study, write_record
 
 from pdevision.tasks.classify.robustness import format_table, mean_corruption_error, top1_errors
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 rec["checkpoint"] = f"runs/{ckpt.parent.name}/{ckpt.name}"
         result.pop("json", None)
         results[name] = result
-        (HERE / f"scenes_{name}_corruptions.json").write_text(json.dumps(result, indent=2))
+        write_record(HERE / f"scenes_{name}_corruptions.json", result, sort_keys=False, indent=2)
     if results:
         base = results.get(args.baseline) if args.baseline else None
         lines += [

@@ -145,7 +145,7 @@ def _install_runs(staging: Path, out_dir: Path, runs: int) -> None:
 
 
 def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Run :func:`~pdevision.bench.run.run_bench` with ``bench_kwargs`` ``runs`` times, each in a fresh Python
+    """Run :func:`~pdevision.bench.compare.run_bench` with ``bench_kwargs`` ``runs`` times, each in a fresh Python
     process, one after the other; write the combined record (:func:`combine_runs`) to ``out_dir`` and return it.
 
     The runs are made in ``out_dir / STAGING`` and moved to ``out_dir / "run{i}"`` (replacing the run folders of an
@@ -169,7 +169,7 @@ def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs
         job = {"out_dir": str(run_dir), "threads": threads, "kwargs": bench_kwargs}
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "pdevision.bench.runs", json.dumps(job)],
+            [sys.executable, "-m", "pdevision.bench.repeat", json.dumps(job)],
             capture_output=True,
             text=True,
             check=False,
