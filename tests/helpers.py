@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -72,16 +71,6 @@ def seeded_state(shapes: list[tuple[str, list[int]]], seed: int) -> dict[str, to
     return state
 
 
-def load_benchmark(path: str, name: str | None = None) -> ModuleType:
-    """A script under ``benchmarks/`` (``path`` relative to it, e.g. ``"bench_cpu_perf/dct_rate.py"``) imported as
-    a module, for tests of its functions and ``main``."""
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / path
-    spec = importlib.util.spec_from_file_location(name or script.stem, script)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def make(config_cls: type, **settings: object) -> object:
     """``config_cls`` (a task's configuration) from flat settings: those named like a ``RunConfig`` field go to its
     ``run`` (a test convenience for settings shared by several runs)."""
@@ -125,9 +114,9 @@ def exit_code(argv: list[str]) -> int:
 def _bf16_onednn() -> bool:
     import torch
 
-    from pdevision.fastpath.kernels import _onednn_ok
+    from pdevision.fastpath.kernels import onednn_available
 
-    return _onednn_ok(torch.bfloat16)
+    return onednn_available(torch.bfloat16)
 
 
 #: the tests of the fused bfloat16 kernels need a CPU whose oneDNN has a bfloat16 inner product (AVX-512 or AMX);

@@ -173,3 +173,29 @@ def test_contributing_names_only_make_targets_that_exist_and_ci_runs_lint() -> N
     assert "docs/architecture.md" in text and "architecture.md" in (ROOT / "mkdocs.yml").read_text()
     ci = (ROOT / ".ci" / "run").read_text().split()
     assert {"test", "lint", "docs", "dist"} <= {ci[i + 1] for i, word in enumerate(ci[:-1]) if word == "make"}
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)")
+
+
+def relative_links(page: Path) -> list[str]:
+    """The relative link targets of a Markdown page, fenced code left out (a link there is an example)."""
+    text = FENCE.sub("", page.read_text())
+    return [link for link in LINK.findall(text) if "://" not in link and not link.startswith("mailto:")]
+
+
+def test_every_relative_link_of_the_docs_and_the_readme_resolves() -> None:
+    """A link into ``benchmarks/`` (or anywhere) from a page or the README names a file or folder that exists."""
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    missing = [
+        f"{p.relative_to(ROOT)}: {link}" for p in pages for link in relative_links(p) if not (p.parent / link).exists()
+    ]
+    assert any("benchmarks/" in link for p in pages for link in relative_links(p))
+    assert not missing, "links to missing files:\n" + "\n".join(missing)
+
+
+def test_the_link_check_can_fail(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("[a](gone.md) [b](https://x.org/y) [c](page.md#top)\n```\n[d](in-a-fence.md)\n```\n")
+    assert relative_links(page) == ["gone.md", "page.md"]
+    assert [link for link in relative_links(page) if not (page.parent / link).exists()] == ["gone.md"]

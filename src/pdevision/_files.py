@@ -1,15 +1,20 @@
 """Filesystem checks for paths a user or a checkpoint names: what a path that is not a regular file is, in words.
 
 Opening a FIFO for reading waits for a writer forever and a device may never end, so every reader of a file it
-expects to be regular asks first. They import nothing of the library (the lowest layer of the import contract)."""
+expects to be regular asks first. :func:`replaced_atomically` is the library's one atomic write: a file is written
+under a temporary name beside its destination and renamed over it, so a reader never sees half a file and a failed
+write leaves what was there. They import nothing of the library (the lowest layer of the import contract)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["file_kind", "not_a_regular_file"]
+__all__ = ["file_kind", "not_a_regular_file", "replaced_atomically", "write_atomically"]
 
 
 def file_kind(mode: int) -> str:
@@ -35,3 +40,30 @@ def not_a_regular_file(path: str | Path) -> str | None:
     except OSError:
         return None
     return None if stat.S_ISREG(mode) else f"a {file_kind(mode)}"
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same folder, same suffix, so a writer that picks a format by the extension
+    picks the same) for the block to write; when the block ends it is renamed over ``path`` in one step
+    (``os.replace``), when the block raises it is removed and ``path`` is left as it was. The name holds the process
+    id and a random token, so writers in several processes never share one. Not fsynced: atomic against a failed or
+    killed writer, not against a power cut."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # (its folder may not exist: the error raised says why)
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomically(path: str | Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` through :func:`replaced_atomically`."""
+    with replaced_atomically(path) as tmp:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)

@@ -22,9 +22,9 @@ from PIL import Image
 from pdevision import __version__, viz
 from pdevision._optional import MissingDependencyError, require, require_all
 from pdevision.bench import count_macs, count_params
+from pdevision.bench.compare import DEFAULT_OURS, run_bench
 from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS, split_variant
-from pdevision.bench.run import DEFAULT_OURS, run_bench
-from pdevision.bench.runs import run_in_processes
+from pdevision.bench.repeat import run_in_processes
 from pdevision.data import DataError
 from pdevision.engine import formats
 from pdevision.engine import validators as V

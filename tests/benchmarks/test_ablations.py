@@ -1,4 +1,4 @@
-"""benchmarks/ablations.py: row checks, resume keys, the report's statistics and verdicts, a tiny run."""
+"""benchmarks/ablations: row checks, resume keys, the report's statistics and verdicts, a tiny run."""
 
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-
-from tests.helpers import load_benchmark
-
-ablations = load_benchmark("ablations.py")
+from benchmarks.ablations import ablations
 
 BUDGET = {
     "data": "scenes",
@@ -113,7 +110,7 @@ def test_report_statistics_and_verdicts() -> None:
     assert "Spearman" not in best_only and "b vs c" not in best_only
     m, s, n = ablations._stats([70.0, 72.0, 74.0])
     assert (m, s, n) == (72.0, 2.0, 3)
-    assert ablations._fmt([70.0, 72.0, 74.0]) == "72.0 ± 2.0 (n=3)"
+    assert ablations.mean_sd([70.0, 72.0, 74.0]) == "72.0 ± 2.0 (n=3)"
     assert ablations.rank_correlation(["a", "b", "c"], {"a": 3.0, "b": 2.0, "c": 1.0}) == pytest.approx(1.0)
     assert ablations.rank_correlation(["a", "b", "c"], {"a": 1.0, "b": 2.0, "c": 3.0}) == pytest.approx(-1.0)
 

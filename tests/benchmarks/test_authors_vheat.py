@@ -1,4 +1,4 @@
-"""benchmarks/authors_vheat.py: without the authors' code it says what is missing, in one line; the report states
+"""benchmarks/authors_vheat: without the authors' code it says what is missing, in one line; the report states
 what was compared. (The comparison itself needs a clone of the authors' repository, which is not bundled.)"""
 
 from __future__ import annotations
@@ -8,10 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from tests.helpers import load_benchmark
-
-authors_vheat = load_benchmark("authors_vheat.py")
+from benchmarks.authors_vheat import authors_vheat
 
 
 def test_a_folder_without_the_authors_code_is_one_clear_error(tmp_path: Path) -> None:

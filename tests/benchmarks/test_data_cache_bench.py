@@ -1,17 +1,15 @@
-"""benchmarks/data_cache.py: drawn and loaded arrays compared, its table, and one-line refusals."""
+"""benchmarks/data_cache: drawn and loaded arrays compared, its table, and one-line refusals."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from benchmarks.data_cache import data_cache as dc
 
 from pdevision.data.cache import ENV
 from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec, pathfinder_arrays
 from pdevision.data.pathfinder import PathfinderConfig
-from tests.helpers import load_benchmark
-
-dc = load_benchmark("data_cache.py")
 
 
 def test_a_tiny_set_is_drawn_written_and_loaded_the_same(tmp_path, monkeypatch) -> None:

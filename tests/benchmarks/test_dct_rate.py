@@ -1,4 +1,4 @@
-"""benchmarks/bench_cpu_perf/dct_rate.py: the DCT timing script, and its even/odd split against scipy."""
+"""benchmarks/dct_rate: the DCT timing script, and its even/odd split against scipy."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ import numpy as np
 import pytest
 import scipy.fft
 import torch
-
-from tests.helpers import load_benchmark
-
-dct_rate = load_benchmark("bench_cpu_perf/dct_rate.py")
+from benchmarks.dct_rate import dct_rate
 
 
 def test_even_odd_split_is_the_dct_with_frequencies_reordered() -> None:

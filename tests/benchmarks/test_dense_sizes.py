@@ -1,4 +1,4 @@
-"""benchmarks/dense_sizes.py: backbones alone at non-square sizes, timed and probed, on a tiny setting."""
+"""benchmarks/dense_sizes: backbones alone at non-square sizes, timed and probed, on a tiny setting."""
 
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.helpers import load_benchmark
-
-dense_sizes = load_benchmark("dense_sizes.py")
+from benchmarks.dense_sizes import dense_sizes
 
 
 @pytest.mark.slow

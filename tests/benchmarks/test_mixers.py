@@ -1,13 +1,10 @@
-"""benchmarks/mixers.py: the parameter match, the learning-rate rule, the frequency gain and the report."""
+"""benchmarks/archive/mixers: the parameter match, the learning-rate rule, the frequency gain and the report."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-
-from tests.helpers import load_benchmark
-
-mixers = load_benchmark("mixers.py")
+from benchmarks.archive.mixers import mixers
 
 
 def test_widths_match_the_heat_models_parameters_within_5_percent() -> None:

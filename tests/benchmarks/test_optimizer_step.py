@@ -1,20 +1,17 @@
-"""benchmarks/optimizer_step.py: one AdamW step in three forms, on tiny models."""
+"""benchmarks/optimizer_step: one AdamW step in three forms, on tiny models."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from tests.helpers import load_benchmark
-
-optimizer_step = load_benchmark("optimizer_step.py")
+from benchmarks.optimizer_step import optimizer_step
 
 
 def test_tiny_run_times_each_form(tmp_path: Path) -> None:
     md = tmp_path / "o.md"
     assert optimizer_step.main(["--models", "vheat_micro", "convnext_atto", "--rounds", "1", "--md", str(md)]) == 0
-    rows = [line for line in md.read_text().splitlines() if line.startswith("| vheat_micro") or "convnext_atto" in line]
+    rows = [line for line in md.read_text().splitlines() if line.startswith(("| vheat_micro", "| convnext_atto"))]
     assert len(rows) == 2
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]

@@ -1,14 +1,15 @@
-"""benchmarks/pathfinder_collapse.py: the spread reads zero for one image repeated, and a checkpoint gets its rows."""
+"""benchmarks/archive/pathfinder_collapse: the spread reads zero for one image repeated; a checkpoint gets its rows."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from benchmarks.archive.pathfinder_collapse import pathfinder_collapse as pc
 
 from pdevision.engine.checkpoint import save_checkpoint
-from tests.helpers import load_benchmark
 
-pc = load_benchmark("pathfinder_collapse.py")
 ARGS = {"mixer": "pooling", "dims": 16, "stem": "conv"}
 
 
@@ -27,10 +28,12 @@ def test_a_checkpoint_gets_a_trained_and_a_step_0_row(tmp_path, capsys) -> None:
     model = pc.pf.build(ARGS)
     meta = {"model": pc.pf.MODEL, "model_args": ARGS, "classes": ["no", "yes"], "kind": "classify", "img_size": 32}
     save_checkpoint(tmp_path / "run", "last", model, {**meta, "epoch": 3})
-    assert pc.main([str(tmp_path / "run"), "--images", "8"]) == 0
+    assert pc.main([str(tmp_path / "run"), "--images", "8", "--md", str(tmp_path / "collapse.md")]) == 0
     out = capsys.readouterr().out
     assert "| run (not in the record), epoch 3 |" in out and "| run, step 0 |" in out
     assert "8 validation images" in out and out.count("\n|") == 4  # header, rule, two rows
+    assert (tmp_path / "collapse.md").read_text() == out.rstrip("\n") + "\n"
+    assert len(json.loads((tmp_path / "collapse.json").read_text())["data"]) == 2  # the rows, in the record
 
 
 @pytest.mark.parametrize("argv", [["--images", "1"], ["--images", "100000"]])

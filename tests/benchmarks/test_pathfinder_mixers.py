@@ -1,4 +1,4 @@
-"""benchmarks/pathfinder_mixers.py: the arms, the protocol's order and gate, the statistics (against scipy and
+"""benchmarks/archive/pathfinder_mixers: the arms, the protocol's order and gate, the statistics (against scipy and
 statsmodels), the filter readings, and one real miniature run."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import torch
+from benchmarks.archive.pathfinder_mixers import pathfinder_mixers as pf
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
@@ -20,9 +21,7 @@ from statsmodels.stats.power import TTestPower
 from pdevision.data import embedded
 from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec, pathfinder_arrays
 from pdevision.data.pathfinder import PathfinderConfig
-from tests.helpers import load_benchmark
 
-pf = load_benchmark("pathfinder_mixers.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -346,8 +345,7 @@ def test_a_killed_script_leaves_no_worker_training(tmp_path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(
         "import concurrent.futures as f, multiprocessing, os, sys, time\n"
-        f"sys.path.insert(0, {str(pf.HERE)!r})\n"
-        "import pathfinder_mixers as pf\n"
+        "from benchmarks.archive.pathfinder_mixers import pathfinder_mixers as pf\n"
         "if __name__ == '__main__':\n"
         "    ex = f.ProcessPoolExecutor(1, multiprocessing.get_context('spawn'), initializer=pf.exit_with_parent,\n"
         "                               initargs=(os.getpid(),))\n"
@@ -355,7 +353,8 @@ def test_a_killed_script_leaves_no_worker_training(tmp_path) -> None:
         "    ex.submit(time.sleep, 600)\n"
         "    time.sleep(600)\n"
     )
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     worker = int(parent.stdout.readline())
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()

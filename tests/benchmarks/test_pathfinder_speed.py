@@ -1,23 +1,29 @@
-"""benchmarks/pathfinder_speed.py: a revision's generator imported beside the current one, images compared."""
+"""benchmarks/archive/pathfinder_speed: a revision's generator imported beside the current one, images compared."""
 
 from __future__ import annotations
 
 import subprocess
 
 import pytest
+from benchmarks.archive.pathfinder_speed import pathfinder_speed as ps
 
 from pdevision.data.pathfinder import PathfinderConfig, make_pathfinder
-from tests.helpers import load_benchmark
 
-ps = load_benchmark("pathfinder_speed.py")
 IN_GIT = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ps.ROOT, capture_output=True).returncode == 0
 
 
 @pytest.mark.skipif(not IN_GIT, reason="needs the project's git history")
-def test_the_committed_generator_draws_the_same_images(capsys) -> None:
-    assert ps.main(["--against", "HEAD", "--images", "8", "--rounds", "1", "--sets", "pathfinder-6"]) == 0
+def test_the_committed_generator_draws_the_same_images(tmp_path, capsys) -> None:
+    md = tmp_path / "speed.md"
+    assert (
+        ps.main(["--against", "HEAD", "--images", "8", "--rounds", "1", "--sets", "pathfinder-6", "--md", str(md)]) == 0
+    )
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| `pathfinder-6`"))
-    assert row.endswith("| yes |")
+    assert row.endswith("| yes |") and row in md.read_text()
+    written = md.read_text()
+    md.unlink()
+    assert ps.main(["--report-only", "--md", str(md)]) == 0  # the report again, from the record alone
+    assert md.read_text() == written
 
 
 def test_images_that_differ_are_told_apart() -> None:

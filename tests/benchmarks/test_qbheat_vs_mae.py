@@ -1,13 +1,11 @@
-"""benchmarks/qbheat_vs_mae.py: the report's statistics from a results file (no training)."""
+"""benchmarks/qbheat_vs_mae: the report's statistics from a results file (no training)."""
 
 from __future__ import annotations
 
 import statistics
 from pathlib import Path
 
-from tests.helpers import load_benchmark
-
-bench = load_benchmark("qbheat_vs_mae.py")
+from benchmarks.qbheat_vs_mae import qbheat_vs_mae as bench
 
 
 def _row(lp: float, knn: float, ft: float) -> dict[str, float]:

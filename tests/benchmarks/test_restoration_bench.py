@@ -1,13 +1,11 @@
-"""benchmarks/restoration.py: equal-parameter sizing, step budgets and the report's statistics."""
+"""benchmarks/restoration: equal-parameter sizing, step budgets and the report's statistics."""
 
 from __future__ import annotations
 
 import numpy as np
+from benchmarks.restoration import restoration as bench
 
 from pdevision.models.restoration import count_trainable_params, create_restoration_model
-from tests.helpers import load_benchmark
-
-bench = load_benchmark("restoration.py", "restoration_bench")
 
 
 def test_nets_are_sized_within_two_percent_of_vheatir() -> None:

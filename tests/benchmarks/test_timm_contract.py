@@ -1,14 +1,11 @@
-"""benchmarks/timm_contract.py: which models it runs timm's tests on, how it reads pytest's report, what it writes."""
+"""benchmarks/timm_contract: which models it runs timm's tests on, how it reads pytest's report, what it writes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from tests.helpers import load_benchmark
-
-tc = load_benchmark("timm_contract.py")
+from benchmarks.timm_contract import timm_contract as tc
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="test_models" name="test_model_forward[1-vheat_micro]" time="1.0"/>

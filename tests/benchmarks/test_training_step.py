@@ -1,14 +1,11 @@
-"""benchmarks/training_step.py: one training step in three forms, on tiny models."""
+"""benchmarks/training_step: one training step in three forms, on tiny models."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from tests.helpers import load_benchmark
-
-training_step = load_benchmark("training_step.py")
+from benchmarks.training_step import training_step
 
 
 def test_tiny_run_times_each_form(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pdevision.fastpath import kernels
 from pdevision.fastpath.modules import FusedConv2d
 from tests.helpers import needs_bf16_onednn
 
-pytestmark = pytest.mark.skipif(not kernels._onednn_ok(), reason="PyTorch built without oneDNN")
+pytestmark = pytest.mark.skipif(not kernels.onednn_available(), reason="PyTorch built without oneDNN")
 
 
 @pytest.mark.parametrize("shape", [(2, 29, 31, 6), (1, 40, 33, 16)])
@@ -193,7 +193,7 @@ def test_a_training_step_on_the_kernels_gives_the_reference_gradients(name: str)
         torch.testing.assert_close(grads[1][k], grads[0][k], atol=1e-4, rtol=1e-3, msg=k)
 
 
-def test_fused_update_supported_only_for_floating_cpu_or_cuda_parameters() -> None:
-    assert kernels.fused_update_supported([torch.zeros(3), torch.zeros(2, dtype=torch.bfloat16)])
-    assert not kernels.fused_update_supported([torch.zeros(3), torch.zeros(2, dtype=torch.long)])
-    assert not kernels.fused_update_supported([torch.zeros(3, device="meta")])
+def test_fused_optimizer_supported_only_for_floating_cpu_or_cuda_parameters() -> None:
+    assert kernels.fused_optimizer_supported([torch.zeros(3), torch.zeros(2, dtype=torch.bfloat16)])
+    assert not kernels.fused_optimizer_supported([torch.zeros(3), torch.zeros(2, dtype=torch.long)])
+    assert not kernels.fused_optimizer_supported([torch.zeros(3, device="meta")])

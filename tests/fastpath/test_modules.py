@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from pdevision.fastpath import accelerate, reference_kernels
-from pdevision.fastpath.kernels import _onednn_ok
+from pdevision.fastpath.kernels import onednn_available
 from pdevision.fastpath.modules import FUSED_FILTER_MIN_TOKENS, ChunkedMlp
 from pdevision.layers import HeatConductionOperator, MixerBlock
 from tests.helpers import needs_bf16_onednn
 from tests.layers.test_hco import _randomise, _reference_hco
 
-pytestmark = pytest.mark.skipif(not _onednn_ok(), reason="PyTorch built without oneDNN")
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="PyTorch built without oneDNN")
 
 
 def test_chunked_mlp_in_inference_equals_whole_map() -> None:

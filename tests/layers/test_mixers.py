@@ -101,7 +101,7 @@ def test_folding_through_timm_keeps_the_function() -> None:
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
 
 
-# -- the initialisations and controls of the mixer comparison (benchmarks/pathfinder_mixers.py) ---------------------
+# -- the initialisations and controls of the mixer comparison (benchmarks/archive/pathfinder_mixers) ------------------
 def _numpy_radius(h: int, w: int) -> np.ndarray:
     """``|w|`` on the DCT grid, ``w_n = n pi / N``, written independently of pdevision.ops."""
     wy, wx = np.arange(h) * np.pi / h, np.arange(w) * np.pi / w

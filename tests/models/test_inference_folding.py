@@ -11,7 +11,7 @@ import torch
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench import count_macs
 from pdevision.fastpath import accelerate, reference_kernels
-from pdevision.fastpath.kernels import _onednn_ok
+from pdevision.fastpath.kernels import onednn_available
 from pdevision.fastpath.modules import FusedLinear
 from pdevision.models.factory import fold_for_inference
 
@@ -57,7 +57,7 @@ def test_folded_logits_match_unfolded_reference(name: str, img_size: int, kwargs
     assert (got_bf16 - want).abs().max() < 0.1 * want.abs().max() + 0.05
 
 
-@pytest.mark.skipif(not _onednn_ok(), reason="PyTorch built without oneDNN")
+@pytest.mark.skipif(not onednn_available(), reason="PyTorch built without oneDNN")
 def test_fused_model_trains_as_before_and_counts_the_same_macs() -> None:
     """Accelerated linears keep autograd and the FLOP counter sees the plain operators."""
     model = timm.create_model("vheat_micro", num_classes=4)
@@ -82,7 +82,7 @@ def test_fused_model_trains_as_before_and_counts_the_same_macs() -> None:
     ],
 )
 def test_folded_forward_copies_no_convolution_weight(name: str, kwargs: dict, dtype: torch.dtype) -> None:
-    if dtype == torch.bfloat16 and not _onednn_ok(torch.bfloat16):
+    if dtype == torch.bfloat16 and not onednn_available(torch.bfloat16):
         pytest.skip("this CPU's oneDNN has no bfloat16 inner product (AVX-512 or AMX needed)")
     """The stem's and the downsampling convolutions read channels-last maps; accelerate puts their weights in that
     layout, so the convolution does not copy them to it on every forward (seen in the profile of vHeat-T)."""

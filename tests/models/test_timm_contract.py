@@ -1,5 +1,5 @@
 """timm's model contract for every model this library registers in timm's registry: the properties timm's own
-``tests/test_models.py`` checks (``benchmarks/timm_contract.py`` runs that file itself), here at tiny widths and
+``tests/test_models.py`` checks (``benchmarks/timm_contract`` runs that file itself), here at tiny widths and
 depths. Each model keeps its registered class, equation, layout and default config; only ``dims`` and ``depths``
 shrink. The ``*_micro`` models run by default, the other configurations are marked slow."""
 

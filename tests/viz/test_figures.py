@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from pdevision.bench.run import plot_results
+from pdevision.bench.compare import plot_results
 from pdevision.engine.loop import _plot_curves
 from pdevision.tasks.classify.evaluate import _plot_confusion
 from pdevision.tasks.pretrain.figures import save_reconstruction_grid

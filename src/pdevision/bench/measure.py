@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from pdevision.bench.models import build_for_bench
-from pdevision.fastpath.kernels import _onednn_ok, fused_update_supported
+from pdevision.fastpath.kernels import fused_optimizer_supported, onednn_available, onednn_mm
 from pdevision.ops.dct import tally_fft_flops
 
 # glibc's mallopt parameters (malloc.h)
@@ -99,17 +99,16 @@ def onednn_matmul_gflops(n: int = 1024, repeats: int = 7, dtype: torch.dtype = t
     """The CPU's matrix-multiply rate through oneDNN (the library of PyTorch's CPU convolutions and of the fused
     inference kernels), GFLOP/s for ``n x n`` operands; ``None`` where oneDNN is not available."""
 
-    if not _onednn_ok(dtype):
+    if not onednn_available(dtype):
         return None
     a = torch.randn(n, n, dtype=dtype)
     b = torch.randn(n, n, dtype=dtype)
-    op = torch.ops.mkldnn._linear_pointwise
     for _ in range(2):
-        op(a, b, None, "none", [], "")
+        onednn_mm(a, b)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        op(a, b, None, "none", [], "")
+        onednn_mm(a, b)
         times.append(time.perf_counter() - start)
     return 2 * n**3 / statistics.median(times) / 1e9
 
@@ -150,7 +149,7 @@ def train_step_fn(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None =
     """One training step: forward, cross-entropy, backward, AdamW step (fused where PyTorch has the fused update
     for the device, as the training loop uses it)."""
 
-    fused = fused_update_supported(model.parameters()) or None
+    fused = fused_optimizer_supported(model.parameters()) or None
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
     target = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from pdevision._files import replaced_atomically
 from pdevision.data.errors import DataError
 
 ENV = "PDEVISION_DATA_CACHE"
@@ -66,13 +67,10 @@ def cached(stem: str, key: str, shape: tuple[int, ...], make: Callable[[], Array
     if loaded is not None:
         return loaded
     images, labels = make()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with replaced_atomically(path) as tmp, open(tmp, "wb") as f:
             np.savez(f, images=images, labels=labels)
-        os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise DataError(f"{ENV}: cannot write {path.name} ({exc.strerror or exc}); free space or unset it") from None
     return images, labels
 

@@ -6,7 +6,7 @@
   it) pasted over 1-2 real face crops (0.25-0.4 of the side) on a crop of a bundled photograph
   (:mod:`pdevision.data.scenes`), plus Gaussian pixel noise (sigma 6 of 255). 10 classes, 5,000 train /
   1,000 val scenes, exactly balanced (scene ``i`` shows digit ``i % 10``), disjoint digit scans, faces and
-  photo regions between the splits, generator seed 0. Measured (``benchmarks/scenes.md``): ``vheat_micro``
+  photo regions between the splits, generator seed 0. Measured (``benchmarks/scenes/scenes.md``): ``vheat_micro``
   66.2% val top-1 after 15 epochs of the ``light`` recipe (about 4 CPU minutes), 56.2% after 12.
 
 * ``pathfinder``, ``pathfinder-9``, ``pathfinder-6`` and ``pathx``: "are the two dots joined by one dashed

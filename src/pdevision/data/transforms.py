@@ -51,7 +51,7 @@ class LightRecipe(Recipe):
 class PathfinderRecipe(LightRecipe):
     """The light recipe without crops, with mirror flips: on Pathfinder a crop can cut a dot off or a path apart and
     so change the label, and a mirrored image keeps it. Chosen for this library's Pathfinder comparison
-    (``benchmarks/pathfinder_mixers.py``); Long Range Arena trains its sequence models on Pathfinder without
+    (``benchmarks/archive/pathfinder_mixers``); Long Range Arena trains its sequence models on Pathfinder without
     augmentation."""
 
     name: str = "pathfinder"

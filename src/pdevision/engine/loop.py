@@ -71,7 +71,7 @@ from pdevision.engine.runtime import (
 from pdevision.engine.state import RunState
 from pdevision.engine.task import RunContext, Task
 from pdevision.errors import UsageError
-from pdevision.fastpath import accelerate, fused_update_supported
+from pdevision.fastpath import accelerate, fused_optimizer_supported
 
 log = logging.getLogger(__name__)
 
@@ -314,9 +314,9 @@ FUSED_OPTS = ("adam", "adamw", "sgd", "momentum", "nesterov")
 
 def fused_update_available(opt: str, model: nn.Module) -> bool:
     """Whether ``opt`` has PyTorch's fused update for ``model``'s trainable parameters (floating point, on the CPU
-    or a CUDA device); measured against the per-parameter loop in ``benchmarks/optimizer_step.md``."""
+    or a CUDA device); measured against the per-parameter loop in ``benchmarks/optimizer_step/optimizer_step.md``."""
     trainable = (p for p in model.parameters() if p.requires_grad)
-    return opt.lower() in FUSED_OPTS and fused_update_supported(trainable)
+    return opt.lower() in FUSED_OPTS and fused_optimizer_supported(trainable)
 
 
 def build_state(model: nn.Module, run: RunConfig, steps: int, info: DistInfo) -> RunState:

@@ -4,7 +4,6 @@ state, autocast, data order, the metrics file."""
 from __future__ import annotations
 
 import csv
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from pdevision._files import replaced_atomically
 from pdevision.errors import UsageError
 
 
@@ -107,13 +107,11 @@ def autocast(device: torch.device, amp: str):
 def write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
     """Write every epoch's row to ``path`` (rewritten from the run history, so a resumed run never
     repeats or loses a row), through a temporary file and a rename."""
-    tmp = path.with_name(path.name + ".tmp")
     columns = list(dict.fromkeys(key for row in history for key in row))  # a column added later is kept, too
-    with open(tmp, "w", newline="") as f:
+    with replaced_atomically(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, restval="")
         writer.writeheader()
         writer.writerows(history)
-    os.replace(tmp, path)
 
 
 __all__ = [

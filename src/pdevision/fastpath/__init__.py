@@ -22,13 +22,13 @@ import torch
 from timm.layers import Mlp
 from torch import nn
 
-from pdevision.fastpath.kernels import fused_update_supported, reference_kernels, set_fused_kernels
+from pdevision.fastpath.kernels import fused_optimizer_supported, reference_kernels, set_fused_kernels
 from pdevision.fastpath.modules import ChunkedMlp, FusedConv2d, FusedLinear, fused_spectral_class
 from pdevision.layers import ConvDownsample, ConvStem, MixerBlock, RefinementActivation, SpectralOperator
 
 __all__ = [
     "accelerate",
-    "fused_update_supported",
+    "fused_optimizer_supported",
     "is_accelerated",
     "on_device",
     "reference_kernels",

@@ -1,7 +1,8 @@
 """CPU kernels on oneDNN: linear layers with fused activations and the spectral operators' DCT filter.
 
 The only place in the library that calls private torch ops. The modules of :mod:`pdevision.fastpath.modules` call
-these functions; :func:`pdevision.fastpath.accelerate` puts those modules into a model.
+these functions; :func:`pdevision.fastpath.accelerate` puts those modules into a model; the bench measures the
+machine's oneDNN rate through :func:`onednn_mm`.
 
 Why: on CPUs where PyTorch's BLAS (MKL) does not take its fastest code path (on the AMD EPYC development
 machine MKL's ``sgemm`` ran at about 105 GFLOP/s per thread, oneDNN's matrix product at about 230;
@@ -55,7 +56,7 @@ def reference_kernels() -> Iterator[None]:
 
 
 @functools.cache
-def _onednn_ok(dtype: torch.dtype = torch.float32) -> bool:
+def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
     """Whether oneDNN's fused linear runs here in ``dtype`` (bfloat16 needs CPU instructions, AVX-512 or AMX, that
     not every machine has: without them oneDNN cannot create the primitive)."""
     if not torch.backends.mkldnn.is_available():
@@ -87,7 +88,7 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype | None:
     dtype = x.dtype
     if torch.is_autocast_enabled("cpu"):
         dtype = torch.get_autocast_dtype("cpu")
-    if dtype not in (torch.float32, torch.bfloat16) or not _onednn_ok(dtype):
+    if dtype not in (torch.float32, torch.bfloat16) or not onednn_available(dtype):
         return None
     return dtype
 
@@ -144,7 +145,7 @@ def _trains_on_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         return False
     if x.numel() == 0 or weight.numel() == 0:  # oneDNN has no primitive for an empty product
         return False
-    return _onednn_ok()
+    return onednn_available()
 
 
 class _TrainingLinear(torch.autograd.Function):
@@ -168,19 +169,19 @@ class _TrainingLinear(torch.autograd.Function):
         grad = grad.contiguous()
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_x = _mm(grad, weight.t())  # grad @ W
+            grad_x = onednn_mm(grad, weight.t())  # grad @ W
         g2, x2 = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
         if ctx.needs_input_grad[1]:
             if weight.shape[0] > weight.shape[1]:  # widening: (x^T @ grad)^T
-                grad_w = _mm(x2.t(), g2.t()).t().contiguous()
+                grad_w = onednn_mm(x2.t(), g2.t()).t().contiguous()
             else:
-                grad_w = _mm(g2.t(), x2.t())
+                grad_w = onednn_mm(g2.t(), x2.t())
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = g2.sum(0)
         return grad_x, grad_w, grad_b
 
 
-def fused_update_supported(params: Iterable[torch.Tensor]) -> bool:
+def fused_optimizer_supported(params: Iterable[torch.Tensor]) -> bool:
     """Whether PyTorch's fused optimizer update (Adam, AdamW, SGD with ``fused=True``) takes these parameters:
     floating point, on the CPU or a CUDA device. The training loop and the bench's training step ask the same."""
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
@@ -206,7 +207,7 @@ def _bases(h: int, w: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     return ch, cw, ch.t().contiguous(), cw.t().contiguous()
 
 
-def _mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:
+def onednn_mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:
     """``a @ b_t.T`` on oneDNN (``b_t`` may be a transposed view: it is read in place)."""
     return torch.ops.mkldnn._linear_pointwise(a, b_t, None, "none", [], "")
 
@@ -229,12 +230,12 @@ def heat_filter_nhwc(u: torch.Tensor, decay_wh: torch.Tensor) -> torch.Tensor:
     tmp = torch.empty(w, h, c, dtype=dtype, device=u.device)
     tmp2 = torch.empty(h, w, c, dtype=dtype, device=u.device)
     for i in range(b):
-        y = _mm(ch, u[i].reshape(h, w * c).t())  # (H', W*C): transform along H
+        y = onednn_mm(ch, u[i].reshape(h, w * c).t())  # (H', W*C): transform along H
         tmp.copy_(y.view(h, w, c).transpose(0, 1))  # (W, H', C)
-        s = _mm(cw, tmp.view(w, h * c).t())  # (W', H'*C): transform along W, the spectrum
+        s = onednn_mm(cw, tmp.view(w, h * c).t())  # (W', H'*C): transform along W, the spectrum
         s.mul_(decay_wh.view(w, h * c))
-        z = _mm(cw_t, s.t())  # (W, H'*C): inverse along W
+        z = onednn_mm(cw_t, s.t())  # (W, H'*C): inverse along W
         tmp2.copy_(z.view(w, h, c).transpose(0, 1))  # (H', W, C)
-        y = _mm(ch_t, tmp2.view(h, w * c).t())  # (H, W*C): inverse along H
+        y = onednn_mm(ch_t, tmp2.view(h, w * c).t())  # (H, W*C): inverse along H
         out[i] = y.view(h, w, c)
     return out

@@ -31,7 +31,7 @@ __all__ = [
 
 # Smallest map (H*W tokens) on which the oneDNN heat filter replaces the matrix DCT in inference. It loops over the
 # images of a batch and makes two copies per image, which does not pay on small maps. Two interleaved one-thread
-# runs on the loaded machine (the second is benchmarks/bench_cpu_perf/ab.md): 0.29x and 0.89x at 24x24, 0.76x and
+# runs on the loaded machine (the second is benchmarks/fused_kernels_ab): 0.29x and 0.89x at 24x24, 0.76x and
 # 1.41x at 28x28 (batch 8), 1.2x at 48x48, 1.0x and 1.3x at 56x56 (batch 8), 1.4-1.9x from 96x96 to 256x256.
 FUSED_FILTER_MIN_TOKENS = 48 * 48
 

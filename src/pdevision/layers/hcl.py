@@ -56,7 +56,7 @@ KMode = Literal["fixed", "learnable", "input"]
 Parametrisation = Literal["paper", "stable"]
 K_MODES: tuple[str, ...] = ("fixed", "learnable", "input")
 PARAMETRISATIONS: tuple[str, ...] = ("paper", "stable")
-# Same accuracy as "paper" in benchmarks/hcnet_parametrisation.md, with the maximum principle guaranteed
+# Same accuracy as "paper" in benchmarks/hcnet_parametrisation, with the maximum principle guaranteed
 # (see the module docstring of pdevision.models.hcnet).
 DEFAULT_PARAMETRISATION: Parametrisation = "stable"
 

@@ -49,7 +49,7 @@ paper matched it is in neither its text nor the authors' code). ``ra_filter_matc
 without widening.
 
 The library layouts' default ``parametrisation="stable"`` (``w = softplus(raw) >= 0``, ``k' = k / max(W, 1)``, so
-``k' W <= 1``) was chosen from a measurement (``benchmarks/hcnet_parametrisation.md``: ``hcnet_micro`` in the library
+``k' W <= 1``) was chosen from a measurement (``benchmarks/hcnet_parametrisation``: ``hcnet_micro`` in the library
 layout, 200 steps on digits, 2 seeds, 2 learning rates): validation accuracy was the same within half a validation
 image (97.2% vs 97.3% at lr 2e-3, 94.8% vs 94.7% at lr 1e-2), neither diverged, but the ``"paper"`` layers left the
 explicit scheme's stability region (``k W`` up to 1.62, amplifying by up to 1.04 per step), which ``"stable"`` rules

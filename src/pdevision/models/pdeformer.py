@@ -15,14 +15,14 @@ Vision") is the skeleton; only the token mixer is chosen by name (``mixer=``):
 ======================  ================================================================================
 
 so that one skeleton, one recipe and one parameter budget can be held fixed while only the mixer changes
-(``benchmarks/mixers.md``). The mixer classes also plug into ``timm.models.metaformer.MetaFormer`` directly
+(``benchmarks/archive/mixers``). The mixer classes also plug into ``timm.models.metaformer.MetaFormer`` directly
 (``token_mixers=HeatMixer``).
 
 The one change to the skeleton is its stem (``stem=``): ``"conv"`` (the default) is vHeat's two 3x3 stride-2
 convolutions (:class:`~pdevision.layers.ConvStem`), ``"patch"`` MetaFormer's own 7x7 stride-4 patch embedding. Both
 reduce by 4 to ``dims[0]`` channels, so the stages, the feature maps and the head are the same. At this library's CPU
 size the patch stem trained far worse with the identity, attention and separable-convolution mixers (one seed each;
-``benchmarks/mixers.md`` pairs the two stems).
+``benchmarks/archive/mixers/mixers.md`` pairs the two stems).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ import torch
 DctMethod = Literal["matrix", "fft", "auto"]
 
 # Token count (H*W) from which ``method="auto"`` uses the FFT transform. On the 2-core development CPU
-# the matrix path was faster at every size measured with 2 threads, up to 512x512 (benchmarks/dct_crossover.md,
-# and the heat-operator rows of benchmarks/bench_cpu/results.md), so auto uses the FFT only beyond that;
+# the matrix path was faster at every size measured with 2 threads, up to 512x512 (benchmarks/dct_crossover,
+# and the heat-operator rows of benchmarks/archive/bench_cpu/results.md), so auto uses the FFT only beyond that;
 # override with ``set_auto_threshold`` for other machines.
 _AUTO_FFT_MIN_TOKENS = 512 * 512 + 1
 

@@ -13,7 +13,6 @@ baselines run once on the same degraded images. ``best/`` is picked by PSNR.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import math
@@ -30,6 +29,7 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
 
+from pdevision._files import replaced_atomically
 from pdevision._optional import require_all
 from pdevision.data.datasets import DataError
 from pdevision.data.imageio import read_image_native
@@ -568,14 +568,11 @@ def restore_file(
     result = Image.fromarray(q[..., 0] if q.shape[-1] == 1 else q)
     # written beside dst under a temporary name (same extension, so the same format) and renamed over it: a
     # failed or killed save leaves a file that was already at dst as it was (saving onto dst emptied it first)
-    tmp = dst.with_name(f".{dst.stem}.tmp-{os.getpid()}{dst.suffix}")
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        result.save(tmp)
-        os.replace(tmp, dst)
+        with replaced_atomically(dst) as tmp:
+            result.save(tmp)
     except (KeyError, ValueError, OSError) as exc:
-        with contextlib.suppress(OSError):  # (its folder may not exist: the error above says why)
-            tmp.unlink(missing_ok=True)
         text = " ".join(str(exc).split()) or type(exc).__name__
         raise DataError(f"cannot write a {mode} image to {dst} ({type(exc).__name__}: {text})") from exc
     return {
