@@ -50,7 +50,7 @@ from torch import nn
 from pdevision.layers import run_block
 from pdevision.models._arguments import ModelArgumentError, ModelNameError, check_model_args, check_model_size
 from pdevision.models._staged import to_2tuple_size
-from pdevision.models.vheat import VHeatStage
+from pdevision.models.vheat import VHeat, VHeatStage
 from pdevision.ops.dct import DctMethod
 
 __all__ = [
@@ -216,8 +216,8 @@ class VHeatIR(RestorationNet):
                 feat_size=feat_size,
                 mlp_ratio=mlp_ratio,
                 post_norm=False,
+                mixer=VHeat.mixer_factory(dct_method, "fve"),
                 fve_resize=fve_resize,
-                dct_method=dct_method,
             ),
         )
         self.img_size = feat_size
