@@ -15,13 +15,13 @@ from pdevision.data.digits import DigitsDataset
 from pdevision.layers import DerivativeConv
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # recorded from the authors' code (fixtures/README.md)
-# every staged family and HcNet layout, as (model name, model arguments), at the micro size
+# every staged family and HcNet variant, as (model name, model arguments), at the micro size
 STAGED_CASES = [
     ("vheat_micro", {}),
     ("waveformer_micro", {}),
     ("hcnet_micro", {}),
-    ("hcnet_micro", {"layout": "library"}),
-    ("hcnet_micro", {"layout": "paper"}),
+    ("hcnet_library_micro", {}),
+    ("hcnet_paper_micro", {}),
     ("pderesnet_micro", {}),
 ]
 

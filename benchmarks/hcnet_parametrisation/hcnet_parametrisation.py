@@ -75,7 +75,7 @@ def probe(model: torch.nn.Module, x: torch.Tensor) -> dict[str, float]:
 def run(parametrisation: str, seed: int, lr: float, data: tuple[torch.Tensor, ...]) -> dict[str, float | bool]:
     xtr, ytr, xva, yva = data
     torch.manual_seed(seed)
-    model = timm.create_model("hcnet_micro", num_classes=10, layout="library", parametrisation=parametrisation)
+    model = timm.create_model("hcnet_library_micro", num_classes=10, parametrisation=parametrisation)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,

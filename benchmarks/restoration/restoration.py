@@ -57,10 +57,10 @@ SWIN_HEADS = 2  # width steps of 2: the SwinIR-style net lands within 0.1% of vH
 def net_args(patch: int, swin_heads: int = SWIN_HEADS) -> dict[str, dict[str, Any]]:
     """Model arguments at equal parameters: DnCNN's and SwinIR's widths matched to vHeatIR-Micro with FVEs
     for ``patch`` px patches."""
-    target = count_trainable_params(create_restoration_model("vheatir", "micro", 1, img_size=patch))
+    target = count_trainable_params(create_restoration_model("vheatir_micro", 1, model_args={"img_size": patch}))
     args: dict[str, dict[str, Any]] = {"vheatir": {"img_size": patch}}
     for arch, extra in (("dncnn", {}), ("swinir", {"num_heads": swin_heads})):
-        cfg = match_params(arch, target, "micro", 1, **extra)
+        cfg = match_params(f"{arch}_micro", target, 1, **extra)
         cfg.pop("in_chans")
         args[arch] = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
     return args
@@ -87,7 +87,7 @@ def time_steps(args: argparse.Namespace, nargs: dict[str, dict[str, Any]]) -> di
     clean = torch.stack([p[1] for p in pairs])
     nets, opts = {}, {}
     for arch in NETS:
-        nets[arch] = create_restoration_model(arch, "micro", 1, **nargs[arch]).train()
+        nets[arch] = create_restoration_model(f"{arch}_micro", 1, model_args=nargs[arch]).train()
         opts[arch] = create_optimizer_v2(nets[arch], opt="adamw", lr=args.lr, weight_decay=0.0)
 
     def step(arch: str) -> None:
@@ -191,7 +191,7 @@ def quality(args: argparse.Namespace) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     nargs = net_args(args.patch_size)
     record["net_args"] = nargs
-    vheatir = create_restoration_model("vheatir", "micro", 1, **nargs["vheatir"])
+    vheatir = create_restoration_model("vheatir_micro", 1, model_args=nargs["vheatir"])
     record["fve_params"] = sum(p.numel() for n, p in vheatir.named_parameters() if "freq_embed" in n)
     record["args"] = {k: v for k, v in vars(args).items() if k not in ("fresh", "json", "out")}  # no machine paths
     record["machine"] = f"{machine_line(1)} (one torch thread)"
@@ -383,7 +383,7 @@ import json, os, statistics, sys, threading, time, torch
 from pdevision.models.restoration import create_restoration_model
 arch, size, device, repeats = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 args = json.loads(sys.argv[5])
-model = create_restoration_model(arch, "micro", 1, **args).to(device).eval()
+model = create_restoration_model(f"{arch}_micro", 1, model_args=args).to(device).eval()
 x = torch.rand(1, 1, size, size, device=device)
 cuda = device.startswith("cuda")
 sync = torch.cuda.synchronize if cuda else (lambda: None)

@@ -42,7 +42,7 @@ from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_devic
 from pdevision.errors import UsageError
 from pdevision.models import list_models, list_restoration_models
 from pdevision.models.factory import ModelArgumentError, ModelNameError, build_model
-from pdevision.models.restoration import build_restoration_model
+from pdevision.models.restoration import create_restoration_model
 from pdevision.tasks import TaskCommands, get_task, task_for_kind, tasks
 from pdevision.tasks.args import add_run_arguments, is_rank0, run_config
 from pdevision.tasks.classify import evaluate_checkpoint
@@ -75,7 +75,7 @@ def _models_rows(img_size: int | None, pattern: str = "") -> Iterator[str]:
         yield "|---|---:|"
     for name in restoration:
         with torch.device("meta"):  # parameters counted, none allocated
-            model = build_restoration_model(name, 3, 128, {})
+            model = create_restoration_model(name, 3, 128, {})
         yield f"| {name} | {count_params(model) / 1e6:.2f} |"
 
 

@@ -11,7 +11,8 @@ from pdevision.models.restoration import count_trainable_params, create_restorat
 def test_nets_are_sized_within_two_percent_of_vheatir() -> None:
     args = bench.net_args(32)
     params = {
-        arch: count_trainable_params(create_restoration_model(arch, "micro", 1, **args[arch])) for arch in bench.NETS
+        arch: count_trainable_params(create_restoration_model(f"{arch}_micro", 1, model_args=args[arch]))
+        for arch in bench.NETS
     }
     for arch in ("dncnn", "swinir"):
         assert abs(params[arch] / params["vheatir"] - 1) < 0.02, (arch, params)

@@ -16,6 +16,7 @@ from pdevision.layers import (
     create_activation,
     derivative_stencils,
 )
+from pdevision.layers.hyperbolic import EQUATION_FORMS
 from tests.helpers import randomise_bn_and_kernels
 
 
@@ -165,3 +166,15 @@ def test_bad_block_arguments() -> None:
         HyperbolicBlock(4, 4, equation="mix", expansion=3)
     with pytest.raises(ValueError, match="identity shortcut"):
         HyperbolicBlock(4, 8, projection=False)
+
+
+def test_each_equation_is_one_small_form_that_names_its_equation() -> None:
+    """The block reads its equation from the table (no branch on the name): one form per equation, whose one-line
+    docstring names it (the paper's equation number, or the library variant's name)."""
+    assert tuple(EQUATION_FORMS) == EQUATIONS
+    for name, form in EQUATION_FORMS.items():
+        doc = type(form).__doc__
+        assert doc is not None and "\n" not in doc.strip(), name
+        assert (f"Eq. ({name[2:]})" if name.startswith("eq") else f"``{name}``") in doc, doc
+        block = HyperbolicBlock(4, 8, stride=2, equation=name)
+        assert block.form is form and block.equation == name

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from pdevision.models import list_models, list_restoration_models
 from pdevision.models.factory import MAX_STEP_ARGUMENT, ModelArgumentError, build_model, min_input_size
 from pdevision.models.pdeformer import MIXERS
-from pdevision.models.restoration import build_restoration_model
+from pdevision.models.restoration import create_restoration_model
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def _fuzz_restoration(names: list[str], data: st.DataObject) -> None:
     args.pop("dims", None)
     if isinstance(args.get("embed_dim"), int) and not isinstance(args["embed_dim"], bool) and args["embed_dim"] > 16:
         args["embed_dim"] = 8
-    _outcome(lambda: build_restoration_model(name, 3, 16, args), {**args, "in_chans": 3}, side=16)
+    _outcome(lambda: create_restoration_model(name, 3, 16, args), {**args, "in_chans": 3}, side=16)
 
 
 FAST = settings(max_examples=25, deadline=5000, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

@@ -10,7 +10,7 @@ import timm
 import torch
 
 import pdevision  # noqa: F401  (registers the models)
-from pdevision.models.restoration import build_restoration_model
+from pdevision.models.restoration import create_restoration_model
 
 FAMILIES = ["vheat_micro", "waveformer_micro", "hcnet_micro", "pderesnet_micro"]
 
@@ -33,4 +33,4 @@ def test_drop_path_rate_in_range_trains(name: str) -> None:
 @pytest.mark.parametrize("name", ["vheatir_micro", "swinir_micro", "dncnn_micro"])
 def test_restoration_nets_refuse_a_drop_path_rate_they_do_not_have(name: str) -> None:
     with pytest.raises(ValueError, match="drop_path_rate"):
-        build_restoration_model(name, 1, 32, {"drop_path_rate": 2.0})
+        create_restoration_model(name, 1, 32, {"drop_path_rate": 2.0})

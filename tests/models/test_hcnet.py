@@ -12,7 +12,7 @@ from pdevision.bench import count_params
 from pdevision.layers import HeatConductionLayer, HeatConductionMixer, RefinementActivation
 from pdevision.layers.hcl import GroupNorm1, HcDownsample, HcRaBlock, HcStem, NeighbourMeanHeat
 from pdevision.models import list_models
-from pdevision.models.hcnet import HcNet
+from pdevision.models.hcnet import HcNet, HcNetLibrary, HcNetPaper, PatchStem
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +27,13 @@ def _heat_layers(model: torch.nn.Module) -> list[HeatConductionLayer]:
 
 def test_registered_in_timm() -> None:
     names = {"hcnet_micro", "hcnet_authors_default", "hcnet_authors_main", "hcnet_tiny", "hcnet_small", "hcnet_base"}
+    names |= {"hcnet_library_micro", "hcnet_library_tiny", "hcnet_paper_micro", "hcnet_paper_tiny"}
     assert names <= set(timm.list_models("hcnet_*"))
     assert names <= set(list_models("hcnet_*"))
 
 
 def test_default_is_the_authors_network(micro: HcNet) -> None:
-    assert micro.layout == "authors" and micro.output_fmt == "NCHW"
+    assert type(micro) is HcNet and micro.output_fmt == "NCHW"
     assert isinstance(micro.stem, HcStem) and isinstance(micro.norm, GroupNorm1)
     assert all(isinstance(s.downsample, HcDownsample) for s in micro.stages[1:])
     blocks = [b for s in micro.stages for b in s.blocks]
@@ -117,14 +118,29 @@ def test_authors_filter_ablation_is_parameter_matched() -> None:
     assert (with_filter - plain) / with_filter > 5e-3
 
 
-def test_library_options_are_refused_for_the_authors_layout() -> None:
+def test_library_options_are_refused_for_the_authors_network() -> None:
     for option in (dict(parametrisation="paper"), dict(steps=2), dict(layer_scale=1e-5), dict(post_norm=True)):
-        with pytest.raises(ValueError, match="not of layout='authors'"):
+        with pytest.raises(
+            TypeError, match=f"HcNet got unexpected keyword argument\\(s\\): \\['{next(iter(option))}'\\]"
+        ):
             timm.create_model("hcnet_micro", **option)
 
 
+def test_the_retired_layout_argument_names_the_variants() -> None:
+    """``layout="library"`` / ``"paper"`` were arguments of ``hcnet_*``; the reconstructions are now models."""
+    with pytest.raises(TypeError, match="hcnet_library_\\* and hcnet_paper_\\*"):
+        timm.create_model("hcnet_micro", layout="library")
+
+
+@pytest.mark.parametrize(("name", "cls"), [("hcnet_library_micro", HcNetLibrary), ("hcnet_paper_micro", HcNetPaper)])
+def test_the_reconstructions_are_variants_of_their_own(name: str, cls: type) -> None:
+    model = timm.create_model(name)
+    assert type(model) is cls and isinstance(model, HcNet) and model.output_fmt == "NHWC"
+    assert not any(isinstance(m, (HcRaBlock, NeighbourMeanHeat, GroupNorm1)) for m in model.modules())
+
+
 def test_library_defaults_are_the_documented_ones() -> None:
-    model = timm.create_model("hcnet_micro", layout="library")
+    model = timm.create_model("hcnet_library_micro")
     layers = _heat_layers(model)
     assert len(layers) == 6
     assert all(
@@ -144,7 +160,7 @@ def test_library_defaults_are_the_documented_ones() -> None:
     ],
 )
 def test_library_create_model_options(options: dict) -> None:
-    model = timm.create_model("hcnet_micro", layout="library", num_classes=5, in_chans=1, drop_path_rate=0.2, **options)
+    model = timm.create_model("hcnet_library_micro", num_classes=5, in_chans=1, drop_path_rate=0.2, **options)
     heat = _heat_layers(model)[0]
     for key in ("k_mode", "parametrisation", "boundary", "steps"):
         if key in options:
@@ -156,11 +172,11 @@ def test_library_create_model_options(options: dict) -> None:
     assert model(torch.randn(2, 1, 64, 48)).shape == (2, 5)
 
 
-@pytest.mark.parametrize("layout", ["authors", "library"])
-def test_no_weight_decay_lists_the_step_sizes(layout: str) -> None:
-    model = timm.create_model("hcnet_micro", k_mode="learnable", layout=layout)
+@pytest.mark.parametrize("name", ["hcnet_micro", "hcnet_library_micro"])
+def test_no_weight_decay_lists_the_step_sizes(name: str) -> None:
+    model = timm.create_model(name, k_mode="learnable")
     names = model.no_weight_decay()
-    if layout == "library":
+    if name == "hcnet_library_micro":
         assert "stages.0.blocks.0.mixer.heat.weight" in names and "stages.3.blocks.0.mixer.heat.k_logit" in names
         assert len(names) == 12
     else:
@@ -170,10 +186,16 @@ def test_no_weight_decay_lists_the_step_sizes(layout: str) -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [dict(), dict(k_mode="learnable"), dict(layout="library"), dict(layout="library", parametrisation="paper")],
+    [
+        ("hcnet_micro", {}),
+        ("hcnet_micro", dict(k_mode="learnable")),
+        ("hcnet_library_micro", {}),
+        ("hcnet_library_micro", dict(parametrisation="paper")),
+        ("hcnet_paper_micro", {}),
+    ],
 )
-def test_gradients_flow_to_all_parameters(options: dict) -> None:
-    model = timm.create_model("hcnet_micro", num_classes=4, **options)
+def test_gradients_flow_to_all_parameters(options: tuple[str, dict]) -> None:
+    model = timm.create_model(options[0], num_classes=4, **options[1])
     model(torch.randn(2, 3, 64, 64)).logsumexp(-1).sum().backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -182,20 +204,22 @@ def test_gradients_flow_to_all_parameters(options: dict) -> None:
 def test_bad_constructor_arguments() -> None:
     with pytest.raises(ValueError, match="one entry per stage"):
         HcNet(dims=[8, 16], depths=(1, 1, 1))
-    with pytest.raises(TypeError, match="unexpected arguments"):
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
         HcNet(dimz=8)
     with pytest.raises(ValueError, match="k_mode"):
         HcNet(dims=8, depths=(1, 1, 1, 1), k_mode="adaptive")
     with pytest.raises(ValueError, match="k_mode"):
-        HcNet(dims=8, depths=(1, 1, 1, 1), k_mode="adaptive", layout="library")
+        HcNetLibrary(dims=8, depths=(1, 1, 1, 1), k_mode="adaptive")
+    with pytest.raises(TypeError, match=r"HcNetPaper got unexpected keyword argument\(s\): \['post_norm'\]"):
+        HcNetPaper(dims=8, depths=(1, 1, 1, 1), post_norm=True)  # the HcL's own residual carries the stream
 
 
-@pytest.mark.parametrize(("name", "layout"), [("hcnet_micro", "library"), ("hcnet_micro", "paper")])
-def test_filter_ablation_is_parameter_matched(name: str, layout: str) -> None:
+@pytest.mark.parametrize("name", ["hcnet_library_micro", "hcnet_paper_micro"])
+def test_filter_ablation_is_parameter_matched(name: str) -> None:
     """The paper's Table 6 compares the RaL filter at the same parameter count."""
-    with_filter = count_params(timm.create_model(name, layout=layout))  # the library's layouts
-    matched = timm.create_model(name, layout=layout, ra_filter=False)
-    plain = count_params(timm.create_model(name, layout=layout, ra_filter=False, ra_filter_matched=False))
+    with_filter = count_params(timm.create_model(name))  # the library's reconstructions
+    matched = timm.create_model(name, ra_filter=False)
+    plain = count_params(timm.create_model(name, ra_filter=False, ra_filter_matched=False))
     assert not any(isinstance(m, RefinementActivation) for m in matched.modules())
     assert abs(count_params(matched) - with_filter) / with_filter < 1e-3
     assert (with_filter - plain) / with_filter > 5e-3  # what matching compensates
@@ -205,17 +229,14 @@ def test_paper_layout_structure() -> None:
     from timm.models.swin_transformer import PatchMerging
 
     from pdevision.layers.hcl import PaperHcRaBlock
-    from pdevision.models.hcnet import PatchStem
 
-    model = timm.create_model("hcnet_micro", layout="paper", num_classes=3)
+    model = timm.create_model("hcnet_paper_micro", num_classes=3)
     assert isinstance(model.stem, PatchStem) and model.stem.conv.stride == (4, 4)
     assert all(isinstance(s.downsample, PatchMerging) for s in model.stages[1:])
     assert all(isinstance(b, PaperHcRaBlock) for s in model.stages for b in s.blocks)
     assert not any(isinstance(m, HeatConductionMixer) for m in model.modules())  # no projections around the HcL
     for size in ((64, 64), (45, 61)):
         assert model(torch.randn(2, 3, *size)).shape == (2, 3)
-    with pytest.raises(ValueError, match="layout must be one of"):
-        timm.create_model("hcnet_micro", layout="swin")
 
 
 def test_paper_block_is_the_heat_step_on_its_input_then_the_ral() -> None:
@@ -254,3 +275,12 @@ def test_a_one_pixel_map_has_no_heat_flow() -> None:
     torch.testing.assert_close(heat(line), heat.rate(line) * (mean - line))
     model = timm.create_model("hcnet_micro", num_classes=3).eval()
     assert torch.isfinite(model(torch.randn(1, 3, 32, 32))).all()
+
+
+@pytest.mark.parametrize(("name", "params"), [("hcnet_library_tiny", 28.27e6), ("hcnet_paper_tiny", 21.97e6)])
+def test_the_reconstructions_tiny_sizes_are_the_documented_ones(name: str, params: float) -> None:
+    """hcnet_library_tiny is the library's former hcnet_tiny (28.27M, near the paper's 28M); hcnet_paper_tiny has
+    no projections around the HcL (21.97M) at the same Swin-T layout."""
+    model = timm.create_model(name)
+    assert (model.dims, model.depths) == ([96, 192, 384, 768], [2, 2, 6, 2])
+    assert count_params(model) == pytest.approx(params, abs=0.005e6)

@@ -1,7 +1,8 @@
-"""Issue 37's closing sweep, the authors' HcNet layout (``layout="authors"``, the default): bad layouts, options of
-the library's layouts given to the authors', values of the wrong type, ``checkpoint_filter_fn`` with garbage state
-dicts, and the same ``--model-args`` through ``train`` and files of the authors' layout through ``eval``. Each is
-one line naming the argument (``ValueError`` / ``TypeError``, exit 2 on the command line) or a model that runs."""
+"""Issue 37's closing sweep, the authors' HcNet (``hcnet_*``): the retired ``layout`` argument, options of the
+library's reconstructions (``hcnet_library_*``, ``hcnet_paper_*``) given to the authors' network, values of the
+wrong type, ``checkpoint_filter_fn`` with garbage state dicts, and the same ``--model-args`` through ``train`` and
+files of the authors' layout through ``eval``. Each is one line naming the argument (``ValueError`` /
+``TypeError``, exit 2 on the command line) or a model that runs."""
 
 from __future__ import annotations
 
@@ -12,25 +13,25 @@ import pytest
 import torch
 
 from pdevision.models.factory import build_model
-from pdevision.models.hcnet import checkpoint_filter_fn
+from pdevision.models.hcnet import HcNet, checkpoint_filter_fn
 from tests.helpers import exit_code
 
+MOVED = "the layouts 'library' and 'paper' are the models hcnet_library_* and hcnet_paper_*"
 BAD_ARGUMENTS = {
-    "layout-capitalised": ({"layout": "Authors"}, "layout must be one of ('authors', 'library', 'paper')"),
-    "layout-empty": ({"layout": ""}, "layout must be one of"),
-    "layout-number": ({"layout": 5}, "layout must be one of"),
-    "layout-list": ({"layout": ["authors"]}, "layout must be one of"),
-    "layout-trailing-space": ({"layout": "paper "}, "layout must be one of"),
-    "layout-prefix": ({"layout": "lib"}, "layout must be one of"),
-    "steps": ({"steps": 2}, "steps: options of layout='library' / 'paper', not of layout='authors'"),
-    "parametrisation": ({"parametrisation": "paper"}, "parametrisation: options of layout='library'"),
-    "boundary": ({"boundary": "zeros"}, "boundary: options of layout='library'"),
-    "post-norm": ({"post_norm": True}, "post_norm: options of layout='library'"),
-    "layer-scale": ({"layer_scale": 1e-6}, "layer_scale: options of layout='library'"),
-    "two-library-options": ({"steps": 2, "boundary": "zeros"}, "boundary, steps: options of layout='library'"),
+    "layout-library": ({"layout": "library"}, MOVED),
+    "layout-paper": ({"layout": "paper"}, MOVED),
+    "layout-authors": ({"layout": "authors"}, "does not take the arguments ['layout']"),
+    "layout-number": ({"layout": 5}, "does not take the arguments ['layout']"),
+    "steps": ({"steps": 2}, f"HcNet got unexpected keyword argument(s): ['steps'] ({MOVED}"),
+    "parametrisation": ({"parametrisation": "paper"}, "HcNet got unexpected keyword argument(s): ['parametrisation']"),
+    "boundary": ({"boundary": "zeros"}, "HcNet got unexpected keyword argument(s): ['boundary']"),
+    "post-norm": ({"post_norm": True}, "HcNet got unexpected keyword argument(s): ['post_norm']"),
+    "layer-scale": ({"layer_scale": 1e-6}, "HcNet got unexpected keyword argument(s): ['layer_scale']"),
+    "two-library-options": (
+        {"steps": 2, "boundary": "zeros"},
+        "HcNet got unexpected keyword argument(s): ['boundary', 'steps']",
+    ),
     "steps-0": ({"steps": 0}, "steps=0 given must be an integer from 1 to 64"),
-    "steps-65-library": ({"layout": "library", "steps": 65}, "steps=65 given must be an integer from 1 to 64"),
-    "paper-post-norm": ({"layout": "paper", "post_norm": True}, "layout='paper' has no post-norm form"),
     "k-mode": ({"k_mode": "nope"}, "k_mode must be one of ('fixed', 'learnable', 'input')"),
     "k-init-nan": ({"k_init": float("nan")}, "k_init=nan given is not finite"),
     "k-init-negative": ({"k_init": -1.0}, "k_init must be in [0, 1]"),
@@ -58,12 +59,12 @@ def test_a_bad_argument_of_the_authors_layout_is_one_line_naming_it(case: str) -
 
 @pytest.mark.parametrize(
     "args",
-    [{"layout": None}, {"post_norm": False}, {"depths": [1, 1, 1]}, {"ra_filter": False}, {"k_mode": "fixed"}],
-    ids=["layout-none-is-the-default", "post-norm-false", "three-stages", "no-filter", "fixed-k"],
+    [{}, {"depths": [1, 1, 1]}, {"ra_filter": False}, {"k_mode": "fixed"}],
+    ids=["defaults", "three-stages", "no-filter", "fixed-k"],
 )
 def test_arguments_at_the_edges_build_a_model_that_runs(args: dict) -> None:
     model = build_model("hcnet_micro", num_classes=10, **args).eval()
-    assert model.layout == "authors"
+    assert type(model) is HcNet
     with torch.no_grad():
         out = model(torch.randn(2, 3, 32, 32))
     assert out.shape == (2, 10) and bool(torch.isfinite(out).all())
@@ -137,14 +138,14 @@ TRAIN = ["train", "--model", "hcnet_micro", "--img-size", "32", "--epochs", "1",
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"layout": "Authors"}, "layout must be one of"),
-        ({"layout": 5}, "layout must be one of"),
-        ({"steps": 2}, "steps: options of layout='library' / 'paper', not of layout='authors'"),
-        ({"layout": "authors", "post_norm": True}, "post_norm: options of layout='library'"),
-        ({"layer_scale": 0.1}, "layer_scale: options of layout='library'"),
+        ({"layout": "library"}, MOVED),
+        ({"layout": 5}, "does not take the arguments ['layout']"),
+        ({"steps": 2}, "HcNet got unexpected keyword argument(s): ['steps']"),
+        ({"post_norm": True}, "HcNet got unexpected keyword argument(s): ['post_norm']"),
+        ({"layer_scale": 0.1}, "HcNet got unexpected keyword argument(s): ['layer_scale']"),
         ({"k_mode": "nope"}, "k_mode must be one of"),
         ({"k_init": 1e308}, "k_init must be in [0, 1]"),
-        ({"layout": "library", "steps": 65}, "steps=65 given must be an integer from 1 to 64"),
+        ({"steps": 65}, "steps=65 given must be an integer from 1 to 64"),
         ({"dims": [32, 64, 128]}, "dims and depths need one entry per stage, got 3 and 4"),
         ({"ra_filter": "false"}, "ra_filter must be true or false"),
         ({"ra_filter_matched": 3}, "ra_filter_matched must be true or false"),

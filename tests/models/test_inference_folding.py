@@ -22,7 +22,7 @@ from pdevision.models.factory import fold_for_inference
         ("vheat_micro", 192, {}),
         ("waveformer_micro", 64, {}),
         ("hcnet_micro", 64, {}),
-        ("hcnet_micro", 64, {"layout": "library"}),
+        ("hcnet_library_micro", 64, {}),
         ("pderesnet_micro", 64, {}),
     ],
 )
@@ -77,8 +77,8 @@ def test_fused_model_trains_as_before_and_counts_the_same_macs() -> None:
         ("vheat_micro", {}, torch.bfloat16),
         ("hcnet_micro", {}, torch.float32),  # the authors' NCHW network
         ("hcnet_micro", {}, torch.bfloat16),
-        ("hcnet_micro", {"layout": "library"}, torch.float32),
-        ("hcnet_micro", {"layout": "library"}, torch.bfloat16),
+        ("hcnet_library_micro", {}, torch.float32),
+        ("hcnet_library_micro", {}, torch.bfloat16),
     ],
 )
 def test_folded_forward_copies_no_convolution_weight(name: str, kwargs: dict, dtype: torch.dtype) -> None:

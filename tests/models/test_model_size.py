@@ -9,7 +9,7 @@ from torch import nn
 
 from pdevision.models import list_models, list_restoration_models
 from pdevision.models.factory import MAX_PARAMETERS, UnsafeModelArgumentError, build_model, check_model_size
-from pdevision.models.restoration import _RESTORATION_MODELS, build_restoration_model
+from pdevision.models.restoration import create_restoration_model
 
 
 def _count(model: nn.Module) -> int:
@@ -28,8 +28,8 @@ def test_every_family_builds_on_the_meta_device_with_the_real_parameter_count(na
 @pytest.mark.parametrize("name", list_restoration_models("*_micro"))
 def test_every_restoration_model_builds_on_the_meta_device(name: str) -> None:
     with torch.device("meta"):
-        meta = _RESTORATION_MODELS[name](in_chans=3)
-    assert _count(meta) == _count(_RESTORATION_MODELS[name](in_chans=3)) > 0
+        meta = create_restoration_model(name, 3)
+    assert _count(meta) == _count(create_restoration_model(name, 3)) > 0
 
 
 def test_the_bound_counts_what_the_arguments_ask_for_together() -> None:
@@ -39,7 +39,7 @@ def test_the_bound_counts_what_the_arguments_ask_for_together() -> None:
     with pytest.raises(
         UnsafeModelArgumentError, match=r"vheatir_micro with embed_dim=16384, img_size=32 would have 15\.9"
     ):
-        build_restoration_model("vheatir_micro", 3, 32, {"embed_dim": 16384})
+        create_restoration_model("vheatir_micro", 3, 32, {"embed_dim": 16384})
 
 
 def test_the_bound_counts_what_a_large_input_asks_for() -> None:
@@ -48,7 +48,7 @@ def test_the_bound_counts_what_a_large_input_asks_for() -> None:
     with pytest.raises(UnsafeModelArgumentError, match=r"vheat_micro with img_size=16384 would have 1\.0 billion"):
         build_model("vheat_micro", num_classes=10, img_size=16384)
     with pytest.raises(UnsafeModelArgumentError, match=r"vheatir_micro with img_size=16384 would have 17\.2 billion"):
-        build_restoration_model("vheatir_micro", 3, 16384, {})
+        create_restoration_model("vheatir_micro", 3, 16384, {})
     assert _count(build_model("vheat_micro", num_classes=10, img_size=64)) < MAX_PARAMETERS
     assert _count(build_model("vheat_micro", num_classes=10, img_size=64, dims=8)) < MAX_PARAMETERS
 

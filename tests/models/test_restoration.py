@@ -11,7 +11,6 @@ from pdevision.models.restoration import (
     DnCNN,
     SwinIRStyle,
     VHeatIR,
-    build_restoration_model,
     count_trainable_params,
     create_restoration_model,
     list_restoration_models,
@@ -24,7 +23,9 @@ from pdevision.models.vheat import VHeatStage
 @pytest.mark.parametrize("in_chans", [1, 3])
 def test_any_size_forward_keeps_shape_and_gradients_flow(arch: str, in_chans: int) -> None:
     small = {"dncnn": dict(width=8, depth=4), "swinir": dict(embed_dim=8, depths=(1, 2), num_heads=2, window_size=4)}
-    model = create_restoration_model(arch, "micro", in_chans, **small.get(arch, dict(embed_dim=8, img_size=16)))
+    model = create_restoration_model(
+        f"{arch}_micro", in_chans, model_args=small.get(arch, dict(embed_dim=8, img_size=16))
+    )
     for h, w in [(16, 16), (13, 21), (7, 30)]:
         x = torch.rand(2, in_chans, h, w)
         y = model(x)
@@ -38,7 +39,7 @@ def test_any_size_forward_keeps_shape_and_gradients_flow(arch: str, in_chans: in
 
 
 def test_vheatir_is_swinir_layout_of_vheat_stages_with_resampled_fve() -> None:
-    model = create_restoration_model("vheatir", "micro", 1)
+    model = create_restoration_model("vheatir_micro", 1)
     assert isinstance(model, VHeatIR)
     assert len(model.groups) == 2 and all(isinstance(g.body, VHeatStage) for g in model.groups)
     stage = model.groups[0].body
@@ -52,7 +53,7 @@ def test_vheatir_is_swinir_layout_of_vheat_stages_with_resampled_fve() -> None:
 
 
 def test_swinir_style_uses_timm_swin_blocks_and_pads_to_window() -> None:
-    model = create_restoration_model("swinir", "micro", 3)
+    model = create_restoration_model("swinir_micro", 3)
     assert isinstance(model, SwinIRStyle)
     block = model.groups[0].body.blocks[1]
     assert isinstance(block, timm.models.swin_transformer.SwinTransformerBlock)
@@ -73,10 +74,10 @@ def test_dncnn_predicts_the_residual() -> None:
 
 
 def test_match_params_sizes_baselines_to_vheatir() -> None:
-    target = count_trainable_params(create_restoration_model("vheatir", "micro", 1))
+    target = count_trainable_params(create_restoration_model("vheatir_micro", 1))
     for arch in ("dncnn", "swinir"):
-        cfg = match_params(arch, target, "micro", 1)
-        model = create_restoration_model(arch, "micro", 1, match_to=target)
+        cfg = match_params(f"{arch}_micro", target, 1)
+        model = create_restoration_model(f"{arch}_micro", 1, match_to=target)
         assert abs(count_trainable_params(model) - target) / target < 0.1, (arch, cfg)
         if arch == "swinir":
             assert cfg["embed_dim"] % cfg["num_heads"] == 0
@@ -84,9 +85,9 @@ def test_match_params_sizes_baselines_to_vheatir() -> None:
 
 def test_paper_sized_configs() -> None:
     with torch.device("meta"):
-        v = create_restoration_model("vheatir", "base", 3)
-        s = create_restoration_model("swinir", "base", 3)
-        d = create_restoration_model("dncnn", "base", 1)
+        v = create_restoration_model("vheatir_base", 3)
+        s = create_restoration_model("swinir_base", 3)
+        d = create_restoration_model("dncnn_base", 1)
     assert v.embed_dim == s.embed_dim == 180 and v.depths == s.depths == (6,) * 6
     assert d.depth == 17 and d.width == 64
     assert (
@@ -101,7 +102,7 @@ def test_restoration_registry_builds_the_models_and_timms_does_not_list_them() -
     assert names == sorted(f"{a}_{s}" for a in ARCHITECTURES for s in ("base", "micro"))
     assert list_restoration_models("vheatir_*") == ["vheatir_base", "vheatir_micro"]
     for name in ("vheatir_micro", "swinir_micro", "dncnn_micro"):
-        model = build_restoration_model(name, 1, 24, {})
+        model = create_restoration_model(name, 1, 24, {})
         assert model(torch.rand(1, 1, 24, 24)).shape == (1, 1, 24, 24)
     assert not any(timm.is_model(n) for n in names)
     assert not timm.list_models(["vheatir_*", "swinir_*", "dncnn_*"])
@@ -110,7 +111,7 @@ def test_restoration_registry_builds_the_models_and_timms_does_not_list_them() -
     with pytest.raises(TypeError, match="num_classes"):  # no classifier to size
         VHeatIR(num_classes=10)
     with pytest.raises(ValueError, match="'vheat_micro' is not a restoration model; choose one of dncnn_base"):
-        build_restoration_model("vheat_micro", 1, 24, {})
+        create_restoration_model("vheat_micro", 1, 24, {})
 
 
 def test_building_a_restoration_net_as_a_backbone_names_the_restoration_path() -> None:
@@ -125,7 +126,9 @@ def test_images_smaller_than_the_window_or_padding_run(arch: str) -> None:
     """SwinIR-style pads to its window by reflection, which cannot pad a side shorter than the pad: such
     sides are replicated instead. Every net restores images down to 1x1."""
     small = {"dncnn": dict(width=8, depth=3), "swinir": dict(embed_dim=8, depths=(1,), num_heads=2)}
-    model = create_restoration_model(arch, "micro", 1, **small.get(arch, dict(embed_dim=8, depths=(1,)))).eval()
+    model = create_restoration_model(
+        f"{arch}_micro", 1, model_args=small.get(arch, dict(embed_dim=8, depths=(1,)))
+    ).eval()
     with torch.no_grad():
         for h, w in [(1, 1), (1, 5), (3, 9), (9, 2)]:
             x = torch.rand(1, 1, h, w)

@@ -34,10 +34,10 @@ def test_vheat_heat_figures_and_point_source_physics(tmp_path: Path) -> None:
     assert len(blocks) == len(stage.blocks) and 0 < blocks[0]["decay_mean"] <= 1
 
 
-@pytest.mark.parametrize("layout", ["authors", "library"])
-def test_hcnet_k_and_stencils_respect_the_maximum_principle(tmp_path: Path, layout: str) -> None:
+@pytest.mark.parametrize("name", ["hcnet_micro", "hcnet_library_micro"])
+def test_hcnet_k_and_stencils_respect_the_maximum_principle(tmp_path: Path, name: str) -> None:
     """The authors' step (alpha in [0, 1], fixed mean stencil) and the library's stable parametrisation."""
-    model = build_named_model("hcnet_micro", 32, layout=layout)
+    model = build_named_model(name, 32)
     images = photo_images(model_transform(model, 32), 3)[0]
     numbers = heat_figures(model, images, tmp_path)
     assert (tmp_path / "hcnet_k.png").exists() and (tmp_path / "hcnet_stencils.png").exists()

@@ -41,6 +41,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
@@ -56,8 +57,6 @@ from pdevision.data.scenes import CLASS_NAMES, SceneConfig, make_scene
 log = logging.getLogger(__name__)
 
 IGNORE_INDEX = 255
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 SCENE_SPLIT_SIZES = {"train": 2000, "val": 250}
 # the generator's knobs for the dense default: one or two large digits (32-48 px at 64 px, strokes wide enough
 # for a stride-4 decoder), placed apart (at most 10% of a digit on an earlier object) and never under a face,
@@ -107,7 +106,7 @@ def segmentation_transforms(
     crop in one class" retry is not done. Eval: the image as it is (the model pads to its stride).
     """
     tail = [v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True)]
-    tail.append(v2.Normalize(IMAGENET_MEAN, IMAGENET_STD))
+    tail.append(v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD))
     tail.append(v2.ToDtype({tv_tensors.Mask: torch.int64, "others": None}))
     if not train:
         return v2.Compose(tail)

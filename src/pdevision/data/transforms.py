@@ -146,8 +146,8 @@ RECIPES: dict[str, Recipe] = {
 def build_transforms(
     recipe: Recipe,
     img_size: int,
-    mean: tuple[float, ...] = (0.485, 0.456, 0.406),
-    std: tuple[float, ...] = (0.229, 0.224, 0.225),
+    mean: tuple[float, ...] = IMAGENET_DEFAULT_MEAN,
+    std: tuple[float, ...] = IMAGENET_DEFAULT_STD,
 ) -> tuple[Callable, Callable]:
     """timm train and eval transforms for ``recipe`` at ``img_size`` (PIL image in, tensor out)."""
     train = create_transform(

@@ -9,6 +9,11 @@ trainable kernels per channel (a depthwise conv, "or better, 4"), the matrices `
 (here ``coef``) and ``A, B`` another (``mix``), with a BatchNorm after the 3x3 and one at the end. One
 forward-Euler step is ``u_out = act(shortcut(u) + BN(r(u)))``.
 
+Each equation is one small class (:class:`Equation`; the table :data:`EQUATION_FORMS` maps its name to it) that
+says what its ``coef`` and ``deriv`` are, computes its branch ``h(u)`` and residual ``r(u)`` from the block's
+modules, and folds its BatchNorms; :class:`HyperbolicBlock` holds the modules and computes
+``act(shortcut(u) + BN(r(u)))``.
+
 **The paper's equations** (arXiv:2308.01621, Eqs. 3-7; ``a`` generalises the printed ``x, y`` to ``k`` kernels):
 
 ====== ============================================================ =================================================
@@ -64,36 +69,31 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from timm.layers import DropPath
-from torch import nn
+from torch import Tensor, nn
 
 from pdevision.ops.ball import hardball, hardtanh, softball
 
-PAPER_EQUATIONS: tuple[str, ...] = ("eq3", "eq4", "eq5", "eq6", "eq7")
-# This library's variants (not equations of the paper), each of the form r = A h(u).
-LIBRARY_VARIANTS: tuple[str, ...] = ("mix", "mix_cons", "coef_grad")
-EQUATIONS: tuple[str, ...] = PAPER_EQUATIONS + LIBRARY_VARIANTS
 # FX leaves: the default radius reads a concrete channel count.
 torch.fx.wrap("hardball")
 torch.fx.wrap("softball")
-# Forms whose folded block reads act(S u + c + A h_raw(u)) (the setting of pdevision.symmetry.transform).
-BILINEAR_FORMS: tuple[str, ...] = ("eq3", "eq7", *LIBRARY_VARIANTS)
-# Variants in which the residual stream enters only through 1x1 convs (GL(n) acts on it).
-MIXED_EQUATIONS: tuple[str, ...] = ("mix", "mix_cons")
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "relu@all", "hardtanh", "hardball", "softball")
 
 __all__ = [
     "ACTIVATIONS",
     "BILINEAR_FORMS",
     "EQUATIONS",
+    "EQUATION_FORMS",
     "LIBRARY_VARIANTS",
     "MIXED_EQUATIONS",
     "PAPER_EQUATIONS",
     "BoundedActivation",
     "DerivativeConv",
+    "Equation",
     "HyperbolicBlock",
     "ResNetStem",
     "create_activation",
@@ -170,10 +170,247 @@ def _bn_affine(bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
     return scale, shift
 
 
+# -- the equations: what each builds and computes; the modules (coef, deriv, mix, norms) live in the block --------
+
+
+class Equation:
+    """The form of one equation in a :class:`HyperbolicBlock`: the shapes of its ``coef`` (``C``) and ``deriv``
+    (``K_a``), its branch ``h(u)`` fed to ``A`` (``mix``) and its residual ``r(u)``, and how its BatchNorms fold.
+    Stateless: every method reads the block's modules. NCHW throughout."""
+
+    name: ClassVar[str]
+    #: an equation printed in the paper (the others are this library's channel-mix variants)
+    paper: ClassVar[bool] = False
+    #: the folded block reads ``act(S u + c + A' h_raw(u))`` (the setting of :mod:`pdevision.symmetry.transform`)
+    bilinear: ClassVar[bool] = True
+    #: the residual stream enters only through 1x1 convs (GL(n) acts on it); needs an even expansion
+    mixed: ClassVar[bool] = False
+    #: ``coef`` is strided with the block (the product is formed at the output resolution)
+    coef_strided: ClassVar[bool] = False
+    #: the branch ends in the matrix ``A`` (``mix``); eq5 has none
+    has_mix: ClassVar[bool] = True
+
+    def check(self, in_chs: int, out_chs: int, expansion: int) -> None:
+        """``ValueError`` for shapes this equation cannot take."""
+        if expansion < 1 or (self.mixed and expansion % 2):
+            raise ValueError(f"expansion must be a positive integer (even for {MIXED_EQUATIONS}), got {expansion}")
+
+    def coef_out(self, block: HyperbolicBlock) -> int:
+        """Output channels of ``coef``: the ``k`` stacked matrices ``C_a``, ``k n_in``."""
+        return block.hidden
+
+    def make_deriv(self, block: HyperbolicBlock) -> DerivativeConv:
+        """The 3x3 kernels: one per channel of the ``k n_in`` products (a bank of ``k`` when shared)."""
+        return DerivativeConv(block.hidden, 1, block.expansion, block.shared, block.stride)
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        """``h(u)``, the ``k n_in`` channels fed to ``A``, at the output resolution."""
+        raise NotImplementedError
+
+    def residual(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        """``r(u) = A h(u)``, before the final BatchNorm."""
+        assert block.mix is not None
+        return block.mix(self.branch(block, u))
+
+    def shift_input(self, block: HyperbolicBlock) -> torch.Tensor | None:
+        """The ``(k n_in, n_in)`` matrix of what the 3x3 BatchNorm's shift is multiplied by in ``h`` (a linear term
+        in ``u`` after folding), ``None`` where the shift enters ``h`` as a constant."""
+        return None
+
+    def fold(self, block: HyperbolicBlock) -> None:
+        """Fold the BatchNorms into ``act(S u + c + A' h_raw(u))``: scales into ``A'``, the 3x3 BatchNorm's shift
+        into ``S`` (:meth:`shift_input`) or the bias ``c``."""
+        assert block.mix is not None
+        s1, b1 = _bn_affine(block.norm_deriv)
+        s2, b2 = _bn_affine(block.norm)
+        a = block.mix.weight[:, :, 0, 0]
+        carried = self.shift_input(block)
+        bias = b2 + s2 * (a @ b1) if carried is None else b2
+        skip, skip_bias = block.shortcut_matrix()
+        if carried is not None:
+            skip = skip + (s2[:, None] * a * b1[None, :]) @ carried
+        block.write_folded(s2[:, None] * a * s1[None, :], bias + skip_bias, skip, None)
+
+
+class Eq3(Equation):
+    """Eq. (3): ``r = A [(C_a u) * BN(K_a u)]``, ``sum_j A_ij (C u)_j du_j/dx + B (D u) du/dy``."""
+
+    name, paper, coef_strided = "eq3", True, True
+
+    def make_deriv(self, block: HyperbolicBlock) -> DerivativeConv:
+        return DerivativeConv(block.in_chs, block.expansion, block.expansion, block.shared, block.stride)
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        return block.norm_deriv(block.deriv(u)) * block.coef(u)
+
+    def shift_input(self, block: HyperbolicBlock) -> torch.Tensor:
+        return block.coef.weight[:, :, 0, 0]  # the shift multiplies C u
+
+
+class _PaperFoldForm(Eq3):
+    """The paper's forms that keep their shape when folded (eq4, eq5, eq6): biases in ``mix`` and the shortcut.
+    They differentiate ``u`` (or ``u * C u``) with Eq. (3)'s ``k`` kernels per input channel."""
+
+    bilinear = False
+
+    def fold(self, block: HyperbolicBlock) -> None:
+        s1, b1 = _bn_affine(block.norm_deriv)
+        s2, b2 = _bn_affine(block.norm)
+        skip, skip_bias = block.shortcut_matrix()
+        skip_bias = skip_bias.clone()
+        skip_bias[: block.branch_chs] += b2
+        self.fold_scales(block, s1, b1, s2, skip, skip_bias)
+
+    def fold_scales(
+        self, block: HyperbolicBlock, s1: Tensor, b1: Tensor, s2: Tensor, skip: Tensor, bias: Tensor
+    ) -> None:
+        """Fold the scales ``s1``, ``s2`` and the shift ``b1`` (the final shift is already in the shortcut's
+        ``bias``)."""
+        raise NotImplementedError
+
+
+class Eq4(_PaperFoldForm):
+    """Eq. (4): ``r = (C u) * A BN(K_a u)``, ``(C u)_i (A du/dx)_i + (D u)_i (B du/dy)_i`` with one ``C``."""
+
+    name = "eq4"
+
+    def coef_out(self, block: HyperbolicBlock) -> int:
+        return block.out_chs
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        return block.norm_deriv(block.deriv(u))
+
+    def residual(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        assert block.mix is not None
+        return block.coef(u) * block.mix(self.branch(block, u))
+
+    def fold_scales(
+        self, block: HyperbolicBlock, s1: Tensor, b1: Tensor, s2: Tensor, skip: Tensor, bias: Tensor
+    ) -> None:
+        assert block.mix is not None
+        a = block.mix.weight[:, :, 0, 0]  # (s2 C u) * (A s1 K u + A b1)
+        block.coef.weight.mul_(s2[:, None, None, None])
+        block.write_folded(a * s1[None, :], a @ b1, skip, bias)
+
+
+class Eq5(_PaperFoldForm):
+    """Eq. (5): ``r = sum_a (C_a u) * BN(K_a u)``, ``(C u)_i du_i/dx + (D u)_i du_i/dy``, no ``A``."""
+
+    name, has_mix = "eq5", False
+
+    def check(self, in_chs: int, out_chs: int, expansion: int) -> None:
+        super().check(in_chs, out_chs, expansion)
+        if out_chs < in_chs:
+            raise ValueError(f"eq5 keeps each channel's index: out_chs must be >= in_chs, got {in_chs} -> {out_chs}")
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        raise ValueError("eq5 has no matrix A: use residual()")
+
+    def residual(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        p = block.coef(u) * block.norm_deriv(block.deriv(u))
+        return p.unflatten(1, (block.in_chs, block.expansion)).sum(2)
+
+    def fold_scales(
+        self, block: HyperbolicBlock, s1: Tensor, b1: Tensor, s2: Tensor, skip: Tensor, bias: Tensor
+    ) -> None:
+        w = block.coef.weight[:, :, 0, 0]  # sum_a (C_a u)_i (s1 K_a u + b1)_i, times s2_i
+        scale = s2.repeat_interleave(block.expansion)
+        linear = ((scale * b1)[:, None] * w).unflatten(0, (block.in_chs, block.expansion)).sum(1)
+        skip = skip.clone()
+        skip[: block.in_chs] += linear
+        block.coef.weight.mul_((scale * s1)[:, None, None, None])
+        block.write_folded(None, None, skip, bias)
+
+
+class Eq6(_PaperFoldForm):
+    """Eq. (6): ``r = A BN(K_a [u * (C u)])``, ``sum_j A_ij d/dx[u_j (C u)_j] + B d/dy[u (C u)]``, one ``C``."""
+
+    name, coef_strided = "eq6", False
+
+    def coef_out(self, block: HyperbolicBlock) -> int:
+        return block.in_chs
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        return block.norm_deriv(block.deriv(u * block.coef(u)))
+
+    def fold_scales(
+        self, block: HyperbolicBlock, s1: Tensor, b1: Tensor, s2: Tensor, skip: Tensor, bias: Tensor
+    ) -> None:
+        assert block.mix is not None
+        a = block.mix.weight[:, :, 0, 0]  # s2 A (s1 K v + b1)
+        block.write_folded(s2[:, None] * a * s1[None, :], s2 * (a @ b1), skip, bias)
+
+
+class Eq7(Equation):
+    """Eq. (7): ``r = A BN(K_a [u * (C_a u)])``, ``sum_j A_ij d/dx[u_j (C u)_j] + B d/dy[u (D u)]``."""
+
+    name, paper = "eq7", True
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        return block.norm_deriv(block.deriv(block.coef(u) * u.repeat_interleave(block.expansion, dim=1)))
+
+
+class CoefGrad(Equation):
+    """Library variant ``coef_grad``: ``h = u * BN(K_a (C_a u))``, the derivative of the coefficient."""
+
+    name = "coef_grad"
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        d = block.norm_deriv(block.deriv(block.coef(u)))
+        return d * _subsample(u, block.stride).repeat_interleave(block.expansion, dim=1)
+
+    def shift_input(self, block: HyperbolicBlock) -> torch.Tensor:
+        w = block.coef.weight  # the shift multiplies u itself, repeated k times
+        return torch.eye(block.in_chs, dtype=w.dtype, device=w.device).repeat_interleave(block.expansion, dim=0)
+
+
+class Mix(Equation):
+    """Library variant ``mix``: ``h = (D u) * BN(K_a (C u))``, ``a = x, y``: eq3 differentiating ``C u``."""
+
+    name, mixed = "mix", True
+
+    def make_deriv(self, block: HyperbolicBlock) -> DerivativeConv:
+        return DerivativeConv(block.hidden // 2, 2, 2, block.shared, block.stride)
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        v, w = block.coef(u).chunk(2, dim=1)
+        return block.norm_deriv(block.deriv(v)) * _subsample(w, block.stride).repeat_interleave(2, dim=1)
+
+    def shift_input(self, block: HyperbolicBlock) -> torch.Tensor:
+        return block.coef.weight[block.hidden // 2 :, :, 0, 0].repeat_interleave(2, dim=0)  # it multiplies D u
+
+
+class MixCons(Mix):
+    """Library variant ``mix_cons``: ``h = BN(K_a ((C u) * (D u)))``, the conservative form of ``mix``."""
+
+    name = "mix_cons"
+
+    def branch(self, block: HyperbolicBlock, u: torch.Tensor) -> torch.Tensor:
+        v, w = block.coef(u).chunk(2, dim=1)
+        return block.norm_deriv(block.deriv(v * w))
+
+    def shift_input(self, block: HyperbolicBlock) -> None:
+        return None
+
+
+#: the equations by name: the paper's ``"eq3"`` ... ``"eq7"``, then this library's variants
+EQUATION_FORMS: dict[str, Equation] = {
+    form.name: form for form in (Eq3(), Eq4(), Eq5(), Eq6(), Eq7(), Mix(), MixCons(), CoefGrad())
+}
+EQUATIONS: tuple[str, ...] = tuple(EQUATION_FORMS)
+PAPER_EQUATIONS: tuple[str, ...] = tuple(n for n, f in EQUATION_FORMS.items() if f.paper)
+# This library's variants (not equations of the paper), each of the form r = A h(u).
+LIBRARY_VARIANTS: tuple[str, ...] = tuple(n for n, f in EQUATION_FORMS.items() if not f.paper)
+# Forms whose folded block reads act(S u + c + A h_raw(u)) (the setting of pdevision.symmetry.transform).
+BILINEAR_FORMS: tuple[str, ...] = tuple(n for n, f in EQUATION_FORMS.items() if f.bilinear)
+# Variants in which the residual stream enters only through 1x1 convs (GL(n) acts on it).
+MIXED_EQUATIONS: tuple[str, ...] = tuple(n for n, f in EQUATION_FORMS.items() if f.mixed)
+
+
 class HyperbolicBlock(nn.Module):
     """One forward-Euler step of a quasi-linear hyperbolic system (Liu et al. 2023, Eqs. 3-7 or this library's
-    variants, see the module docstring): ``act(shortcut(u) + DropPath(BN(r(u))))``. NCHW in
-    ``(B, in_chs, H, W)``, out ``(B, out_chs, ceil(H / stride), ceil(W / stride))``.
+    variants, see the module docstring): ``act(shortcut(u) + DropPath(BN(r(u))))``, ``r`` the equation's
+    (:data:`EQUATION_FORMS`). NCHW in ``(B, in_chs, H, W)``, out ``(B, out_chs, ceil(H / stride), ceil(W / stride))``.
 
     Args:
         in_chs: channels of ``u``.
@@ -202,12 +439,10 @@ class HyperbolicBlock(nn.Module):
         drop_path: float = 0.0,
     ) -> None:
         super().__init__()
-        if equation not in EQUATIONS:
+        if equation not in EQUATION_FORMS:
             raise ValueError(f"equation must be one of {EQUATIONS}, got {equation!r}")
-        if expansion < 1 or (equation in MIXED_EQUATIONS and expansion % 2):
-            raise ValueError(f"expansion must be a positive integer (even for {MIXED_EQUATIONS}), got {expansion}")
-        if equation == "eq5" and out_chs < in_chs:
-            raise ValueError(f"eq5 keeps each channel's index: out_chs must be >= in_chs, got {in_chs} -> {out_chs}")
+        self.form = form = EQUATION_FORMS[equation]
+        form.check(in_chs, out_chs, expansion)
         if projection is None:
             projection = in_chs != out_chs or stride != 1
         if not projection and (in_chs != out_chs or stride != 1):
@@ -220,18 +455,11 @@ class HyperbolicBlock(nn.Module):
         self.folded = False
 
         # coef: the coefficient matrices C (C_a stacked); deriv: the 3x3 kernels; mix: A (A_a stacked)
-        coef_out = {"eq4": out_chs, "eq6": in_chs}.get(equation, hidden)
-        coef_stride = stride if equation in ("eq3", "eq4", "eq5") else 1
-        self.coef = nn.Conv2d(in_chs, coef_out, 1, stride=coef_stride, bias=False)
-        if equation in ("eq3", "eq4", "eq5", "eq6"):
-            self.deriv = DerivativeConv(in_chs, expansion, expansion, shared, stride)
-        elif equation in ("eq7", "coef_grad"):
-            self.deriv = DerivativeConv(hidden, 1, expansion, shared, stride)
-        else:
-            self.deriv = DerivativeConv(hidden // 2, 2, 2, shared, stride)
+        self.coef = nn.Conv2d(in_chs, form.coef_out(self), 1, stride=stride if form.coef_strided else 1, bias=False)
+        self.deriv = form.make_deriv(self)
         self.norm_deriv: nn.Module = nn.BatchNorm2d(hidden)
-        self.mix: nn.Conv2d | None = None if equation == "eq5" else nn.Conv2d(hidden, out_chs, 1, bias=False)
-        self.branch_chs = in_chs if equation == "eq5" else out_chs
+        self.mix: nn.Conv2d | None = nn.Conv2d(hidden, out_chs, 1, bias=False) if form.has_mix else None
+        self.branch_chs = in_chs if self.mix is None else out_chs  # eq5: each u_i sees its own derivatives
         self.norm: nn.Module = nn.BatchNorm2d(self.branch_chs)
         self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.shortcut: nn.Module = (
@@ -251,32 +479,11 @@ class HyperbolicBlock(nn.Module):
     def branch(self, u: torch.Tensor) -> torch.Tensor:
         """``h(u)``, the ``k n`` channels fed to ``A`` (NCHW, at the output resolution); for eq4 ``BN(K u)``;
         eq5 has no ``A`` (see :meth:`residual`)."""
-        k, s, eq = self.expansion, self.stride, self.equation
-        if eq == "eq5":
-            raise ValueError("eq5 has no matrix A: use residual()")
-        if eq in ("eq3", "eq4"):
-            h = self.norm_deriv(self.deriv(u))
-            return h * self.coef(u) if eq == "eq3" else h
-        if eq == "eq6":
-            return self.norm_deriv(self.deriv(u * self.coef(u)))
-        if eq == "eq7":
-            return self.norm_deriv(self.deriv(self.coef(u) * u.repeat_interleave(k, dim=1)))
-        if eq == "coef_grad":
-            return self.norm_deriv(self.deriv(self.coef(u))) * _subsample(u, s).repeat_interleave(k, dim=1)
-        v, w = self.coef(u).chunk(2, dim=1)
-        if eq == "mix":
-            return self.norm_deriv(self.deriv(v)) * _subsample(w, s).repeat_interleave(2, dim=1)
-        return self.norm_deriv(self.deriv(v * w))  # mix_cons
+        return self.form.branch(self, u)
 
     def residual(self, u: torch.Tensor) -> torch.Tensor:
         """``r(u)``, the branch before its final BatchNorm: ``branch_chs`` channels at the output resolution."""
-        if self.equation == "eq5":
-            p = self.coef(u) * self.norm_deriv(self.deriv(u))
-            return p.unflatten(1, (self.in_chs, self.expansion)).sum(2)
-        assert self.mix is not None
-        if self.equation == "eq4":
-            return self.coef(u) * self.mix(self.branch(u))
-        return self.mix(self.branch(u))
+        return self.form.residual(self, u)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         r = self.norm(self.residual(u))
@@ -284,7 +491,7 @@ class HyperbolicBlock(nn.Module):
             r = F.pad(r, (0, 0, 0, 0, 0, self.out_chs - self.branch_chs))
         return self.act(self.shortcut(u) + self.drop_path(r))
 
-    def _shortcut_matrix(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def shortcut_matrix(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The shortcut in eval mode as ``(S, b)``: ``S u + b`` (``S`` is ``out x in``)."""
         w = self.coef.weight
         if isinstance(self.shortcut, nn.Sequential):
@@ -293,13 +500,15 @@ class HyperbolicBlock(nn.Module):
         eye = torch.eye(self.in_chs, dtype=w.dtype, device=w.device)
         return eye, torch.zeros(self.out_chs, dtype=w.dtype, device=w.device)
 
-    def _write_folded(
+    def write_folded(
         self,
         mix: torch.Tensor | None,
         mix_bias: torch.Tensor | None,
         skip: torch.Tensor,
         skip_bias: torch.Tensor | None,
     ) -> None:
+        """Replace ``mix`` (when given) and the shortcut by 1x1 convs of these weights and biases; drop the
+        BatchNorms."""
         dev, dt = skip.device, skip.dtype
         if mix is not None:
             conv = nn.Conv2d(self.hidden, self.out_chs, 1, bias=mix_bias is not None, device=dev, dtype=dt)
@@ -318,64 +527,13 @@ class HyperbolicBlock(nn.Module):
         self.folded = True
 
     @torch.no_grad()
-    def _fold_paper_form(self) -> None:
-        """Fold eq4, eq5, eq6: scales into ``coef`` / ``mix``, shifts into ``mix``'s bias or the shortcut."""
-        s1, b1 = _bn_affine(self.norm_deriv)
-        s2, b2 = _bn_affine(self.norm)
-        skip, skip_bias = self._shortcut_matrix()
-        skip_bias = skip_bias.clone()
-        skip_bias[: self.branch_chs] += b2
-        eq = self.equation
-        if eq == "eq5":  # sum_a (C_a u)_i (s1 K_a u + b1)_i, times s2_i
-            w = self.coef.weight[:, :, 0, 0]
-            scale = s2.repeat_interleave(self.expansion)
-            linear = ((scale * b1)[:, None] * w).unflatten(0, (self.in_chs, self.expansion)).sum(1)
-            skip = skip.clone()
-            skip[: self.in_chs] += linear
-            self.coef.weight.mul_((scale * s1)[:, None, None, None])
-            self._write_folded(None, None, skip, skip_bias)
-            return
-        assert self.mix is not None
-        a = self.mix.weight[:, :, 0, 0]
-        if eq == "eq4":  # (s2 C u) * (A s1 K u + A b1)
-            self.coef.weight.mul_(s2[:, None, None, None])
-            self._write_folded(a * s1[None, :], a @ b1, skip, skip_bias)
-        else:  # eq6: s2 A (s1 K v + b1)
-            self._write_folded(s2[:, None] * a * s1[None, :], s2 * (a @ b1), skip, skip_bias)
-
-    @torch.no_grad()
     def fold_batchnorm(self) -> None:
         """Fold the BatchNorms (running statistics) into the convs, in place; in eval mode the block then
         computes the same function. For eq3, eq7 and the library variants the block becomes ``act(S u + c + A' h_raw
         (u))`` with ``A'`` carrying the bias ``c`` and a dense 1x1 shortcut ``S`` (also where it was the
         identity); eq4, eq5, eq6 keep their form with biases in ``mix`` and the shortcut."""
-        if self.folded:
-            return
-        if self.equation not in BILINEAR_FORMS:
-            self._fold_paper_form()
-            return
-        assert self.mix is not None
-        s1, b1 = _bn_affine(self.norm_deriv)
-        s2, b2 = _bn_affine(self.norm)
-        a = self.mix.weight[:, :, 0, 0]
-        w = self.coef.weight[:, :, 0, 0]
-        k = self.expansion
-        new_a = s2[:, None] * a * s1[None, :]
-        bias = b2.clone()
-        # The BatchNorm shift of the 3x3 output: a constant (eq7, mix_cons) or a linear term in u.
-        if self.equation in ("eq7", "mix_cons"):
-            bias += s2 * (a @ b1)
-            linear = torch.zeros(self.out_chs, self.in_chs, dtype=a.dtype, device=a.device)
-        elif self.equation == "eq3":
-            linear = (s2[:, None] * a * b1[None, :]) @ w
-        elif self.equation == "mix":
-            d = w[self.hidden // 2 :].repeat_interleave(2, dim=0)
-            linear = (s2[:, None] * a * b1[None, :]) @ d
-        else:  # coef_grad: the shift multiplies u itself, repeated k times
-            eye = torch.eye(self.in_chs, dtype=a.dtype, device=a.device).repeat_interleave(k, dim=0)
-            linear = (s2[:, None] * a * b1[None, :]) @ eye
-        skip, skip_bias = self._shortcut_matrix()
-        self._write_folded(new_a, bias + skip_bias, skip + linear, None)
+        if not self.folded:
+            self.form.fold(self)
 
     def extra_repr(self) -> str:
         return (

@@ -1,7 +1,7 @@
 """Model families, registered in timm's registry on import; the restoration nets, in this library's own registry
 (:func:`list_restoration_models`); and the self-supervised models QB-Heat and MAE. A new family's model class
-subclasses :class:`StagedBackbone` and is built through timm's ``build_model_with_cfg`` with :func:`feature_cfg`
-(docs/adding-a-family.md)."""
+subclasses :class:`StagedBackbone` and is built by ``models._staged.create_staged`` (timm's ``build_model_with_cfg``
+with :func:`feature_cfg`; docs/adding-a-family.md)."""
 
 from __future__ import annotations
 

@@ -4,15 +4,18 @@ and its helpers: argument and input validation, feature-map sizes."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from timm.layers import trunc_normal_
+from timm.models import build_model_with_cfg
 from timm.models._features import FeatureHookNet, feature_take_indices
 from timm.models._features_fx import FeatureGraphNet
 from torch import nn
 
 from pdevision._values import is_integer_scalar
+from pdevision.models._weights import resolve_local_head
 
 
 def to_2tuple_size(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -145,6 +148,29 @@ def feature_cfg(out_indices: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     elif cls is FeatureGraphNet:
         cls = NCHWFeatureGraphNet
     return dict(out_indices=out_indices, feature_cls=cls)
+
+
+def create_staged(
+    cls: type[nn.Module],
+    variant: str,
+    pretrained: bool = False,
+    filter_fn: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The one factory of every staged family's registered models: timm's ``build_model_with_cfg`` for ``cls`` and
+    the config ``variant``, with the family's ``filter_fn`` for foreign checkpoints, a trained head kept from a
+    local weights file (:func:`~pdevision.models._weights.resolve_local_head`) and NCHW ``features_only`` maps
+    for ``out_indices`` (:func:`feature_cfg`)."""
+    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    kwargs = resolve_local_head(pretrained, kwargs)
+    return build_model_with_cfg(
+        cls,
+        variant,
+        pretrained,
+        pretrained_filter_fn=filter_fn,
+        feature_cfg=feature_cfg(out_indices, kwargs),
+        **kwargs,
+    )
 
 
 def fold_submodules(module: nn.Module, sizes: dict[int, tuple[int, int]] | None = None) -> None:

@@ -10,18 +10,19 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from pdevision._files import not_a_regular_file
 
 # Classifier weights of this library's models and of the vHeat authors' checkpoints.
-_HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
+_CLASSIFIER_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
 
 
 def _file_num_classes(path: str) -> int | None:
     """Rows of the classifier in a local ``.pth`` / ``.safetensors`` file (memory-mapped), ``None`` if none."""
     if str(path).endswith(".safetensors"):
         with safe_open(str(path), framework="pt") as f:
-            shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if k.endswith(_HEAD_KEYS)}
+            shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if k.endswith(_CLASSIFIER_KEYS)}
     else:
         # timm's train.py checkpoints also hold its argparse.Namespace of arguments
         with torch.serialization.safe_globals([argparse.Namespace]):
@@ -37,8 +38,10 @@ def _file_num_classes(path: str) -> int | None:
             if isinstance(sd, dict) and isinstance(sd.get(key), dict):
                 sd = sd[key]
                 break
-        shapes = {k: list(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor) and k.endswith(_HEAD_KEYS)}
-    for head in _HEAD_KEYS:
+        shapes = {
+            k: list(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor) and k.endswith(_CLASSIFIER_KEYS)
+        }
+    for head in _CLASSIFIER_KEYS:
         for key, shape in shapes.items():
             if key.removeprefix("module.") == head and len(shape) == 2:
                 return int(shape[0])
@@ -90,8 +93,8 @@ def default_cfg(**kwargs: Any) -> dict[str, Any]:
         "pool_size": (7, 7),
         "crop_pct": 0.875,
         "interpolation": "bicubic",
-        "mean": (0.485, 0.456, 0.406),
-        "std": (0.229, 0.224, 0.225),
+        "mean": IMAGENET_DEFAULT_MEAN,
+        "std": IMAGENET_DEFAULT_STD,
         "first_conv": "stem.conv1",
         "classifier": "head.fc",
         "license": "apache-2.0",

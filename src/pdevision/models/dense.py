@@ -31,6 +31,7 @@ from typing import Any
 import timm
 import torch
 import torch.nn.functional as F
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import LayerNorm2d
 from torch import nn
 from torchvision.models.detection import FasterRCNN, MaskRCNN
@@ -303,8 +304,8 @@ def create_detection_model(
     det_args = dict(
         min_size=min_size,
         max_size=max_size,
-        image_mean=[0.485, 0.456, 0.406],
-        image_std=[0.229, 0.224, 0.225],
+        image_mean=list(IMAGENET_DEFAULT_MEAN),
+        image_std=list(IMAGENET_DEFAULT_STD),
     )
     if len(anchor_sizes) != 5:
         raise ValueError(f"anchor_sizes needs one size per level P2-P6 (5), got {anchor_sizes}")

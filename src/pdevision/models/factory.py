@@ -46,7 +46,7 @@ def build_model(
             raise ModelNameError(
                 f"{name!r} is a restoration model (image to image, not a classifier or backbone): train it with "
                 "`pdevision train --task denoise` (or `--task dejpeg`), build it with "
-                "pdevision.models.restoration.build_restoration_model"
+                "pdevision.models.restoration.create_restoration_model"
             )
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else " (see `pdevision models` or timm.list_models())"

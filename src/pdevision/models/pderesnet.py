@@ -47,7 +47,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 from timm.layers import ClassifierHead, calculate_drop_path_rates
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
 from pdevision.layers.blocks import run_block
@@ -59,8 +59,8 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, check_image_batch, feature_cfg
-from pdevision.models._weights import default_cfg, resolve_local_head
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, check_image_batch, create_staged
+from pdevision.models._weights import default_cfg
 
 torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._staged)
 
@@ -267,19 +267,6 @@ def _apply_table1_row(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, **TABLE1_ROWS[row]}
 
 
-def _create_pderesnet(variant: str, pretrained: bool = False, **kwargs: Any) -> PDEResNet:
-    kwargs = _apply_table1_row(kwargs)
-    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
-    kwargs = resolve_local_head(pretrained, kwargs)
-    return build_model_with_cfg(
-        PDEResNet,
-        variant,
-        pretrained,
-        feature_cfg=feature_cfg(out_indices, kwargs),
-        **kwargs,
-    )
-
-
 def _cfg(**kwargs: Any) -> dict[str, Any]:
     return default_cfg(interpolation="bilinear", first_conv="stem.conv", paper_ids="arXiv:2308.01621", **kwargs)
 
@@ -311,7 +298,7 @@ default_cfgs = generate_default_cfgs(
 
 
 def _r50(variant: str, pretrained: bool, kwargs: dict[str, Any], **args: Any) -> PDEResNet:
-    return _create_pderesnet(variant, pretrained, **{**_R50, **args, **kwargs})
+    return create_staged(PDEResNet, variant, pretrained, **_apply_table1_row({**_R50, **args, **kwargs}))
 
 
 @register_model
@@ -325,7 +312,7 @@ def pderesnet_micro(pretrained: bool = False, **kwargs: Any) -> PDEResNet:
     ``expansion`` (6: "x6"), ``activation`` (``"relu@all"``, ``"hardtanh"``, ``"hardball"``, ``"softball"``,
     ``"none"``)."""
     args = dict(depths=(1, 2, 2, 1), dims=(16, 32, 64, 128))
-    return _create_pderesnet("pderesnet_micro", pretrained, **dict(args, **kwargs))
+    return create_staged(PDEResNet, "pderesnet_micro", pretrained, **_apply_table1_row({**args, **kwargs}))
 
 
 @register_model

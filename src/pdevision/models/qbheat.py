@@ -70,7 +70,7 @@ def feature_strides(encoder: nn.Module) -> list[int]:
     return [int(f["reduction"]) for f in info]
 
 
-def build_encoder(name: str, img_size: int, block_size: int, encoder_args: dict[str, Any]) -> tuple[nn.Module, dict]:
+def create_encoder(name: str, img_size: int, block_size: int, encoder_args: dict[str, Any]) -> tuple[nn.Module, dict]:
     """A registered backbone without classifier, built for ``img_size`` (the fine-tuning resolution) and able
     to run on the ``block_size`` crop. A timm ViT is built as is (its block tokens take the positions of their
     place in the image, :func:`pdevision.models.qbheat_encoders.vit_block_tokens`); other models with a
@@ -154,7 +154,7 @@ class QBHeat(nn.Module):
             )
         self.encoder_name = encoder if isinstance(encoder, str) else type(encoder).__name__
         if isinstance(encoder, str):
-            encoder, self.encoder_args = build_encoder(encoder, img_size, block_size, encoder_args or {})
+            encoder, self.encoder_args = create_encoder(encoder, img_size, block_size, encoder_args or {})
         else:
             self.encoder_args = dict(encoder_args or {})
         self.encoder_kind = encoder_kind(encoder, self.encoder_name, img_size, stride)

@@ -31,7 +31,7 @@ setting: width 180, 6 groups of 6 blocks, MLP ratio 2, window 8, 128 px patches;
 layers of 64). :func:`match_params` sizes a baseline to the parameter count of a given model.
 
 The nets are in this library's registry of restoration models (:func:`list_restoration_models`,
-:func:`build_restoration_model`), not in timm's: timm's registry holds classifiers and backbones, whose contract
+:func:`create_restoration_model`), not in timm's: timm's registry holds classifiers and backbones, whose contract
 (``num_classes``, ``forward_features`` / ``forward_head``, pooled features) an image-to-image net does not have.
 """
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +50,7 @@ from torch import nn
 from pdevision.layers import run_block
 from pdevision.models._arguments import ModelArgumentError, ModelNameError, check_model_args, check_model_size
 from pdevision.models._staged import to_2tuple_size
-from pdevision.models.vheat import VHeatStage
+from pdevision.models.vheat import VHeat, VHeatStage
 from pdevision.ops.dct import DctMethod
 
 __all__ = [
@@ -59,14 +59,11 @@ __all__ = [
     "RestorationNet",
     "SwinIRStyle",
     "VHeatIR",
-    "build_restoration_model",
     "count_trainable_params",
     "create_restoration_model",
     "is_restoration_model",
     "list_restoration_models",
     "match_params",
-    "register_restoration_model",
-    "restoration_config",
 ]
 
 
@@ -216,8 +213,8 @@ class VHeatIR(RestorationNet):
                 feat_size=feat_size,
                 mlp_ratio=mlp_ratio,
                 post_norm=False,
+                mixer=VHeat.mixer_factory(dct_method, "fve"),
                 fve_resize=fve_resize,
-                dct_method=dct_method,
             ),
         )
         self.img_size = feat_size
@@ -302,35 +299,37 @@ def _refuse_extra(kwargs: dict[str, Any], name: str) -> None:
         raise TypeError(f"{name} got unexpected arguments: {sorted(kwargs)}")
 
 
-# -- configurations and equal-parameter sizing --------------------------------------------------------
+# -- the registry of restoration models: one name per architecture and size ----------------------------------
+# Not timm's registry: timm's is for classifiers and backbones (``num_classes``, ``forward_features``,
+# ``forward_head``, pooled features), and a restoration net maps an image to an image.
 
 ARCHITECTURES: tuple[str, ...] = ("vheatir", "dncnn", "swinir")
 
-_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
-    "vheatir": {
-        "micro": dict(img_size=48, embed_dim=32, depths=(2, 2), mlp_ratio=2.0),
-        "base": dict(img_size=128, embed_dim=180, depths=(6,) * 6, mlp_ratio=2.0),
-    },
-    "swinir": {
-        "micro": dict(embed_dim=32, depths=(2, 2), num_heads=4, window_size=8, mlp_ratio=2.0),
-        "base": dict(embed_dim=180, depths=(6,) * 6, num_heads=6, window_size=8, mlp_ratio=2.0),
-    },
-    "dncnn": {
-        "micro": dict(width=32, depth=8),
-        "base": dict(width=64, depth=17),
-    },
+_RESTORATION_MODELS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
+    # vHeatIR-Micro (CPU-sized): width 32, 2 groups of 2 heat-conduction blocks, 48 px patches
+    "vheatir_micro": (VHeatIR, dict(img_size=48, embed_dim=32, depths=(2, 2), mlp_ratio=2.0)),
+    # vHeatIR at SwinIR's denoising size: width 180, 6 groups of 6 blocks, MLP ratio 2, 128 px patches
+    "vheatir_base": (VHeatIR, dict(img_size=128, embed_dim=180, depths=(6,) * 6, mlp_ratio=2.0)),
+    # SwinIR-style Micro: width 32, 2 groups of 2 Swin blocks, 4 heads, window 8
+    "swinir_micro": (SwinIRStyle, dict(embed_dim=32, depths=(2, 2), num_heads=4, window_size=8, mlp_ratio=2.0)),
+    # SwinIR-style at SwinIR's denoising size: width 180, 6 groups of 6 blocks, 6 heads, window 8
+    "swinir_base": (SwinIRStyle, dict(embed_dim=180, depths=(6,) * 6, num_heads=6, window_size=8, mlp_ratio=2.0)),
+    # DnCNN-style Micro: 8 layers of 32 channels
+    "dncnn_micro": (DnCNN, dict(width=32, depth=8)),
+    # DnCNN-S: 17 layers of 64 channels
+    "dncnn_base": (DnCNN, dict(width=64, depth=17)),
 }
-_CLASSES: dict[str, type[nn.Module]] = {"vheatir": VHeatIR, "swinir": SwinIRStyle, "dncnn": DnCNN}
-_WIDTH_KEY = {"vheatir": "embed_dim", "swinir": "embed_dim", "dncnn": "width"}
+_WIDTH_KEY = {VHeatIR: "embed_dim", SwinIRStyle: "embed_dim", DnCNN: "width"}
 
 
-def restoration_config(arch: str, size: str = "micro") -> dict[str, Any]:
-    """The keyword arguments of ``arch`` (``vheatir``, ``dncnn``, ``swinir``) at ``size`` (``micro``, ``base``)."""
-    if arch not in _CONFIGS:
-        raise ValueError(f"unknown restoration architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
-    if size not in _CONFIGS[arch]:
-        raise ValueError(f"unknown size {size!r} for {arch}; choose from {', '.join(_CONFIGS[arch])}")
-    return dict(_CONFIGS[arch][size])
+def list_restoration_models(pattern: str = "*") -> list[str]:
+    """Names of the registered restoration models matching the wildcard ``pattern``, sorted."""
+    return sorted(n for n in _RESTORATION_MODELS if fnmatch.fnmatchcase(n, pattern))
+
+
+def is_restoration_model(name: str) -> bool:
+    """Whether ``name`` is a registered restoration model."""
+    return name in _RESTORATION_MODELS
 
 
 def count_trainable_params(model: nn.Module) -> int:
@@ -338,13 +337,13 @@ def count_trainable_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def match_params(arch: str, target: int, size: str = "micro", in_chans: int = 3, **overrides: Any) -> dict[str, Any]:
-    """Configuration of ``arch`` at ``size`` with its width chosen so its parameter count is closest to
+def match_params(name: str, target: int, in_chans: int = 3, **overrides: Any) -> dict[str, Any]:
+    """Configuration of the registered model ``name`` with its width chosen so its parameter count is closest to
     ``target`` (depths fixed; the SwinIR-style width stays a multiple of its heads)."""
-    cfg = {**restoration_config(arch, size), **overrides, "in_chans": in_chans}
-    key = _WIDTH_KEY[arch]
+    cls, cfg = _RESTORATION_MODELS[name]
+    cfg = {**cfg, **overrides, "in_chans": in_chans}
+    key = _WIDTH_KEY[cls]
     step = int(cfg.get("num_heads", 1))
-    cls = _CLASSES[arch]
 
     def params(width: int) -> int:
         with torch.device("meta"):
@@ -363,101 +362,37 @@ def match_params(arch: str, target: int, size: str = "micro", in_chans: int = 3,
 
 
 def create_restoration_model(
-    arch: str, size: str = "micro", in_chans: int = 3, match_to: int | None = None, **overrides: Any
+    name: str,
+    in_chans: int = 3,
+    patch_size: int | None = None,
+    model_args: dict[str, Any] | None = None,
+    match_to: int | None = None,
 ) -> nn.Module:
-    """Build ``arch`` at ``size`` for ``in_chans`` channels; with ``match_to`` (a parameter count) its
-    width is chosen to match it (:func:`match_params`)."""
-    if match_to is not None:
-        cfg = match_params(arch, match_to, size, in_chans, **overrides)
-    else:
-        cfg = {**restoration_config(arch, size), **overrides, "in_chans": in_chans}
-    return _CLASSES[arch](**cfg)
-
-
-def build_restoration_model(name: str, in_chans: int, patch_size: int, model_args: dict[str, Any]) -> nn.Module:
     """A registered restoration model by name (``vheatir_*``, ``swinir_*``, ``dncnn_*``; see
-    :func:`list_restoration_models`) for ``in_chans`` channels; vHeatIR's FVEs are sized for ``patch_size`` unless
-    ``model_args`` says otherwise. The one builder the restoration tasks and their checkpoints use
-    (:func:`create_restoration_model` builds by architecture and size)."""
+    :func:`list_restoration_models`) for ``in_chans`` channels, with ``model_args`` over its configuration;
+    vHeatIR's FVEs are sized for ``patch_size`` unless ``model_args`` says otherwise; with ``match_to`` (a parameter
+    count) its width is chosen to match it (:func:`match_params`). The one builder of the restoration tasks, their
+    checkpoints and the studies; the arguments are checked (:func:`~pdevision.models._arguments.check_model_args`)
+    and the size bounded before anything is allocated."""
     if not is_restoration_model(name):
         raise ModelNameError(
             f"{name!r} is not a restoration model; choose one of {', '.join(list_restoration_models())}"
         )
-    args = {k: v for k, v in check_model_args(dict(model_args)).items() if not (k == "pretrained" and v is False)}
-    if name.startswith("vheatir_"):
+    given = dict(model_args or {})
+    args = {k: v for k, v in check_model_args(dict(given)).items() if not (k == "pretrained" and v is False)}
+    cls, cfg = _RESTORATION_MODELS[name]
+    if patch_size is not None and "img_size" in cfg:
         args.setdefault("img_size", patch_size)
+    if match_to is not None:
+        cfg = match_params(name, match_to, in_chans, **args)
+    else:
+        cfg = {**cfg, **args, "in_chans": in_chans}
     # bounded before anything is allocated: widths multiply, and vHeatIR's FVEs grow with the square of the patch
-    check_model_size(lambda: _RESTORATION_MODELS[name](in_chans=in_chans, **args), name, args or {"patch": patch_size})
+    check_model_size(lambda: cls(**cfg), name, args or {"patch": patch_size})
     try:
-        return _RESTORATION_MODELS[name](in_chans=in_chans, **args)
+        return cls(**cfg)
     except TypeError as exc:  # an unknown or ill-typed model argument
-        raise ModelArgumentError(f"{name} does not take the model arguments {model_args}: {exc}") from exc
+        raise ModelArgumentError(f"{name} does not take the model arguments {given}: {exc}") from exc
     except (AssertionError, AttributeError, IndexError, KeyError, RuntimeError, ZeroDivisionError) as exc:  # missed
         text = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise ModelArgumentError(
-            f"{name} cannot be built with the model arguments {model_args!r:.160} ({text})"
-        ) from exc
-
-
-# -- the registry of restoration models -------------------------------------------------------------
-# Not timm's registry: timm's is for classifiers and backbones (``num_classes``, ``forward_features``,
-# ``forward_head``, pooled features), and a restoration net maps an image to an image.
-
-_RESTORATION_MODELS: dict[str, Callable[..., nn.Module]] = {}
-_Fn = TypeVar("_Fn", bound=Callable[..., nn.Module])
-
-
-def register_restoration_model(fn: _Fn) -> _Fn:
-    """Register ``fn`` (keyword arguments in, a restoration net out) under its function name."""
-    _RESTORATION_MODELS[fn.__name__] = fn
-    return fn
-
-
-def list_restoration_models(pattern: str = "*") -> list[str]:
-    """Names of the registered restoration models matching the wildcard ``pattern``, sorted."""
-    return sorted(n for n in _RESTORATION_MODELS if fnmatch.fnmatchcase(n, pattern))
-
-
-def is_restoration_model(name: str) -> bool:
-    """Whether ``name`` is a registered restoration model."""
-    return name in _RESTORATION_MODELS
-
-
-def _create(arch: str, size: str, **kwargs: Any) -> nn.Module:
-    return _CLASSES[arch](**{**restoration_config(arch, size), **kwargs})
-
-
-@register_restoration_model
-def vheatir_micro(**kwargs: Any) -> VHeatIR:
-    """vHeatIR-Micro (CPU-sized): width 32, 2 groups of 2 heat-conduction blocks, 48 px patches."""
-    return _create("vheatir", "micro", **kwargs)  # type: ignore[return-value]
-
-
-@register_restoration_model
-def vheatir_base(**kwargs: Any) -> VHeatIR:
-    """vHeatIR at SwinIR's denoising size: width 180, 6 groups of 6 blocks, MLP ratio 2, 128 px patches."""
-    return _create("vheatir", "base", **kwargs)  # type: ignore[return-value]
-
-
-@register_restoration_model
-def swinir_micro(**kwargs: Any) -> SwinIRStyle:
-    """SwinIR-style Micro: width 32, 2 groups of 2 Swin blocks, 4 heads, window 8."""
-    return _create("swinir", "micro", **kwargs)  # type: ignore[return-value]
-
-
-@register_restoration_model
-def swinir_base(**kwargs: Any) -> SwinIRStyle:
-    """SwinIR-style at SwinIR's denoising size: width 180, 6 groups of 6 blocks, 6 heads, window 8."""
-    return _create("swinir", "base", **kwargs)  # type: ignore[return-value]
-
-
-@register_restoration_model
-def dncnn_micro(**kwargs: Any) -> DnCNN:
-    """DnCNN-style Micro: 8 layers of 32 channels."""
-    return _create("dncnn", "micro", **kwargs)  # type: ignore[return-value]
-
-
-@register_restoration_model
-def dncnn_base(**kwargs: Any) -> DnCNN:
-    """DnCNN-S: 17 layers of 64 channels."""
-    return _create("dncnn", "base", **kwargs)  # type: ignore[return-value]
+        raise ModelArgumentError(f"{name} cannot be built with the model arguments {given!r:.160} ({text})") from exc

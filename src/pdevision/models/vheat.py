@@ -21,13 +21,13 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 from timm.layers import ClassifierHead, calculate_drop_path_rates, trunc_normal_
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, ConvStem, HeatConductionOperator, MixerBlock, run_block
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg, to_2tuple_size
-from pdevision.models._weights import default_cfg, resolve_local_head
+from pdevision.models._staged import StagedBackbone, check_drop_path_rate, create_staged, to_2tuple_size
+from pdevision.models._weights import default_cfg
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
@@ -57,9 +57,9 @@ def _refuse_dynamic_size(size: tuple[object, object]) -> None:
 class VHeatStage(nn.Module):
     """Optional downsampling, then ``depth`` spectral blocks sharing one FVE. NHWC in and out.
 
-    The token mixer is vHeat's :class:`~pdevision.layers.HeatConductionOperator` unless ``mixer`` (``dim -> module``,
-    a :class:`~pdevision.layers.spectral.SpectralOperator`) builds another one (WaveFormer's wave operator); the
-    FVE is initialised from a truncated normal of standard deviation ``fve_std``."""
+    ``mixer`` (``dim -> module``, a :class:`~pdevision.layers.spectral.SpectralOperator`) builds each block's token
+    mixer (:meth:`VHeat.mixer_factory`: vHeat's heat operator, WaveFormer's wave operator); the FVE is initialised
+    from a truncated normal of standard deviation ``fve_std``; ``k_mode`` other than ``"fve"`` freezes it."""
 
     def __init__(
         self,
@@ -67,14 +67,13 @@ class VHeatStage(nn.Module):
         dim: int,
         depth: int,
         feat_size: tuple[int, int],
+        mixer: Callable[[int], nn.Module],
         mlp_ratio: float = 4.0,
         post_norm: bool = False,
         layer_scale: float | None = None,
         drop_path: Sequence[float] = (),
         fve_resize: str = "interp",
-        dct_method: DctMethod = "auto",
         k_mode: str = "fve",
-        mixer: Callable[[int], nn.Module] | None = None,
         fve_std: float = 0.02,
     ) -> None:
         super().__init__()
@@ -89,8 +88,6 @@ class VHeatStage(nn.Module):
         if k_mode != "fve":  # kept for a uniform layout (resizing, folding), but nothing reads it: frozen
             self.freq_embed.requires_grad_(False)
         dpr = list(drop_path) or [0.0] * depth
-        if mixer is None:
-            mixer = lambda d: HeatConductionOperator(d, dct_method=dct_method, k_mode=k_mode)  # noqa: E731
         self.blocks = nn.ModuleList(
             MixerBlock(
                 dim,
@@ -217,7 +214,6 @@ class VHeat(StagedBackbone):
                 layer_scale=layer_scale,
                 drop_path=dpr[i],
                 fve_resize=fve_resize,
-                dct_method=dct_method,
                 k_mode=k_mode,
                 mixer=mixer,
                 fve_std=self.fve_std,
@@ -230,7 +226,8 @@ class VHeat(StagedBackbone):
         )
         self.apply(self.init_linear)
 
-    def mixer_factory(self, dct_method: DctMethod, k_mode: str) -> Callable[[int], nn.Module]:
+    @staticmethod
+    def mixer_factory(dct_method: DctMethod, k_mode: str) -> Callable[[int], nn.Module]:
         """``dim -> token mixer`` of every block: vHeat's :class:`~pdevision.layers.HeatConductionOperator`."""
         return lambda dim: HeatConductionOperator(dim, dct_method=dct_method, k_mode=k_mode)
 
@@ -333,19 +330,6 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: VHeat) -> dict[str, 
 # -- registry ------------------------------------------------------------------------------------
 
 
-def _create_vheat(variant: str, pretrained: bool = False, **kwargs: Any) -> VHeat:
-    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
-    kwargs = resolve_local_head(pretrained, kwargs)
-    return build_model_with_cfg(
-        VHeat,
-        variant,
-        pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=feature_cfg(out_indices, kwargs),
-        **kwargs,
-    )
-
-
 # The authors' ImageNet-1K classification checkpoints, release assets of github MzeroMiko/vHeat (linked from their
 # README's table at commit bcc4da7c); read by timm with ``weights_only=True`` and converted by
 # :func:`checkpoint_filter_fn`. Their detection and segmentation checkpoints are mmdet / mmseg models (a backbone
@@ -374,21 +358,21 @@ default_cfgs = generate_default_cfgs(
 def vheat_micro(pretrained: bool = False, **kwargs: Any) -> VHeat:
     """vHeat-Micro (this library's CPU-sized model): dims 32, depths 1-1-3-1, pre-norm, 64 px."""
     args = dict(img_size=64, dims=32, depths=(1, 1, 3, 1), post_norm=False, drop_path_rate=0.0)
-    return _create_vheat("vheat_micro", pretrained, **dict(args, **kwargs))
+    return create_staged(VHeat, "vheat_micro", pretrained, checkpoint_filter_fn, **{**args, **kwargs})
 
 
 @register_model
 def vheat_tiny(pretrained: bool = False, **kwargs: Any) -> VHeat:
     """vHeat-T: dims 96, depths 2-2-6-2, pre-norm, drop path 0.1 (30.85M parameters)."""
     args = dict(dims=96, depths=(2, 2, 6, 2), post_norm=False, drop_path_rate=0.1)
-    return _create_vheat("vheat_tiny", pretrained, **dict(args, **kwargs))
+    return create_staged(VHeat, "vheat_tiny", pretrained, checkpoint_filter_fn, **{**args, **kwargs})
 
 
 @register_model
 def vheat_small(pretrained: bool = False, **kwargs: Any) -> VHeat:
     """vHeat-S: dims 96, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.3 (52.22M)."""
     args = dict(dims=96, depths=(2, 2, 18, 2), post_norm=True, layer_scale=1e-5, drop_path_rate=0.3)
-    return _create_vheat("vheat_small", pretrained, **dict(args, **kwargs))
+    return create_staged(VHeat, "vheat_small", pretrained, checkpoint_filter_fn, **{**args, **kwargs})
 
 
 @register_model
@@ -399,4 +383,4 @@ def vheat_base(pretrained: bool = False, **kwargs: Any) -> VHeat:
     inference model's count (87.50M). The CVPR text's vHeat-B (68M, 11.2 GFLOPs) has an unpublished
     configuration and is not this model."""
     args = dict(dims=128, depths=(2, 2, 18, 2), post_norm=True, layer_scale=1e-5, drop_path_rate=0.5)
-    return _create_vheat("vheat_base", pretrained, **dict(args, **kwargs))
+    return create_staged(VHeat, "vheat_base", pretrained, checkpoint_filter_fn, **{**args, **kwargs})

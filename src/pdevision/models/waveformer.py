@@ -21,13 +21,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
 from pdevision.layers import WavePropagationOperator
 from pdevision.models import vheat
-from pdevision.models._staged import feature_cfg
-from pdevision.models._weights import default_cfg, resolve_local_head
+from pdevision.models._staged import create_staged
+from pdevision.models._weights import default_cfg
 from pdevision.ops.dct import DctMethod
 
 __all__ = ["WaveFormer", "checkpoint_filter_fn"]
@@ -49,7 +49,8 @@ class WaveFormer(vheat.VHeat):
             raise TypeError("WaveFormer takes no k_mode (the diffusivity of vHeat's heat operator)")
         super().__init__(*args, **kwargs)
 
-    def mixer_factory(self, dct_method: DctMethod, k_mode: str) -> Callable[[int], nn.Module]:
+    @staticmethod
+    def mixer_factory(dct_method: DctMethod, k_mode: str) -> Callable[[int], nn.Module]:
         """``dim -> token mixer`` of every block: :class:`~pdevision.layers.WavePropagationOperator`."""
         return lambda dim: WavePropagationOperator(dim, dct_method=dct_method)
 
@@ -86,19 +87,6 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: WaveFormer) -> dict[
 # -- registry ------------------------------------------------------------------------------------
 
 
-def _create_waveformer(variant: str, pretrained: bool = False, **kwargs: Any) -> WaveFormer:
-    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
-    kwargs = resolve_local_head(pretrained, kwargs)
-    return build_model_with_cfg(
-        WaveFormer,
-        variant,
-        pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=feature_cfg(out_indices, kwargs),
-        **kwargs,
-    )
-
-
 _NOTE = (
     "no weights; the WaveFormer configurations are not published in the authors' repository (their README names "
     "waveformer_{tiny,small,base}_224.yaml, which it does not contain): this is vHeat's released layout of the same "
@@ -126,7 +114,7 @@ def waveformer_micro(pretrained: bool = False, **kwargs: Any) -> WaveFormer:
     """WaveFormer-Micro (this library's CPU-sized model, the layout of ``vheat_micro``): dims 32, depths 1-1-3-1,
     pre-norm, 64 px, drop path 0. No weights."""
     args = dict(img_size=64, dims=32, depths=(1, 1, 3, 1), post_norm=False, drop_path_rate=0.0)
-    return _create_waveformer("waveformer_micro", pretrained, **dict(args, **kwargs))
+    return create_staged(WaveFormer, "waveformer_micro", pretrained, checkpoint_filter_fn, **{**args, **kwargs})
 
 
 @register_model
@@ -136,7 +124,7 @@ def waveformer_tiny(pretrained: bool = False, **kwargs: Any) -> WaveFormer:
     ``waveformer_tiny_224.yaml``, which it does not contain); their class default is depths 2-2-9-2, dims 96,
     post-norm, no layer scale, drop path 0.2 (``WaveFormer()`` here)."""
     args = dict(dims=96, depths=(2, 2, 6, 2), post_norm=False, drop_path_rate=0.1)
-    return _create_waveformer("waveformer_tiny", pretrained, **dict(args, **kwargs))
+    return create_staged(WaveFormer, "waveformer_tiny", pretrained, checkpoint_filter_fn, **{**args, **kwargs})
 
 
 @register_model
@@ -144,7 +132,7 @@ def waveformer_small(pretrained: bool = False, **kwargs: Any) -> WaveFormer:
     """WaveFormer with vHeat-S's layout: dims 96, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.3. No
     weights. The authors' repository publishes no WaveFormer configuration (see :func:`waveformer_tiny`)."""
     args = dict(dims=96, depths=(2, 2, 18, 2), post_norm=True, layer_scale=1e-5, drop_path_rate=0.3)
-    return _create_waveformer("waveformer_small", pretrained, **dict(args, **kwargs))
+    return create_staged(WaveFormer, "waveformer_small", pretrained, checkpoint_filter_fn, **{**args, **kwargs})
 
 
 @register_model
@@ -152,4 +140,4 @@ def waveformer_base(pretrained: bool = False, **kwargs: Any) -> WaveFormer:
     """WaveFormer with vHeat-B's layout: dims 128, depths 2-2-18-2, post-norm, layer scale 1e-5, drop path 0.5. No
     weights. The authors' repository publishes no WaveFormer configuration (see :func:`waveformer_tiny`)."""
     args = dict(dims=128, depths=(2, 2, 18, 2), post_norm=True, layer_scale=1e-5, drop_path_rate=0.5)
-    return _create_waveformer("waveformer_base", pretrained, **dict(args, **kwargs))
+    return create_staged(WaveFormer, "waveformer_base", pretrained, checkpoint_filter_fn, **{**args, **kwargs})

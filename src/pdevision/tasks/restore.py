@@ -54,7 +54,7 @@ from pdevision.engine.task import Task
 from pdevision.errors import UsageError
 from pdevision.fastpath import on_device
 from pdevision.models.factory import MAX_SIZE
-from pdevision.models.restoration import build_restoration_model
+from pdevision.models.restoration import create_restoration_model
 from pdevision.tasks import args as A
 from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
 
@@ -250,7 +250,7 @@ class RestoreTask(Task):
         if config.eval_crop is not None and config.eval_crop < 1:
             raise ValueError(f"eval crop must be positive, got {config.eval_crop}")
         with torch.device("meta"):  # the model name and arguments, checked before any data is read
-            build_restoration_model(config.model, 3 if config.color else 1, config.patch_size, config.model_args)
+            create_restoration_model(config.model, 3 if config.color else 1, config.patch_size, config.model_args)
         if config.init_from is not None:
             self._check_init_from(config)
         self.config = config
@@ -317,7 +317,7 @@ class RestoreTask(Task):
 
     def build_model(self) -> nn.Module:
         c = self.config
-        model = build_restoration_model(c.model, MODES[self.mode], c.patch_size, c.model_args)
+        model = create_restoration_model(c.model, MODES[self.mode], c.patch_size, c.model_args)
         if c.init_from is not None:
             try:
                 state = load_weights(c.init_from)
@@ -467,7 +467,7 @@ def restoration_model_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> n
     in_chans, patch = meta["in_chans"], meta["patch_size"]
     if in_chans not in (1, 3) or not isinstance(patch, int) or not 1 <= patch <= MAX_SIZE:
         raise CheckpointError(f"restoration checkpoint with in_chans {in_chans!r} and patch size {patch!r}")
-    return build_restoration_model(meta["model"], in_chans, patch, args)
+    return create_restoration_model(meta["model"], in_chans, patch, args)
 
 
 def load_restoration_model(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict]:

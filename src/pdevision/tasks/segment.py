@@ -29,19 +29,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch import nn
 from torch.utils.data import Dataset
 from torchvision.utils import draw_segmentation_masks
 
 from pdevision._optional import require_all
 from pdevision._values import is_int
-from pdevision.data.dense import (
-    IGNORE_INDEX,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    build_dense_datasets,
-    check_scene_img_size,
-)
+from pdevision.data.dense import IGNORE_INDEX, build_dense_datasets, check_scene_img_size
 from pdevision.engine.loop import fit
 from pdevision.models.dense import create_segmentation_model
 from pdevision.models.factory import MAX_SIZE
@@ -194,7 +189,9 @@ class SegmentTask(DenseTask):
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return self._meta(
-            decoder_channels=self.recipe.decoder_channels, mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD)
+            decoder_channels=self.recipe.decoder_channels,
+            mean=list(IMAGENET_DEFAULT_MEAN),
+            std=list(IMAGENET_DEFAULT_STD),
         )
 
     def summary(self, run: dict[str, Any]) -> dict[str, Any]:
