@@ -64,7 +64,7 @@ def test_every_split_size_and_setting_has_its_own_file(tiny, tmp_path, monkeypat
     monkeypatch.setenv(ENV, str(tmp_path))
     pathfinder_arrays(tiny, "train", 32)
     pathfinder_arrays(tiny, "val", 32)
-    pathfinder_arrays(tiny, "val", 48)
+    pathfinder_arrays(tiny, "val", 64)
     monkeypatch.setitem(PATHFINDER_SETS, tiny, PathfinderSetSpec(12, 4, 4, PathfinderConfig(n_dashes=7)))
     pathfinder_arrays.cache_clear()
     other = pathfinder_arrays(tiny, "val", 32)

@@ -7,10 +7,19 @@ import numpy as np
 import pytest
 import timm
 import torch
-from timm.models.metaformer import MetaFormer
+from timm.models.metaformer import MetaFormer, SepConv
 
 from pdevision.layers import HeatConductionMixer, HyperbolicBlock
-from pdevision.layers.mixers import HcLMixer, HeatMixer, HyperbolicMixer, WaveMixer, mixer_fve
+from pdevision.layers.mixers import (
+    AvgPoolMixer,
+    DepthwiseMixer,
+    HcLMixer,
+    HeatMixer,
+    HyperbolicMixer,
+    PointwiseMixer,
+    WaveMixer,
+    mixer_fve,
+)
 from pdevision.layers.spectral import spectral_filter
 from pdevision.models.factory import ModelArgumentError, build_model
 from pdevision.ops.heat import resize_spectrum
@@ -217,3 +226,36 @@ def test_bad_mixer_options_are_one_model_argument_error(args: dict) -> None:
     with pytest.raises(ModelArgumentError) as info:
         build_model("pdeformer_micro", num_classes=2, **args)
     assert "\n" not in str(info.value) and next(iter(set(args) - {"mixer"})) in str(info.value)
+
+
+# -- the local controls of the flat family: ConvFormer's separable form around a spatial operation -----------------
+def test_local_controls_are_timms_sepconv_with_their_spatial_operation() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 9, 8)
+    dw = DepthwiseMixer(dim=6)
+    ref = SepConv(6, kernel_size=3, padding=1)
+    ref.load_state_dict(dw.state_dict())
+    torch.testing.assert_close(dw(x), ref(x))
+    pool, point = AvgPoolMixer(dim=6), PointwiseMixer(dim=6)
+    pool.load_state_dict(point.state_dict())
+    hidden = point.act1(point.pwconv1(x))
+    torch.testing.assert_close(point(x), point.pwconv2(hidden))
+    torch.testing.assert_close(
+        pool(x), point.pwconv2(torch.nn.functional.avg_pool2d(hidden, 3, 1, 1, count_include_pad=False) - hidden)
+    )
+    # the pointwise control mixes no tokens: a change at one token moves that token only
+    y = x.clone()
+    y[:, :, 4, 4] += 1.0
+    moved = (point(y) - point(x)).abs().sum(1) > 0
+    assert moved.sum() == 2 and moved[:, 4, 4].all()
+    assert sum(p.numel() for p in DepthwiseMixer(dim=6, sep_expansion=3).parameters()) == 2 * 6 * 18 + 18 * 9 + 2
+    with pytest.raises(ValueError, match="sep_expansion"):
+        PointwiseMixer(dim=4, sep_expansion=0)
+
+
+def test_hcl_hidden_widens_the_heat_step_between_projections() -> None:
+    mixer = HcLMixer(dim=4, hcl_hidden=6)
+    assert mixer.mixer.proj_in.weight.shape == (6, 4) and mixer.mixer.heat.dim == 6
+    assert mixer(torch.randn(2, 4, 5, 5)).shape == (2, 4, 5, 5)
+    with pytest.raises(ValueError, match="hcl_hidden"):
+        HcLMixer(dim=4, hcl_hidden=0)

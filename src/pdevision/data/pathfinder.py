@@ -9,8 +9,9 @@ An image is black with white dashed paths. Two *target* paths of ``n_dashes`` da
 apart and grow dash by dash in turn; then ``n_distractors`` paths of ``distractor_dashes`` dashes are grown one
 after the other, each left out where it finds no room. Two dots (discs of ``dot_radius``) are drawn: on the start
 and the end of one target path in a positive image (label 1), on the start of one target path and the end of the
-other in a negative (label 0). The two target paths are drawn alike, so the dots' distance alone does not give
-the label.
+other in a negative (label 0). Images come in pairs, a negative and a positive whose dots are the same distance
+apart (to within :data:`DOT_BIN`), and no two dots closer than two radii and the separation: the dots' distance
+has one distribution in both classes (version 1 drew it apart by label: it gave the label 58-60% of the time).
 
 A path is a walk of dashes: dash ``j`` runs ``dash_length`` from ``p_j`` in the direction ``theta_j``; dash
 ``j + 1`` starts ``dash_gap`` after its end, with ``theta_{j+1} = theta_j + U(-max_turn, max_turn)``. Each dash is
@@ -28,7 +29,7 @@ than that, so a flood fill that bridges gaps of ``gap_px`` joins exactly the das
 Images come in blocks of :data:`BLOCK`: block ``b`` of a split is generated, vectorised over its images, from
 ``numpy.random.default_rng([seed, split, b, VERSION])``, so image ``i`` does not depend on how many are asked
 for, and the train, validation and test splits (streams 0, 1, 2) are independent. Image ``i`` is positive when
-``i`` is odd: a split of even length is exactly balanced.
+``i`` is odd (images ``2j`` and ``2j + 1`` are a pair): a split of even length is exactly balanced.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import numpy as np
 
 from pdevision._values import is_finite_scalar, is_integer_scalar
 
-VERSION = 1
+VERSION = 2  # 2: positives and negatives paired at one dot distance (1: the dots' distance differed by label)
 BLOCK = 256
 REFERENCE_SIZE = 32  # the lengths of PathfinderConfig are pixels of an image of this side
 CELL = 1.0  # side of the grid cells, in reference pixels, on which the distances between paths are checked
@@ -50,6 +51,7 @@ STEP = 0.5  # spacing of the points sampled along a dash for those checks, in re
 SPLITS = {"train": 0, "val": 1, "test": 2}
 MAX_ROUNDS = 100  # rounds of drawing the target pairs that got stuck before giving up
 MAX_PATHS = 64  # one bit of a uint64 per path in the occupancy grid
+DOT_BIN = 0.25  # reference pixels: a positive and its negative have dot distances in one bin this wide
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,11 @@ class PathfinderConfig:
             raise ValueError("seed_distance must exceed two dot radii plus the separation")
 
 
+# LRA's 32-px Pathfinder (lra_benchmarks/data/pathfinder.py of google-research/long-range-arena) in the knobs this
+# generator shares with it: contour length 14, 20 // (14 // 3) = 5 distractor paths of 14 // 3 = 4 dashes, marker
+# radius 1.5 px, seed distance 7 px. Its other settings differ (docs/pathfinder.md names each).
+LRA_32 = PathfinderConfig(n_dashes=14, n_distractors=5, distractor_dashes=4, dot_radius=1.5, seed_distance=7.0)
+
 MAX_SIZE = 1024  # a block of 256 images at this side is 256 MB of pixels before the path maps
 MAX_BYTES = 1 << 31  # the pixels of one call (n images of size x size)
 RENDER_BYTES = 1 << 28  # the stamped pixel coordinates rendered at once (256 MiB)
@@ -174,8 +181,9 @@ def make_pathfinder(
 
 
 def _block(seed: int, split: int, block: int, cfg: PathfinderConfig) -> PathfinderImages:
-    """Images ``block * BLOCK`` to ``(block + 1) * BLOCK - 1`` of a split. An image whose pixels put two paths
-    within ``gap_px`` of each other (Chebyshev) is replaced by the next drawing of its label from the same stream."""
+    """Images ``block * BLOCK`` to ``(block + 1) * BLOCK - 1`` of a split, in pairs (image ``2j`` negative, ``2j + 1``
+    positive) whose dots are the same distance apart (:func:`_matched_targets`). A pair one of whose images puts two
+    paths within ``gap_px`` of each other (Chebyshev, in pixels) is replaced by the next pair of the same stream."""
     rng = np.random.default_rng([seed, split, block, VERSION])
     labels = (np.arange(block * BLOCK, (block + 1) * BLOCK) % 2).astype(np.int64)
     out: PathfinderImages | None = None
@@ -186,8 +194,9 @@ def _block(seed: int, split: int, block: int, cfg: PathfinderConfig) -> Pathfind
             out = images
         else:
             for f in fields(out):
-                getattr(out, f.name)[todo[~bad]] = getattr(images, f.name)[~bad]
-        todo = todo[bad]
+                getattr(out, f.name)[todo] = getattr(images, f.name)
+        pairs = np.unique(todo[bad] // 2)
+        todo = np.stack([2 * pairs, 2 * pairs + 1], axis=1).ravel()
         if not len(todo):
             return out
     raise RuntimeError(
@@ -367,14 +376,78 @@ def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> di
     )
 
 
+def _dot_distances(starts: np.ndarray, dirs: np.ndarray, cfg: PathfinderConfig) -> np.ndarray:
+    """For target pairs (k, 2, n, 2) whose path 0 carries the first dot (its start): the distance of that dot to
+    the end of path 0 (a positive) and to the end of path 1 (a negative), (k, 2)."""
+    ends = starts[:, :, -1] + cfg.dash_length * dirs[:, :, -1]
+    return np.linalg.norm(ends - starts[:, :1, 0], axis=-1)
+
+
+def _matched_targets(rng: np.random.Generator, pairs: int, cfg: PathfinderConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Target paths (2 pairs, 2, n, 2) for ``pairs`` pairs of images, a negative then a positive, path 0 carrying
+    the first dot. Drawn target pairs are taken in order; each offers a positive (its dots on path 0's ends) and a
+    negative (path 0's start, path 1's end), each at its dot distance, in bins of :data:`DOT_BIN`. A drawing is
+    paired with the first one waiting whose other label falls in the same bin, or waits. So the two images of a
+    pair have their dots the same distance apart (to within a bin), positives and negatives have one distribution
+    of dot distance, and dots closer than two radii and the separation (merged, or nearly) are never drawn."""
+    n = cfg.n_dashes
+    out = [np.full((2 * pairs, 2, n, 2), np.nan), np.full((2 * pairs, 2, n, 2), np.nan)]
+    least = 2 * cfg.dot_radius + cfg.separation
+    drawn: list[np.ndarray] = []  # starts and dirs of every drawing so far, stacked (k, 2, 2, n, 2)
+    waiting: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})  # by label: bin -> drawings waiting
+    used: set[int] = set()
+    done, total = 0, 0
+    for _ in range(MAX_ROUNDS):
+        k = max(8, 3 * (pairs - done))
+        targets = _draw_targets(rng, k, cfg)
+        swap = rng.random(k) < 0.5  # which target path carries the first dot
+        order = np.stack([swap.astype(int), 1 - swap.astype(int)], axis=1)[:, :, None, None]
+        starts = np.take_along_axis(targets["starts"], order, axis=1)
+        dirs = np.take_along_axis(targets["dirs"], order, axis=1)
+        drawn.append(np.stack([starts, dirs], axis=1))
+        every = np.concatenate(drawn)
+        dist = _dot_distances(starts, dirs, cfg)
+        bins = np.where(dist >= least, dist // DOT_BIN, -1)
+        for c in range(k):
+            own = total + c
+            neg_bin, pos_bin = int(bins[c, 1]), int(bins[c, 0])
+            partner, label = _take(waiting[0], pos_bin, used), 1  # a negative waiting at this positive's bin
+            if partner is None:
+                partner, label = _take(waiting[1], neg_bin, used), 0
+            if partner is None:
+                for lab, b in ((0, neg_bin), (1, pos_bin)):
+                    if b >= 0:
+                        waiting[lab].setdefault(b, []).append(own)
+                continue
+            used.update((own, partner))
+            pair = (partner, own) if label == 1 else (own, partner)  # (negative, positive)
+            for slot, which in enumerate(pair):
+                out[0][2 * done + slot], out[1][2 * done + slot] = every[which, 0], every[which, 1]
+            done += 1
+            if done == pairs:
+                return out[0], out[1]
+        total += k
+    raise RuntimeError(
+        f"pathfinder: {MAX_ROUNDS} rounds drew too few positives and negatives of equal dot distance; "
+        "use fewer dashes or a larger max_turn"
+    )
+
+
+def _take(waiting: dict[int, list[int]], b: int, used: set[int]) -> int | None:
+    """The first drawing waiting in bin ``b`` that is not used yet (removed from the queue), or None."""
+    queue = waiting.get(b, [])
+    while queue:
+        c = queue.pop(0)
+        if c not in used:
+            return c
+    return None
+
+
 def _draw(rng: np.random.Generator, labels: np.ndarray, cfg: PathfinderConfig) -> _Drawing:
-    """Drawings of images with the given labels (m,)."""
+    """Drawings of images with the given labels (m,): pairs ``(0, 1)``, each at one dot distance."""
     m, n = len(labels), cfg.n_dashes
     rows = np.arange(m)
-    targets = _draw_targets(rng, m, cfg)
-    swap = rng.random(m) < 0.5  # which target path carries the first dot
-    order = np.stack([swap.astype(int), 1 - swap.astype(int)], axis=1)
-    t_starts, t_dirs = targets["starts"][rows[:, None], order], targets["dirs"][rows[:, None], order]
+    t_starts, t_dirs = _matched_targets(rng, m // 2, cfg)
     t_ends = t_starts[:, :, -1] + cfg.dash_length * t_dirs[:, :, -1]
     dots = np.stack([t_starts[:, 0, 0], np.where(labels[:, None] == 1, t_ends[:, 0], t_ends[:, 1])], axis=1)
     grid = _Grid(m, REFERENCE_SIZE, cfg)
@@ -489,3 +562,20 @@ def _too_close(members: np.ndarray, gap: int) -> np.ndarray:
             hi[tuple(lead)] = np.maximum(hi[tuple(lead)], hi_src[tuple(lag)])
             lo[tuple(lead)] = np.minimum(lo[tuple(lead)], lo_src[tuple(lag)])
     return ((hi > 0) & (lo < big) & (hi != lo)).any(axis=(1, 2))
+
+
+def dot_geometry(drawn: PathfinderImages, cfg: PathfinderConfig) -> np.ndarray:
+    """The cues of the two dots alone, one row per image (n, 9): their distance, ``|dx|``, ``|dy|``, each dot's
+    centre (x, y) and each dot's lit pixels within one pixel beyond its radius (its rendered size, which a merged or
+    crowded dot changes); in pixels at ``cfg.size``, the size of ``drawn``. A classifier on these that beats chance
+    is a shortcut."""
+    dots = drawn.dots
+    delta = np.abs(dots[:, 0] - dots[:, 1])
+    yy, xx = np.mgrid[: cfg.size, : cfg.size] + 0.5
+    reach = (cfg.dot_radius * cfg.scale + 1.0) ** 2
+    lit = drawn.images > 0
+    blobs = [
+        (lit & ((xx - dots[:, j, 0, None, None]) ** 2 + (yy - dots[:, j, 1, None, None]) ** 2 <= reach)).sum((1, 2))
+        for j in range(2)
+    ]
+    return np.column_stack([np.hypot(delta[:, 0], delta[:, 1]), delta, dots.reshape(len(dots), 4), *blobs])

@@ -8,7 +8,12 @@ mixer that is not timm's ``Attention``). Each class here takes that signature an
 - :class:`WaveMixer`: WaveFormer's Wave Propagation Operator with its own FVE;
 - :class:`HcLMixer`: HcNet's heat-conduction mixer (linear, explicit heat step, linear);
 - :class:`HyperbolicMixer`: the branch of PDE-ResNet's hyperbolic block (one explicit step of a quasi-linear
-  hyperbolic system, BatchNorm), without its shortcut (the MetaFormer block has the residual).
+  hyperbolic system, BatchNorm), without its shortcut (the MetaFormer block has the residual);
+- the local controls, ConvFormer's inverted separable form (timm's ``SepConv``: pointwise up, StarReLU, a spatial
+  operation, pointwise down) around a spatial operation that reaches one token a block or none:
+  :class:`PointwiseMixer` (none: each token on its own), :class:`AvgPoolMixer` (PoolFormer's 3x3 average minus
+  identity) and :class:`DepthwiseMixer` (a depthwise 3x3 convolution). The pointwise layers give them about the
+  parameters of the PDE mixers and of attention, so that a comparison holds the parameters fixed.
 
 In vHeat and WaveFormer one FVE serves a whole stage at the stage's size. A MetaFormer mixer does not know the size
 of its map when it is built, so each spectral mixer holds an FVE on an ``fve_size x fve_size`` frequency grid and
@@ -22,6 +27,7 @@ from typing import Any
 
 import torch
 from timm.layers import trunc_normal_
+from timm.models.metaformer import Pooling, SepConv
 from torch import nn
 
 from pdevision._values import is_int
@@ -33,7 +39,16 @@ from pdevision.layers.wave import WavePropagationOperator
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
-__all__ = ["HcLMixer", "HeatMixer", "HyperbolicMixer", "WaveMixer", "mixer_fve"]
+__all__ = [
+    "AvgPoolMixer",
+    "DepthwiseMixer",
+    "HcLMixer",
+    "HeatMixer",
+    "HyperbolicMixer",
+    "PointwiseMixer",
+    "WaveMixer",
+    "mixer_fve",
+]
 
 
 # The largest FVE grid: the map of a 4096 px image at stride 16 (an FVE of n x n x C per mixer; far larger ones would
@@ -119,7 +134,8 @@ class HcLMixer(nn.Module):
     """HcNet's token mixer ``Linear(HcL(Linear(x)))`` for MetaFormer (HcNet's heat-conduction layer, an explicit step
     ``z + k (N(z) - W z)`` with ``k = sigmoid(Linear(GAP(z)))``). NCHW in and out; ``hcl_steps``: explicit sub-steps
     per layer; ``hcl_k_mode`` and ``hcl_k_init``: how ``k`` is set (HcNet's ablation; see
-    :class:`~pdevision.layers.HeatConductionLayer`)."""
+    :class:`~pdevision.layers.HeatConductionLayer`); ``hcl_hidden``: the channels the heat step runs on (default
+    ``dim``, HcNet's form; wider only to hold a comparison's parameters fixed)."""
 
     def __init__(
         self,
@@ -128,12 +144,18 @@ class HcLMixer(nn.Module):
         hcl_steps: int = 1,
         hcl_k_mode: str = "input",
         hcl_k_init: float = 0.5,
+        hcl_hidden: int | None = None,
         device: Any = None,
         dtype: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
-        self.mixer = HeatConductionMixer(dim, steps=hcl_steps, k_mode=hcl_k_mode, k_init=hcl_k_init)
+        hidden = dim if hcl_hidden is None else hcl_hidden
+        if not (is_int(hidden) and hidden >= 1):
+            raise ValueError(f"hcl_hidden must be a positive integer, got {hcl_hidden!r}")
+        self.mixer = HeatConductionMixer(hidden, steps=hcl_steps, k_mode=hcl_k_mode, k_init=hcl_k_init)
+        if hidden != dim:  # Linear(dim -> hidden), the heat step on hidden channels, Linear(hidden -> dim)
+            self.mixer.proj_in, self.mixer.proj_out = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         _place(self, device, dtype)
 
@@ -165,3 +187,41 @@ class HyperbolicMixer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         r = self.block.norm(self.block.residual(x))
         return self.proj_drop(r)
+
+
+class _SeparableMixer(SepConv):
+    """timm's ``SepConv`` (ConvFormer's inverted separable form: ``pw_down(spatial(StarReLU(pw_up(x))))``) with
+    ``spatial`` in place of its 7x7 depthwise convolution; ``expansion``: the hidden width over ``dim``. NCHW."""
+
+    def __init__(
+        self, dim: int, spatial: nn.Module | None, expansion: float, device: Any = None, dtype: Any = None
+    ) -> None:
+        if not (isinstance(expansion, (int, float)) and not isinstance(expansion, bool) and expansion > 0):
+            raise ValueError(f"sep_expansion must be a positive number, got {expansion!r}")
+        super().__init__(dim, expansion_ratio=expansion, kernel_size=3, padding=1, device=device, dtype=dtype)
+        if spatial is not None:
+            self.dwconv = spatial
+
+
+class PointwiseMixer(_SeparableMixer):
+    """The no-reach control: ``pw_down(StarReLU(pw_up(x)))`` per token (the separable form without its spatial
+    filter, an MLP on each token). Sees one token; ``sep_expansion``: hidden width over ``dim``. NCHW."""
+
+    def __init__(self, dim: int, sep_expansion: float = 2.0, device: Any = None, dtype: Any = None, **kwargs: Any):
+        super().__init__(dim, nn.Identity(), sep_expansion, device, dtype)
+
+
+class AvgPoolMixer(_SeparableMixer):
+    """The pooling control: PoolFormer's ``AvgPool3x3(z) - z`` inside the separable form. Reaches one token a
+    block. NCHW."""
+
+    def __init__(self, dim: int, sep_expansion: float = 2.0, device: Any = None, dtype: Any = None, **kwargs: Any):
+        super().__init__(dim, Pooling(3), sep_expansion, device, dtype)
+
+
+class DepthwiseMixer(_SeparableMixer):
+    """The local-convolution control: ConvFormer's ``SepConv`` with a depthwise 3x3 kernel instead of 7x7. Reaches
+    one token a block. NCHW."""
+
+    def __init__(self, dim: int, sep_expansion: float = 2.0, device: Any = None, dtype: Any = None, **kwargs: Any):
+        super().__init__(dim, None, sep_expansion, device, dtype)

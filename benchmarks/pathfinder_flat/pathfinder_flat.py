@@ -1,0 +1,472 @@
+"""Pathfinder on the flat skeleton: the design check that runs before any reported run (issue 58).
+
+Question: on a Pathfinder whose dots give no cue, does a global PDE mixer (heat, wave) beat its own pass-through,
+match attention and beat a local convolution, in a skeleton where only the mixer sets how far a token sees?
+
+Skeleton: ``pdeformer_flat_micro`` (one 2 x 2 patch embedding to 16 x 16 tokens at 32 px, 6 MetaFormer blocks of
+64 channels, a pooled linear head), one arm per entry of ``pdevision.models.pdeformer.FLAT_ARMS``; every arm's
+parameters within 5% of heat's except heat's pass-through (heat less its diffusivity projection). For one seed all
+arms start from the same weights outside the mixer and see the same data order (``init_seed``).
+
+Pre-registered contrasts (paired by seed, Holm over the four): heat vs heat_pass (is the global filter used),
+heat vs attention (non-inferiority at 3 points), heat vs dwconv (global vs local), wave vs heat. The smallest
+difference that matters: 3 points of test accuracy.
+
+This script runs the design check (``--check``): each arm's receptive field at initialisation, measured with
+``pdevision.viz.erf`` and computed from the layout, against the task's path extent; the testbed's shortcuts (a
+classifier on the two dots' geometry and a CNN that sees 7 px, on ``--n-test`` test images); the time of a training
+step, for the budget. It exits 1 naming each condition that fails. ``--power PILOT.json`` turns a pilot (3 selection
+seeds per arm, never reported: ``{"arm": {"seed": accuracy}}``) into the seeds per arm for 80% power. The pilot and
+the reported runs are not run by this script yet. ``--report-only`` writes the report from the record.
+
+    python benchmarks/pathfinder_flat/pathfinder_flat.py --check --workers 2
+    python benchmarks/pathfinder_flat/pathfinder_flat.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import timm
+import torch
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+from torch import nn
+
+from pdevision.bench.measure import machine_description
+from pdevision.data.pathfinder import LRA_32, VERSION, PathfinderImages, dot_geometry, make_pathfinder
+from pdevision.models.pdeformer import FLAT_ARMS
+from pdevision.viz.erf import area_share, erf_maps
+
+HERE = Path(__file__).resolve().parent
+RECORD = HERE / "pathfinder_flat.json"
+REPORT = HERE / "pathfinder_flat.md"
+
+MODEL = "pdeformer_flat_micro"
+CONFIG = LRA_32  # LRA's 32-px settings where the generator has the same knob
+SEED = 58  # the data seed of the testbed
+# reach of one block, in tokens, from the layout (None: every token): the local controls, PDE-ResNet's 3x3
+# derivatives and the pass-through's 3x3 depthwise convolution reach one token; the spectral filters and attention
+# every token; HcNet's step reaches one token, but its rate k = sigmoid(Linear(GAP(z))) reads every token
+REACH: dict[str, int | None] = {
+    "heat": None,
+    "heat_pass": 1,
+    "wave": None,
+    "hcl": None,
+    "hyperbolic": 1,
+    "attention": None,
+    "pointwise": 0,
+    "avgpool": 1,
+    "dwconv": 1,
+}
+LOCAL = ("heat_pass", "hyperbolic", "avgpool", "dwconv")
+GLOBAL = ("heat", "wave", "hcl", "attention")
+CONTRASTS = (  # (name, a, b, kind): a - b; "diff": two-sided, "noninferior": one-sided against -MARGIN
+    ("heat vs its pass-through", "heat", "heat_pass", "diff"),
+    ("heat vs attention", "heat", "attention", "noninferior"),
+    ("heat vs the local conv", "heat", "dwconv", "diff"),
+    ("wave vs heat", "wave", "heat", "diff"),
+)
+MARGIN = 3.0  # points: the smallest difference that matters
+ALPHA, POWER = 0.05, 0.8
+SUPPORT = 1e-12  # a pixel is seen when its float64 gradient exceeds this share of the largest
+NOISE_P = 0.01  # a shortcut accuracy is within binomial noise of 50% when its two-sided p-value is above this
+
+
+# ---- receptive fields --------------------------------------------------------------------------------------------
+def build(arm: str, seed: int = 0) -> nn.Module:
+    mixer, options = FLAT_ARMS[arm]
+    return timm.create_model(MODEL, mixer=mixer, num_classes=2, init_seed=seed, **options)
+
+
+def computed_side(arm: str, model: nn.Module, size: int) -> int:
+    """The side in pixels of the centre token's field from the layout: its patch, and ``reach`` tokens more each
+    side per block (the whole image for a global mixer)."""
+    reach = REACH[arm]
+    patch, depth = model.patch_size, len(model.stages[0].blocks)
+    return size if reach is None else min(size, patch * (2 * reach * depth + 1))
+
+
+def receptive_fields(images: torch.Tensor) -> dict[str, Any]:
+    """Per arm at initialisation: the ERF of the centre token (float64) on ``images``; the pixels seen (above
+    :data:`SUPPORT` of the largest gradient), their extent, the share holding 50% / 95% of the gradient; and the
+    side computed from the layout."""
+    out = {}
+    for arm in FLAT_ARMS:
+        model = build(arm).double()
+        erf = erf_maps(model, images.double())[0]
+        seen = erf > SUPPORT * erf.max()
+        ys, xs = np.nonzero(seen)
+        out[arm] = {
+            "params": sum(p.numel() for p in model.parameters()),
+            "computed_side_px": computed_side(arm, model, images.shape[-1]),
+            "seen_px": int(seen.sum()),
+            "seen_side_px": int(max(ys.max() - ys.min(), xs.max() - xs.min()) + 1),
+            "area_50": area_share(erf, 0.5),
+            "area_95": area_share(erf, 0.95),
+        }
+    return out
+
+
+def path_extent(drawn: Any, local_side: int) -> dict[str, Any]:
+    """How far the task reaches: the dots' distance, the side of the box around the path of the first dot, and the
+    share of images whose two dots fit in one local field (``local_side`` pixels a side)."""
+    dist = np.linalg.norm(drawn.dots[:, 0] - drawn.dots[:, 1], axis=1)
+    span = np.abs(drawn.dots[:, 0] - drawn.dots[:, 1]).max(axis=1)
+    sides = []
+    for paths in drawn.paths:
+        ys, xs = np.nonzero(paths == 1)
+        sides.append(max(ys.max() - ys.min(), xs.max() - xs.min()) + 1)
+    return {
+        "dot_distance_px": {q: float(np.percentile(dist, p)) for q, p in (("p5", 5), ("median", 50), ("p95", 95))},
+        "path_box_side_px": {q: float(np.percentile(sides, p)) for q, p in (("p5", 5), ("median", 50), ("p95", 95))},
+        "dots_within_one_local_field": float(np.mean(span < local_side)),
+    }
+
+
+def field_conditions(fields: dict[str, Any], size: int) -> list[str]:
+    """The failures of: the pointwise arm sees one token; every arm sees no more than its layout allows; a local arm
+    less than the image; a global arm all of it."""
+    fail = []
+    patch = 2
+    if fields["pointwise"]["seen_px"] != patch * patch:
+        fail.append(f"pointwise sees {fields['pointwise']['seen_px']} px, not its one token ({patch * patch})")
+    for arm, f in fields.items():
+        if f["seen_side_px"] > f["computed_side_px"]:
+            fail.append(f"{arm} sees {f['seen_side_px']} px, more than its layout's {f['computed_side_px']}")
+    fail += [f"local arm {a} sees the whole image" for a in LOCAL if fields[a]["seen_side_px"] >= size]
+    fail += [f"global arm {a} does not see every pixel" for a in GLOBAL if fields[a]["seen_px"] < size * size]
+    return fail
+
+
+# ---- shortcuts ---------------------------------------------------------------------------------------------------
+def binomial(correct: int, n: int) -> dict[str, Any]:
+    test = stats.binomtest(correct, n, 0.5)
+    low, high = test.proportion_ci(0.99)
+    return {"accuracy": correct / n, "n": n, "p_value": test.pvalue, "ci99": [low, high]}
+
+
+CUES = {"distance": [0], "offsets": [1, 2], "places": [3, 4, 5, 6], "sizes": [7, 8]}  # columns of dot_geometry
+
+
+def geometry_shortcut(train: Any, test: Any, columns: list[int] | None = None) -> dict[str, Any]:
+    """A gradient-boosted classifier (scikit-learn) on :func:`dot_geometry` (its ``columns``, default all), trained
+    on ``train``."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    cols = slice(None) if columns is None else columns
+    clf = HistGradientBoostingClassifier(random_state=0).fit(dot_geometry(train, CONFIG)[:, cols], train.labels)
+    correct = int((clf.predict(dot_geometry(test, CONFIG)[:, cols]) == test.labels).sum())
+    return binomial(correct, len(test.labels))
+
+
+def geometry_cues(train: Any, test: Any) -> dict[str, Any]:
+    """The geometry classifier on each group of cues alone: which one carries a shortcut."""
+    return {name: geometry_shortcut(train, test, cols) for name, cols in CUES.items()}
+
+
+class LocalCNN(nn.Module):
+    """Three 3x3 convolutions (a 7 x 7 px field), then the largest and mean response over positions, linear."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for c_in in (1, width, width):
+            layers += [nn.Conv2d(c_in, width, 3), nn.BatchNorm2d(width), nn.ReLU()]
+        self.body = nn.Sequential(*layers, nn.Conv2d(width, width, 1), nn.ReLU())
+        self.head = nn.Linear(2 * width, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.body(x)
+        return self.head(torch.cat([z.amax((2, 3)), z.mean((2, 3))], 1))
+
+
+def local_cnn_shortcut(train: Any, test: Any, epochs: int = 4, seed: int = 0) -> dict[str, Any]:
+    """:class:`LocalCNN` trained (AdamW, batch 128) on ``train``, scored on ``test``."""
+    torch.manual_seed(seed)
+    model = LocalCNN()
+    x = torch.from_numpy(train.images).float().div(255).unsqueeze(1)
+    y = torch.from_numpy(train.labels)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    for _ in range(epochs):
+        model.train()
+        for idx in torch.randperm(len(y)).split(128):
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        xt = torch.from_numpy(test.images).float().div(255).unsqueeze(1)
+        pred = torch.cat([model(b).argmax(1) for b in xt.split(512)])
+    correct = int((pred.numpy() == test.labels).sum())
+    return {**binomial(correct, len(test.labels)), "train_images": len(y), "epochs": epochs}
+
+
+# ---- cost --------------------------------------------------------------------------------------------------------
+def step_seconds(arm: str, batch: int = 64, steps: int = 6) -> float:
+    """Median seconds of one training step (forward, backward, AdamW) of ``arm`` on one thread, 32 px."""
+    model = build(arm).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(batch, 3, 32, 32), torch.randint(0, 2, (batch,))
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[1:]))
+
+
+def budget(seconds_per_image: dict[str, float], train_images: int, epochs: int, seeds: int) -> float:
+    """Core-hours of ``seeds`` runs of every arm (one core a run)."""
+    per_arm = [s * train_images * epochs for s in seconds_per_image.values()]
+    return sum(per_arm) * seeds / 3600
+
+
+# ---- power and the analysis --------------------------------------------------------------------------------------
+def paired(pilot: dict[str, dict[str, float]], a: str, b: str) -> np.ndarray:
+    seeds = sorted(set(pilot[a]) & set(pilot[b]))
+    return np.array([pilot[a][s] - pilot[b][s] for s in seeds], dtype=float)
+
+
+def seeds_needed(sd: float, kind: str, contrasts: int = len(CONTRASTS)) -> int:
+    """Seeds per arm for 80% power at a 3-point difference (non-inferiority: true difference 0 against the 3-point
+    margin, one-sided) at the level Holm gives the first of ``contrasts`` tests (``ALPHA / contrasts``), by
+    statsmodels' power of the paired t-test."""
+    alternative = "larger" if kind == "noninferior" else "two-sided"
+    n = TTestPower().solve_power(effect_size=MARGIN / sd, alpha=ALPHA / contrasts, power=POWER, alternative=alternative)
+    return int(np.ceil(max(n, 2)))
+
+
+def power_plan(pilot: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """From a pilot's accuracies (points) by arm and seed: each contrast's spread of paired differences and the seeds
+    per arm it needs."""
+    rows = {}
+    for name, a, b, kind in CONTRASTS:
+        d = paired(pilot, a, b)
+        sd = float(d.std(ddof=1))
+        rows[name] = {"pilot_seeds": len(d), "sd_paired": sd, "seeds_needed": seeds_needed(sd, kind)}
+    return {"contrasts": rows, "seeds_per_arm": max(r["seeds_needed"] for r in rows.values())}
+
+
+def analyse(results: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """The reported verdicts: per contrast, the mean paired difference (points) with its 95% paired t-interval
+    (scipy), the p-value (two-sided; non-inferiority: one-sided against -3 points) and Holm's adjustment over the
+    contrasts (statsmodels)."""
+    rows = []
+    for name, a, b, kind in CONTRASTS:
+        d = paired(results, a, b)
+        shifted = d + MARGIN if kind == "noninferior" else d
+        test = stats.ttest_1samp(shifted, 0.0, alternative="greater" if kind == "noninferior" else "two-sided")
+        low, high = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+        rows.append(
+            {
+                "contrast": name,
+                "kind": kind,
+                "n": len(d),
+                "mean": float(d.mean()),
+                "ci95": [low, high],
+                "p": float(test.pvalue),
+            }
+        )
+    reject, adjusted, _, _ = multipletests([r["p"] for r in rows], alpha=ALPHA, method="holm")
+    for row, r, p in zip(rows, reject, adjusted, strict=True):
+        row.update(p_holm=float(p), decided=bool(r))
+    return rows
+
+
+def draw(split: str, n: int, workers: int, cache: Path | None) -> PathfinderImages:
+    """The first ``n`` images of ``split`` of the testbed; kept in ``cache`` (a folder) when given, and read back
+    from it by a later check of the same generator version."""
+    path = None if cache is None else cache / f"pathfinder_flat-v{VERSION}-{SEED}-{split}-{n}.npz"
+    if path is not None and path.exists():
+        with np.load(path) as f:
+            return PathfinderImages(**{k: f[k] for k in f.files})
+    drawn = make_pathfinder(SEED, split, n, CONFIG, workers=workers)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, **asdict(drawn))
+        os.replace(tmp, path)
+    return drawn
+
+
+# ---- record and report -------------------------------------------------------------------------------------------
+def check(args: argparse.Namespace) -> dict[str, Any]:
+    start = time.time()
+    test = draw("test", args.n_test, args.workers, args.cache)
+    train = draw("train", args.n_train, args.workers, args.cache)
+    drawn_s = time.time() - start
+    images = torch.from_numpy(test.images[:4]).float().div(255)[:, None].expand(-1, 3, -1, -1)
+    fields = receptive_fields(images)
+    local_side = max(fields[a]["computed_side_px"] for a in LOCAL)
+    torch.set_num_threads(1)
+    per_image = {arm: step_seconds(arm) / 64 for arm in FLAT_ARMS}
+    record = {
+        "config": asdict(CONFIG),
+        "model": MODEL,
+        "data_seed": SEED,
+        "generation_seconds": drawn_s,
+        "receptive_fields": fields,
+        "path_extent": path_extent(test, local_side),
+        "shortcuts": {
+            "geometry": geometry_shortcut(train, test),
+            "local_cnn_7px": local_cnn_shortcut(train, test),
+        },
+        "geometry_by_cue": geometry_cues(train, test),
+        "step_seconds_per_image": per_image,
+        "plan": {
+            "train_images": args.plan_train,
+            "epochs": args.plan_epochs,
+            "pilot_seeds": 3,
+            "pilot_core_hours": budget(per_image, args.plan_train, args.plan_epochs, 3),
+            "core_hours_per_seed": budget(per_image, args.plan_train, args.plan_epochs, 1),
+            "budget_core_hours": 40.0,
+        },
+        "machine": {**machine_description(torch.device("cpu")), "load_average": os.getloadavg()},
+        "check_seconds": time.time() - start,
+    }
+    plan = record["plan"]
+    left = plan["budget_core_hours"] - plan["pilot_core_hours"]
+    plan["reported_seeds_affordable"] = max(0, int(left // plan["core_hours_per_seed"]))
+    record["failures"] = failures(record)
+    return record
+
+
+def failures(record: dict[str, Any]) -> list[str]:
+    fail = field_conditions(record["receptive_fields"], record["config"]["size"])
+    both = record["path_extent"]["dots_within_one_local_field"]
+    if both > 0.5:
+        fail.append(f"a local arm's token sees both dots in {100 * both:.0f}% of the images: not local to the task")
+    if record["plan"]["pilot_core_hours"] > record["plan"]["budget_core_hours"]:
+        fail.append("the pilot alone costs more than the budget")
+    for name, s in record["shortcuts"].items():
+        if s["p_value"] < NOISE_P:
+            fail.append(f"shortcut {name}: {100 * s['accuracy']:.1f}% on {s['n']} images is beyond binomial noise")
+    return fail
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def report(record: dict[str, Any]) -> str:
+    f, sc, plan, ext = record["receptive_fields"], record["shortcuts"], record["plan"], record["path_extent"]
+    lines = [
+        "# Pathfinder on the flat skeleton: the design check",
+        "",
+        "Generated by `python benchmarks/pathfinder_flat/pathfinder_flat.py --report-only` from "
+        "[pathfinder_flat.json](pathfinder_flat.json). The pilot and the reported runs have not been run.",
+        "",
+        f"**Verdict: {'passes' if not record['failures'] else 'FAILS: ' + '; '.join(record['failures'])}.**",
+        "",
+        f"## Receptive fields at initialisation ({record['model']}, 32 px, 16 x 16 tokens)",
+        "",
+        "| arm | parameters | side from the layout (px) | pixels seen | side seen (px) | 50% of the gradient | 95% |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm, r in f.items():
+        lines.append(
+            f"| {arm} | {r['params']:,} | {r['computed_side_px']} | {r['seen_px']} | {r['seen_side_px']} | "
+            f"{100 * r['area_50']:.1f}% | {100 * r['area_95']:.1f}% |"
+        )
+    d, b = ext["dot_distance_px"], ext["path_box_side_px"]
+    lines += [
+        "",
+        f"Seen: float64 gradient of the centre token's features above {SUPPORT:g} of its largest, on 4 test images.",
+        f"The task's extent (test split): dot distance {d['p5']:.1f} / {d['median']:.1f} / {d['p95']:.1f} px (5th "
+        f"percentile / median / 95th), box around the first dot's path {b['p5']:.0f} / {b['median']:.0f} / "
+        f"{b['p95']:.0f} px; both dots fit in one local field in {100 * ext['dots_within_one_local_field']:.1f}% of "
+        "the images.",
+        "",
+        "## Shortcuts (test split, within binomial noise of 50%: two-sided p above 0.01)",
+        "",
+        "| classifier | accuracy | 99% interval | p | test images |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for name, s in sc.items():
+        low, high = s["ci99"]
+        lines.append(
+            f"| {name} | {100 * s['accuracy']:.2f}% | {100 * low:.1f}-{100 * high:.1f}% | {s['p_value']:.3f} | "
+            f"{s['n']:,} |"
+        )
+    lines += ["", "The geometry classifier on each group of cues alone (the columns of `dot_geometry`):", ""]
+    for name, s in record.get("geometry_by_cue", {}).items():
+        lines.append(f"- {name}: {100 * s['accuracy']:.2f}% (p {s['p_value']:.3f})")
+    m = record["machine"]
+    lines += [
+        "",
+        f"Generation of {sc['geometry']['n']:,} test and {sc['local_cnn_7px']['train_images']:,} training images: "
+        f"{record['generation_seconds']:.0f} s.",
+        "",
+        "## Cost and budget (planned, before any run)",
+        "",
+        "One training step, one thread, batch 64 at 32 px (median of 6), seconds per image: "
+        + ", ".join(f"{a} {1000 * s:.2f} ms" for a, s in record["step_seconds_per_image"].items())
+        + f". Machine: {m.get('cpu', '')}, load average {', '.join(f'{x:.1f}' for x in m['load_average'])} "
+        "(shared with other jobs: these times are upper bounds).",
+        "",
+        f"Planned: {plan['train_images']:,} training images, {plan['epochs']} epochs a run, one core a run: "
+        f"{plan['core_hours_per_seed']:.1f} core-hours per seed of all {len(f)} arms; the pilot (3 seeds) "
+        f"{plan['pilot_core_hours']:.1f}, against a budget of {plan['budget_core_hours']:.0f} core-hours: "
+        f"{plan['reported_seeds_affordable']} reported seeds per arm remain after it. The seeds needed come from "
+        "the pilot (`--power`); where they exceed what the budget pays, the record says so before the runs and only "
+        "the contrasts that stay decidable are reported.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="run the design check and write the record")
+    parser.add_argument("--report-only", action="store_true", help="write the report from the record")
+    parser.add_argument("--power", type=Path, help="a pilot's accuracies, JSON {arm: {seed: points}}")
+    parser.add_argument("--n-test", type=int, default=10_000)
+    parser.add_argument("--n-train", type=int, default=4096, help="training images of the shortcut classifiers")
+    parser.add_argument("--plan-train", type=int, default=20_000, help="training images of a planned run")
+    parser.add_argument("--plan-epochs", type=int, default=20, help="epochs of a planned run")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--cache", type=Path, help="a folder to keep the drawn images in for a later check")
+    args = parser.parse_args(argv)
+    if sum(map(bool, (args.check, args.report_only, args.power))) != 1:
+        print("pathfinder_flat: give one of --check, --report-only, --power PILOT.json", file=sys.stderr)
+        return 2
+    if args.power:
+        try:
+            pilot = json.loads(args.power.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"pathfinder_flat: cannot read the pilot {args.power}: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(power_plan(pilot), indent=1))
+        return 0
+    if args.check:
+        record = check(args)
+        write_json(RECORD, record)
+    elif not RECORD.exists():
+        print(f"pathfinder_flat: no record at {RECORD.name}; run --check first", file=sys.stderr)
+        return 2
+    record = json.loads(RECORD.read_text())
+    record["failures"] = failures(record)  # the conditions, from the recorded figures
+    REPORT.write_text(report(record))
+    for line in record["failures"]:
+        print(f"design check failed: {line}", file=sys.stderr)
+    return 1 if record["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

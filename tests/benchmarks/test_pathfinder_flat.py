@@ -1,0 +1,149 @@
+"""benchmarks/pathfinder_flat: the design check's conditions fail loudly, the power and the analysis are statsmodels'
+and scipy's (checked against independent computations), the report is the record's."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.helpers import load_benchmark
+
+pf = load_benchmark("pathfinder_flat/pathfinder_flat.py")
+
+
+def _power(n: int, sd: float, alpha: float, one_sided: bool) -> float:
+    """Power of the paired t-test at n pairs for a 3-point difference, from the noncentral t (written here)."""
+    df, nc = n - 1, pf.MARGIN / sd * np.sqrt(n)
+    if one_sided:
+        return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, nc))
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+
+@pytest.mark.parametrize("kind", ["diff", "noninferior"])
+@pytest.mark.parametrize("sd", [2.0, 8.0])
+def test_seeds_needed_is_the_least_n_with_80_percent_power_after_holm(kind: str, sd: float) -> None:
+    n = pf.seeds_needed(sd, kind)
+    alpha = pf.ALPHA / len(pf.CONTRASTS)
+    assert _power(n, sd, alpha, kind == "noninferior") >= 0.8 > _power(n - 1, sd, alpha, kind == "noninferior")
+
+
+def test_the_power_plan_takes_the_spread_of_paired_differences() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.normal(70, 8, 3)  # seed effects shared by the arms: they cancel in the paired differences
+    pilot = {arm: {str(s): float(base[s] + rng.normal(0, 1)) for s in range(3)} for arm in pf.FLAT_ARMS}
+    plan = pf.power_plan(pilot)
+    heat = np.array([pilot["heat"][str(s)] for s in range(3)])
+    wave = np.array([pilot["wave"][str(s)] for s in range(3)])
+    assert plan["contrasts"]["wave vs heat"]["sd_paired"] == pytest.approx(np.std(wave - heat, ddof=1))
+    assert plan["seeds_per_arm"] == max(r["seeds_needed"] for r in plan["contrasts"].values())
+
+
+def test_the_analysis_is_a_paired_t_interval_with_holm_over_the_four_contrasts() -> None:
+    rng = np.random.default_rng(1)
+    base = rng.normal(70, 8, 12)
+    shift = {"heat": 4.0, "heat_pass": 0.0, "wave": 4.5, "attention": 3.5, "dwconv": 1.0}
+    results = {a: {str(s): float(base[s] + shift[a] + rng.normal(0, 1.5)) for s in range(12)} for a in shift}
+    rows = pf.analyse(results)
+    assert [r["contrast"] for r in rows] == [c[0] for c in pf.CONTRASTS]
+    d = np.array([results["heat"][str(s)] - results["heat_pass"][str(s)] for s in range(12)])
+    half = stats.t.ppf(0.975, 11) * d.std(ddof=1) / np.sqrt(12)
+    np.testing.assert_allclose(rows[0]["ci95"], [d.mean() - half, d.mean() + half])
+    assert rows[0]["p"] == pytest.approx(
+        stats.ttest_rel(
+            [results["heat"][str(s)] for s in range(12)], [results["heat_pass"][str(s)] for s in range(12)]
+        ).pvalue
+    )
+    # Holm by hand: sorted p times (m - rank), running maximum, capped at 1
+    p = np.array([r["p"] for r in rows])
+    order = np.argsort(p)
+    held = np.minimum(np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))), 1.0)
+    expected = np.empty_like(held)
+    expected[order] = held
+    np.testing.assert_allclose([r["p_holm"] for r in rows], expected)
+    # non-inferiority: one-sided against -3 points
+    ni = np.array([results["heat"][str(s)] - results["attention"][str(s)] for s in range(12)])
+    assert rows[1]["p"] == pytest.approx(stats.ttest_1samp(ni + 3, 0, alternative="greater").pvalue)
+    assert rows[0]["decided"] and rows[1]["decided"]
+
+
+def _fields(**changes: dict) -> dict:
+    fields = {
+        "pointwise": {"seen_px": 4, "seen_side_px": 2, "computed_side_px": 2},
+        **{a: {"seen_px": 300, "seen_side_px": 18, "computed_side_px": 26} for a in pf.LOCAL},
+        **{a: {"seen_px": 1024, "seen_side_px": 32, "computed_side_px": 32} for a in pf.GLOBAL},
+    }
+    for arm, change in changes.items():
+        fields[arm] = {**fields[arm], **change}
+    return fields
+
+
+def test_each_receptive_field_condition_fails_loudly() -> None:
+    assert pf.field_conditions(_fields(), 32) == []
+    assert "pointwise sees 16 px" in pf.field_conditions(_fields(pointwise={"seen_px": 16}), 32)[0]
+    assert pf.field_conditions(_fields(dwconv={"seen_side_px": 32, "computed_side_px": 32}), 32) == [
+        "local arm dwconv sees the whole image"
+    ]
+    assert pf.field_conditions(_fields(heat={"seen_px": 1000}), 32) == ["global arm heat does not see every pixel"]
+    assert "more than its layout" in pf.field_conditions(_fields(avgpool={"seen_side_px": 30}), 32)[0]
+
+
+def test_the_computed_fields_follow_the_layout() -> None:
+    model = pf.build("dwconv")
+    assert pf.computed_side("pointwise", model, 32) == 2
+    assert pf.computed_side("dwconv", model, 32) == 2 * (2 * 6 + 1)
+    assert pf.computed_side("attention", model, 32) == 32
+
+
+def test_a_shortcut_a_local_field_over_both_dots_and_an_unaffordable_pilot_each_fail_the_check() -> None:
+    record = {
+        "receptive_fields": _fields(),
+        "config": {"size": 32},
+        "path_extent": {"dots_within_one_local_field": 0.2},
+        "plan": {"pilot_core_hours": 10.0, "budget_core_hours": 40.0},
+        "shortcuts": {"geometry": pf.binomial(5300, 10_000), "local_cnn_7px": pf.binomial(5050, 10_000)},
+    }
+    assert pf.failures(record) == ["shortcut geometry: 53.0% on 10000 images is beyond binomial noise"]
+    record["shortcuts"]["geometry"] = pf.binomial(5000, 10_000)
+    assert pf.failures(record) == []
+    record["path_extent"]["dots_within_one_local_field"] = 0.9
+    record["plan"]["pilot_core_hours"] = 41.0
+    assert pf.failures(record) == [
+        "a local arm's token sees both dots in 90% of the images: not local to the task",
+        "the pilot alone costs more than the budget",
+    ]
+
+
+def test_the_report_is_the_records(tmp_path: Path, monkeypatch, capsys) -> None:
+    record = json.loads(pf.RECORD.read_text())
+    monkeypatch.setattr(pf, "RECORD", tmp_path / "r.json")
+    monkeypatch.setattr(pf, "REPORT", tmp_path / "r.md")
+    pf.write_json(pf.RECORD, record)
+    assert pf.main(["--report-only"]) == (1 if record["failures"] else 0)
+    text = pf.REPORT.read_text()
+    for arm, r in record["receptive_fields"].items():
+        row = re.search(rf"^\| {arm} \| ([\d,]+) \| (\d+) \| (\d+) \| (\d+) \|", text, re.M)
+        assert row is not None, arm
+        assert [int(g.replace(",", "")) for g in row.groups()] == [
+            r["params"],
+            r["computed_side_px"],
+            r["seen_px"],
+            r["seen_side_px"],
+        ]
+    for name, s in record["shortcuts"].items():
+        assert f"| {name} | {100 * s['accuracy']:.2f}% |" in text
+    assert f"{record['plan']['core_hours_per_seed']:.1f} core-hours per seed" in text
+
+
+def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    assert pf.main([]) == 2
+    monkeypatch.setattr(pf, "RECORD", tmp_path / "none.json")
+    assert pf.main(["--report-only"]) == 2
+    assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("pathfinder_flat:") for line in err)
