@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pdevision.engine.checkpoint import save_checkpoint
+from pdevision.engine.save import save_checkpoint
 from tests.helpers import load_benchmark
 
 pc = load_benchmark("pathfinder_collapse.py")

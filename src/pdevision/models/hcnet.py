@@ -86,8 +86,7 @@ from pdevision.layers.hcl import (
     refinement_act_layer,
 )
 from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg, to_2tuple_size
-from pdevision.models._weights import default_cfg, resolve_local_head
-from pdevision.models.vheat import _unwrap
+from pdevision.models._weights import default_cfg, resolve_local_head, unwrap_state_dict
 from pdevision.ops.fdm import Boundary
 
 __all__ = ["LAYOUTS", "HcNet", "HcNetStage", "PatchStem", "checkpoint_filter_fn"]
@@ -339,7 +338,7 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: HcNet) -> dict[str, 
     ``layers.<i>.downsample.*``, ``head.*``; alone or inside ``model`` / ``model_ema`` / ``state_dict``, with or
     without DDP's ``module.``) to this model's names; this library's own state dicts pass unchanged."""
     del model
-    state_dict = _unwrap(state_dict)
+    state_dict = unwrap_state_dict(state_dict)
     if not any(k.startswith(("patch_embed.", "layers.")) for k in state_dict):
         return state_dict
     converted = {}

@@ -1,4 +1,4 @@
-"""``pdevision export``: a checkpoint (any format :mod:`pdevision.engine.formats` reads) as an ONNX file, a
+"""``pdevision export``: a checkpoint (any format :mod:`pdevision.engine.checkpoint` reads) as an ONNX file, a
 ``torch.export`` program (``.pt2``) or a timm / Hugging Face folder, each checked against PyTorch after it is
 written; ``--int8`` adds dynamic int8 quantization with the accuracy on the checkpoint's validation data before and
 after.
@@ -37,9 +37,8 @@ from torch import nn
 from pdevision._optional import MissingDependencyError
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_classes, embedded_data_of
-from pdevision.engine import formats
 from pdevision.engine import validators as V
-from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.checkpoint import CheckpointError, label_names
 from pdevision.engine.modeling import load_checkpoint_model, min_input_size, model_from_meta
 from pdevision.errors import UsageError
 
@@ -69,7 +68,7 @@ def quantize_linears(model: nn.Module) -> nn.Module:
 
 
 def _build(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
-    classes = formats.label_names(meta) if meta.get("kind") != "encoder" else []
+    classes = label_names(meta) if meta.get("kind") != "encoder" else []
     return model_from_meta(meta, len(classes))
 
 
@@ -116,7 +115,7 @@ def _val_set(meta: dict[str, Any], data: str | None, val_split: float) -> Any:
 
 
 def _check_classes(meta: dict[str, Any], data_classes: list[str]) -> None:
-    classes = formats.label_names(meta)
+    classes = label_names(meta)
     if meta.get("classes") and data_classes != classes:
         raise CheckpointError(f"the checkpoint's classes {classes[:10]} are not the data's {data_classes[:10]}")
     if len(data_classes) != len(classes):
@@ -199,7 +198,7 @@ def _write_hub(
 ) -> dict[str, Any]:
     """timm's ``save_for_hf`` folder, read back with ``local-dir:``; with ``val_set``, torch.ao's dynamic int8 of the
     loaded model measured (the folder keeps the float weights timm reads)."""
-    config = {"label_names": formats.label_names(meta)} if model.num_classes else {}
+    config = {"label_names": label_names(meta)} if model.num_classes else {}
     timm.models.save_for_hf(model, output, model_config=config, safe_serialization=True)
     loaded = timm.create_model(f"local-dir:{output}", pretrained=True).eval()
     result: dict[str, Any] = {"max_abs_diff": _differences(lambda b: loaded(b).numpy(), model, x, dynamic)}
