@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import io
-import os
 import pickle
 import pickletools
 import re
@@ -48,18 +47,16 @@ from pdevision._values import is_finite_number, is_int
 from pdevision.engine.metadata import MAX_METADATA_BYTES, MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models import FAMILIES, list_models
-from pdevision.models._arguments import MAX_CLASSES
+from pdevision.models._arguments import MAX_CLASSES, MAX_SIZE
 from pdevision.models._weights import HEAD_KEYS, unwrap_state_dict
 
 __all__ = [
-    "CHECKPOINT_NAMES",
     "FORMATS",
     "NO_CHECKPOINT_YET",
     "CheckpointError",
     "check_finite_weights",
     "check_normalisation",
     "checkpoint_filter_of",
-    "checkpoint_folder_of",
     "checkpoint_format",
     "checkpoint_kind",
     "default_eval_output",
@@ -80,28 +77,6 @@ _HUB_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or does not fit the model."""
-
-
-CHECKPOINT_NAMES = ("last", "best", "encoder")
-# the temporary and previous folders of a save (see :mod:`pdevision.engine.save`)
-_SIBLING = re.compile(r"^\.(last|best|encoder)\.(old|tmp-.*)$")
-
-
-def checkpoint_folder_of(path: str | Path) -> Path | None:
-    """The checkpoint folder that ``path`` is or lies inside, or ``None``: a folder holding ``model.safetensors``,
-    a save's temporary or previous folder (``RUN/.best.old``, ``RUN/.last.tmp-*``), or ``RUN/last``, ``RUN/best`` or
-    ``RUN/encoder`` of a run folder. The next save of that checkpoint replaces the folder whole, deleting whatever
-    a command wrote there."""
-    path = Path(os.path.abspath(path))
-    for folder in (path, *path.parents):
-        if _SIBLING.match(folder.name) or (folder / "model.safetensors").is_file():
-            return folder
-        parent = folder.parent
-        if folder.name in CHECKPOINT_NAMES and (
-            (parent / "config.json").is_file() or (parent / "summary.json").is_file()
-        ):
-            return folder
-    return None
 
 
 def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "last")) -> Path:
@@ -326,6 +301,23 @@ def _is_count(value: Any) -> bool:
     return is_int(value) and 0 <= value <= MAX_CLASSES
 
 
+def _label_names(labels: Any, num_classes: int, file: Path) -> list[str] | None:
+    """A Hugging Face folder's ``label_names`` (a list, or timm's ``{index: name}``): ``None`` when absent, else a
+    list of ``num_classes`` strings, or a :class:`CheckpointError` (class names that do not name the classifier's
+    outputs would be printed against the wrong ones)."""
+    if labels is None:
+        return None
+    if isinstance(labels, dict):
+        if len(labels) == num_classes:
+            labels = [labels.get(str(i), labels.get(i)) for i in range(num_classes)]  # type: ignore[call-overload]
+    if not (isinstance(labels, list) and len(labels) == num_classes and all(isinstance(c, str) for c in labels)):
+        raise CheckpointError(
+            f"{file}: label_names must be a list of {num_classes} class names (strings), one per output of the "
+            f"classifier, got {labels!r:.80}"
+        )
+    return labels or None
+
+
 def _hub_meta(folder: Path) -> dict[str, Any]:
     file = regular_checkpoint_file(folder / "config.json")
     try:
@@ -340,48 +332,91 @@ def _hub_meta(folder: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{file}: num_classes must be a whole number from 0 to {MAX_CLASSES:,}, got {num_classes!r:.80}"
         )
-    labels = config.get("label_names", cfg.get("label_names"))
-    if isinstance(labels, dict):  # timm allows {index: name}
-        labels = [labels.get(str(i), labels.get(i)) for i in range(num_classes)]  # type: ignore[call-overload]
-    classes = (
-        [str(c) for c in labels] if isinstance(labels, list) and len(labels) == num_classes and num_classes else None
-    )
+    classes = _label_names(config.get("label_names", cfg.get("label_names")), num_classes, file)
     args = config.get("model_args") if isinstance(config.get("model_args"), dict) else {}
     size = cfg.get("input_size")
     img_size = args.get("img_size") or (size[-1] if isinstance(size, list) and len(size) == 3 else None)
-    meta = _foreign_meta(config["architecture"], num_classes, "hub", classes=classes, img_size=img_size)
-    meta["model_args"] = {k: v for k, v in args.items() if k != "num_classes"}  # timm records it there too
     if isinstance(img_size, list) and len(img_size) == 2 and img_size[0] == img_size[1]:
         img_size = img_size[0]  # timm records a square size as a pair
-    for where in (meta, meta["model_args"]):
-        if "img_size" in where or where is meta:
-            where["img_size"] = img_size
+    meta = _foreign_meta(config["architecture"], num_classes, "hub", classes=classes, img_size=img_size)
+    meta["model_args"] = {k: v for k, v in args.items() if k != "num_classes"}  # timm records it there too
+    if "img_size" in meta["model_args"]:
+        meta["model_args"]["img_size"] = img_size
     for key in ("mean", "std"):
         if isinstance(cfg.get(key), list):
             meta[key] = cfg[key]
     return meta
 
 
-def _timm_meta(obj: dict[str, Any], rows: int, file: Path) -> dict[str, Any]:
-    """The metadata of a file of timm's ``train.py``: its ``arch``, and from its ``args`` (an ``argparse.Namespace``,
-    or a dict) the image size, mean, std and input channels; a mean and std left at their defaults become one value
-    for all channels when the model takes other than 3."""
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is a plain JSON-like value (``None``, a bool, number or string, or a list / tuple of them)."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _timm_args(obj: dict[str, Any], file: Path) -> dict[str, Any]:
+    """The arguments of a timm ``train.py`` file that say how to rebuild and feed its model (``img_size``,
+    ``input_size``, ``in_chans``, ``mean``, ``std``) from its ``args`` (an ``argparse.Namespace`` or a dict); each
+    must be a plain JSON-like value (a tensor or another object is refused, naming the key)."""
     args = obj.get("args")
-    get = args.get if isinstance(args, dict) else lambda key: getattr(args, key, None)
-    size = get("input_size")
-    img_size = get("img_size") or (size[-1] if isinstance(size, (list, tuple)) and size else None)
+    if isinstance(args, argparse.Namespace):
+        args = vars(args)
+    if not isinstance(args, dict):
+        return {}
+    found = {key: args.get(key) for key in ("img_size", "input_size", "in_chans", "mean", "std")}
+    for key, value in found.items():
+        if not _plain(value):
+            raise CheckpointError(
+                f"checkpoint file {file}: its args.{key} must be a plain value (a number, or a list of numbers), "
+                f"got a {type(value).__name__}"
+            )
+    return found
+
+
+def _timm_meta(obj: dict[str, Any], rows: int, file: Path) -> dict[str, Any]:
+    """The metadata of a file of timm's ``train.py``: its ``arch``, and from its ``args`` the image size, mean, std
+    and input channels; a mean and std left at their defaults become one value for all channels when the model takes
+    other than 3."""
+    args = _timm_args(obj, file)
+    size = args["input_size"]
+    img_size = args["img_size"] or (size[-1] if isinstance(size, (list, tuple)) and size else None)
     meta = _foreign_meta(obj["arch"], rows, "timm", img_size=img_size)
-    in_chans = get("in_chans")
+    in_chans = args["in_chans"]
     if in_chans is not None and in_chans != 3:
+        if not (is_int(in_chans) and 1 <= in_chans <= MAX_SIZE):
+            raise CheckpointError(
+                f"checkpoint file {file}: its args.in_chans must be a whole number from 1 to {MAX_SIZE}, "
+                f"got {in_chans!r:.80}"
+            )
         meta["model_args"] = {"in_chans": in_chans}  # checked with the other model arguments
     for key in ("mean", "std"):
-        value = get(key)
+        value = args[key]
         if isinstance(value, (list, tuple)):
             meta[key] = list(value)
         elif in_chans is not None and in_chans != 3:
             meta[key] = [sum(meta[key]) / len(meta[key])]
     check_normalisation(meta, file)
     return meta
+
+
+def _check_sizes(meta: dict[str, Any], file: str | Path) -> None:
+    """Bound the sizes a checkpoint's metadata gives, whatever its format, where they enter: the image size (an
+    integer, or a pair, from 1 to :data:`~pdevision.models._arguments.MAX_SIZE`, in the metadata and in the model
+    arguments) and the number of classes (0 to :data:`~pdevision.models._arguments.MAX_CLASSES`); the model
+    arguments' other integers are bounded by :func:`pdevision.models.factory.check_model_args`."""
+    args = meta.get("model_args") if isinstance(meta.get("model_args"), dict) else {}
+    for where, value in (("img_size", meta.get("img_size")), ("model_args.img_size", args.get("img_size"))):
+        parts = value if isinstance(value, (list, tuple)) else [value]
+        if value is not None and not (parts and all(is_int(v) and 0 < v <= MAX_SIZE for v in parts)):
+            raise CheckpointError(
+                f"checkpoint {file}: its {where} must be an integer (or a pair) from 1 to {MAX_SIZE}, got {value!r:.80}"
+            )
+    if "num_classes" in meta and meta["num_classes"] is not None and not _is_count(meta["num_classes"]):
+        raise CheckpointError(
+            f"checkpoint {file}: its num_classes must be a whole number from 0 to {MAX_CLASSES:,}, "
+            f"got {meta['num_classes']!r:.80}"
+        )
 
 
 def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
@@ -393,17 +428,20 @@ def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:
     fmt = checkpoint_format(path)
     path = Path(path)
     if fmt == "pdevision":
-        return {**_native_read_meta(path), "format": fmt}
-    if fmt == "hub":
+        meta = {**_native_read_meta(path), "format": fmt}
+    elif fmt == "hub":
         meta = _hub_meta(resolve(path))
         check_normalisation(meta, resolve(path) / "config.json")
-        return meta
-    obj = _torch_file(path)
-    state = _tensors(obj, path)
-    rows = _head_rows(state)
-    if fmt == "timm":
-        return _timm_meta(obj, rows, path)
-    return _foreign_meta(model or _find_architecture(state, rows, path), rows, fmt)
+    else:
+        obj = _torch_file(path)
+        state = _tensors(obj, path)
+        rows = _head_rows(state)
+        if fmt == "timm":
+            meta = _timm_meta(obj, rows, path)
+        else:
+            meta = _foreign_meta(model or _find_architecture(state, rows, path), rows, fmt)
+    _check_sizes(meta, path)
+    return meta
 
 
 # kinds of checkpoints written before every checkpoint named its task: restoration runs wrote "restoration" and
@@ -440,7 +478,10 @@ def _torch_file(file: Path) -> dict[str, Any]:
     if file.stat().st_size == 0:
         raise CheckpointError(f"checkpoint file {file} is empty")
     try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        # torch's unpickler warns on stderr about a raw pickle's protocol before it refuses the file: the refusal is
+        # one line, said below
+        with torch.serialization.safe_globals([argparse.Namespace]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             obj = torch.load(str(file), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))

@@ -30,9 +30,11 @@ follow the umask.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -45,7 +47,12 @@ from torch import nn
 
 from pdevision.engine.hub import HUB_CONFIG, hub_config_bytes
 
-__all__ = ["NO_SPACE_ERRNOS", "NoSpaceError", "no_space_message", "recover_checkpoint", "save_checkpoint"]
+__all__ = ["NO_SPACE_ERRNOS", "WRITTEN", "NoSpaceError", "no_space_message", "recover_checkpoint", "save_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+# the files a save writes into a checkpoint folder: the next save deletes these and nothing else
+WRITTEN = ("model.safetensors", "ema.safetensors", HUB_CONFIG, "trainer.pt")
 
 
 class NoSpaceError(RuntimeError):
@@ -183,7 +190,7 @@ def _save_checkpoint(
         _fsync_dir(tmp)
         if final.exists():
             if old.exists():
-                shutil.rmtree(old)  # redundant: final is complete
+                _discard(old, name)  # redundant: final is complete
             os.replace(final, old)
         os.replace(tmp, final)
         _fsync_dir(run_dir)
@@ -191,5 +198,23 @@ def _save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if old.exists():
-        shutil.rmtree(old)
+        _discard(old, name)
     return final
+
+
+def _discard(old: Path, name: str) -> None:
+    """Delete a previous checkpoint folder's files (:data:`WRITTEN`). Anything else in it was not written by a save
+    (commands refuse to write there, but a hand can): the folder is then kept, renamed ``<name>-kept-<n>`` beside
+    it, with a warning, rather than deleted."""
+    for file in WRITTEN:
+        with contextlib.suppress(FileNotFoundError):
+            (old / file).unlink()
+    try:
+        old.rmdir()
+    except OSError:  # not empty
+        n = 1
+        while (old.parent / f"{name}-kept-{n}").exists():
+            n += 1
+        kept = old.parent / f"{name}-kept-{n}"
+        os.replace(old, kept)
+        log.warning("%s held files the save of %s did not write; they were moved to %s", old, name, kept)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -34,6 +35,7 @@ import timm
 import torch
 from torch import nn
 
+from pdevision._files import inside_library_folder
 from pdevision._optional import MissingDependencyError
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_classes, embedded_data_of
@@ -141,6 +143,9 @@ def _check_output(fmt: str, output: Path, int8: bool) -> None:
         raise UsageError(f"{output} exists; export never overwrites a file or folder: give another --output")
     if not output.parent.is_dir():
         raise UsageError(f"the folder of --output {output} does not exist")
+    why = inside_library_folder(output)
+    if why is not None:  # the next save of that checkpoint, or the run's training, would delete the export
+        raise UsageError(f"--output {output} {why}; write beside it instead")
     if int8 and fmt == "pt2":
         raise UsageError(
             "--int8 with --format pt2: torch.export cannot trace torch.ao dynamic-quantized linears; use --format onnx "
@@ -233,15 +238,26 @@ def export_checkpoint(
         )
     # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
     trace = max(size, 2 * min_input_size(model)) if dynamic else size
-    x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)
     result: dict[str, Any] = {"format": fmt, "output": str(output), "model": meta.get("model"), "int8": int8}
-    with torch.no_grad():
-        if fmt == "onnx":
-            result.update(_write_onnx(model, x, output, dynamic, val_set))
-        elif fmt == "pt2":
-            result.update(_write_pt2(model, x, output, dynamic))
-        else:
-            result.update(_write_hub(model, meta, x, output, dynamic, val_set))
+    try:
+        x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)
+        with torch.no_grad():
+            if fmt == "onnx":
+                result.update(_write_onnx(model, x, output, dynamic, val_set))
+            elif fmt == "pt2":
+                result.update(_write_pt2(model, x, output, dynamic))
+            else:
+                result.update(_write_hub(model, meta, x, output, dynamic, val_set))
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        if not isinstance(exc, MemoryError) and "allocate" not in str(exc):
+            raise
+        if output.is_dir():  # a hub folder written before the check ran out of memory: it did not exist before
+            shutil.rmtree(output, ignore_errors=True)
+        output.unlink(missing_ok=True)
+        raise CheckpointError(
+            f"checkpoint {checkpoint}: exporting at its image size {trace} px needs more memory than this machine "
+            "gives (a program is traced and checked at the checkpoint's size); nothing was written"
+        ) from None
     files = output.rglob("*") if output.is_dir() else [output]
     result["bytes"] = sum(f.stat().st_size for f in files if f.is_file())
     return result
