@@ -16,8 +16,9 @@ from PIL import Image
 
 from pdevision.cli import main
 from pdevision.data import DigitsDataset
-from pdevision.engine.checkpoint import read_meta, save_checkpoint
+from pdevision.engine.checkpoint import read_meta
 from pdevision.engine.modeling import build_model
+from pdevision.engine.save import save_checkpoint
 from tests.helpers import digit_folder
 
 CLASSES = [str(i) for i in range(10)]

@@ -69,7 +69,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
 
 def test_the_library_renames_files_over_others_in_one_place() -> None:
     """``os.replace`` of a written file appears only in ``_files`` (checkpoint folders swap whole folders in
-    ``engine/checkpoint.py``, their own protocol with a backup and a recovery)."""
+    ``engine/save.py``, their own protocol with a backup and a recovery)."""
     src = Path(pdevision.models._weights.__file__).resolve().parents[1]
     users = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if "os.replace(" in p.read_text())
-    assert users == ["_files.py", "engine/checkpoint.py"]
+    assert users == ["_files.py", "engine/save.py"]

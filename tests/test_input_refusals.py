@@ -16,7 +16,8 @@ from pdevision.data import DataError
 from pdevision.data.dense import CocoDetection, MaskFolder
 from pdevision.data.imageio import open_rgb
 from pdevision.data.shards import shard_datasets, write_shards
-from pdevision.engine.checkpoint import CheckpointError, load_trainer_state, load_weights, read_meta, save_checkpoint
+from pdevision.engine.checkpoint import CheckpointError, load_trainer_state, load_weights, read_meta
+from pdevision.engine.save import save_checkpoint
 from pdevision.models.dense import pretrained_overlay
 from pdevision.tasks import tasks
 from pdevision.tasks.classify.robustness import evaluate_corruptions

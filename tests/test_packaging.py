@@ -201,8 +201,8 @@ def test_every_runtime_extra_has_a_python_case() -> None:
 
 
 def _classifier_checkpoint(root: Path) -> Path:
-    from pdevision.engine.checkpoint import save_checkpoint
     from pdevision.engine.modeling import build_model
+    from pdevision.engine.save import save_checkpoint
 
     model = build_model("vheat_micro", num_classes=10, img_size=32)
     meta = {

@@ -26,19 +26,13 @@ from pdevision.bench.compare import DEFAULT_OURS, run_bench
 from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, LARGER_PEERS, split_variant
 from pdevision.bench.repeat import run_in_processes
 from pdevision.data import DataError
-from pdevision.engine import formats
 from pdevision.engine import validators as V
-from pdevision.engine.checkpoint import (
-    NO_SPACE_ERRNOS,
-    CheckpointError,
-    NoSpaceError,
-    checkpoint_kind,
-    no_space_message,
-)
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
 from pdevision.engine.metadata import MetadataError
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
+from pdevision.engine.save import NO_SPACE_ERRNOS, NoSpaceError, no_space_message
 from pdevision.errors import UsageError
 from pdevision.models import list_models, list_restoration_models
 from pdevision.models.factory import ModelArgumentError, ModelNameError, build_model
@@ -591,7 +585,7 @@ def _chosen(argv: list[str]) -> Chosen:
         if not (path and path.strip()):
             return Chosen()
         try:
-            meta = formats.read_meta(path)  # any format: a timm / HF folder too
+            meta = read_meta(path)  # any format: a timm / HF folder too
         except CheckpointError:  # the command reports it, after the parser has checked the other flags
             return Chosen()
         owner = task_for_kind(checkpoint_kind(meta))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from benchmarks.archive.pathfinder_collapse import pathfinder_collapse as pc
 
-from pdevision.engine.checkpoint import save_checkpoint
+from pdevision.engine.save import save_checkpoint
 
 ARGS = {"mixer": "pooling", "dims": 16, "stem": "conv"}
 

@@ -9,14 +9,8 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from pdevision.engine.checkpoint import (
-    CheckpointError,
-    load_trainer_state,
-    load_weights,
-    read_meta,
-    resolve_checkpoint,
-    save_checkpoint,
-)
+from pdevision.engine.checkpoint import CheckpointError, load_trainer_state, load_weights, read_meta, resolve_checkpoint
+from pdevision.engine.save import save_checkpoint
 
 
 def _model(value: float) -> nn.Module:
@@ -29,7 +23,7 @@ def _model(value: float) -> nn.Module:
 def test_round_trip_and_metadata(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, "last", _model(1.0), {"model": "m", "classes": ["a", "b"]}, {"epoch": 4})
     save_checkpoint(tmp_path, "best", _model(2.0), {"model": "m"})  # best carries no trainer state
-    assert read_meta(tmp_path / "last") == {"model": "m", "classes": ["a", "b"]}
+    assert read_meta(tmp_path / "last") == {"model": "m", "classes": ["a", "b"], "format": "pdevision"}
     assert torch.equal(load_weights(tmp_path / "last")["weight"], torch.ones(2, 3))
     assert resolve_checkpoint(tmp_path) == tmp_path / "best"  # to evaluate: best first
     assert resolve_checkpoint(tmp_path, prefer=("last",)) == tmp_path / "last"  # to resume
@@ -49,7 +43,7 @@ def test_crash_while_writing_keeps_previous(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path, "last", _model(2.0), {"epoch": 2}, {"epoch": 2})
     monkeypatch.setattr(torch, "save", real_save)
-    assert read_meta(tmp_path / "last") == {"epoch": 1}
+    assert read_meta(tmp_path / "last") == {"epoch": 1, "format": "pdevision"}
     assert torch.equal(load_weights(tmp_path / "last")["weight"], torch.ones(2, 3))
     assert not list(tmp_path.glob(".last.tmp-*"))  # the partial folder was removed
 
@@ -61,7 +55,7 @@ def test_interrupted_swap_falls_back_to_old(tmp_path: Path) -> None:
     assert resolve_checkpoint(tmp_path, prefer=("last",)) == tmp_path / ".last.old"
     (tmp_path / ".last.tmp-killed").mkdir()  # a writer killed mid-write leaves its folder behind
     save_checkpoint(tmp_path, "last", _model(3.0), {"epoch": 2})
-    assert read_meta(tmp_path / "last") == {"epoch": 2} and not (tmp_path / ".last.old").exists()
+    assert read_meta(tmp_path / "last") == {"epoch": 2, "format": "pdevision"} and not (tmp_path / ".last.old").exists()
     assert not list(tmp_path.glob(".last.tmp-*"))
 
 

@@ -15,14 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from pdevision.engine.checkpoint import (
-    CheckpointError,
-    load_trainer_state,
-    load_weights,
-    read_meta,
-    resolve_checkpoint,
-    save_checkpoint,
-)
+from pdevision.engine.checkpoint import CheckpointError, load_trainer_state, load_weights, read_meta, resolve_checkpoint
+from pdevision.engine.save import save_checkpoint
 
 
 class Killed(BaseException):

@@ -103,11 +103,11 @@ def test_eval_and_predict_read_the_checkpoint_once(
 ) -> None:
     """The command line reads the --checkpoint's metadata before parsing (its kind chooses the task's flags); the
     task's eval and predict take it from there: the metadata is read once, the weights once."""
-    from pdevision.engine import checkpoint, formats
+    from pdevision.engine import checkpoint
 
-    metadata = count_calls(monkeypatch, formats, "read_meta")
-    header = count_calls(monkeypatch, checkpoint, "read_meta")  # the safetensors metadata behind formats.read_meta
-    weights = count_calls(monkeypatch, formats, "load_weights")
+    metadata = count_calls(monkeypatch, checkpoint, "read_meta")
+    header = count_calls(monkeypatch, checkpoint, "parse_checkpoint_metadata")  # the safetensors metadata it parses
+    weights = count_calls(monkeypatch, checkpoint, "load_weights")
     assert main([a.format(run=run_dir, tmp=tmp_path, png=digit_png) for a in argv]) == 0
     assert (len(metadata), len(header), len(weights)) == (1, 1, 1)
     assert Path(metadata[0][0]).resolve() in (run_dir.resolve(), (run_dir / "best").resolve())
@@ -116,10 +116,10 @@ def test_eval_and_predict_read_the_checkpoint_once(
 def test_predict_in_python_reads_the_metadata_itself_once(
     run_dir: Path, digit_png: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pdevision.engine import formats
+    from pdevision.engine import checkpoint
     from pdevision.tasks.classify.evaluate import predict_images
 
-    metadata = count_calls(monkeypatch, formats, "read_meta")
+    metadata = count_calls(monkeypatch, checkpoint, "read_meta")
     (result,) = predict_images(run_dir, [digit_png], topk=1, device="cpu")  # no metadata given: the loader reads it
     assert len(metadata) == 1 and result["image"] == str(digit_png)
 

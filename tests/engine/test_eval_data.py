@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pdevision.data.embedded import embedded_data_of
-from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.engine.modeling import build_model
+from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.classify.evaluate import evaluate_checkpoint
 
 

@@ -13,8 +13,7 @@ import pytest
 import timm
 import torch
 
-from pdevision.engine import formats
-from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_format
 from pdevision.engine.modeling import build_model, load_classifier, load_into_model
 from pdevision.models.vheat import checkpoint_filter_fn
 from pdevision.tasks.classify.evaluate import evaluate_checkpoint
@@ -115,7 +114,7 @@ def test_run_best_is_a_timm_folder_with_its_class_names(run: Path) -> None:
 @pytest.mark.parametrize("fmt", ["run", "hub", "timm", "authors"])
 def test_every_format_evaluates_like_the_run(fmt: str, foreign: dict[str, Path], digits: Path) -> None:
     path = foreign[fmt]
-    assert formats.checkpoint_format(path) == ("pdevision" if fmt == "run" else fmt)
+    assert checkpoint_format(path) == ("pdevision" if fmt == "run" else fmt)
     expected = evaluate_checkpoint(foreign["run"], data=str(digits), device="cpu")
     result = evaluate_checkpoint(path, data=str(digits), device="cpu")
     assert result["model"] == "vheat_micro"

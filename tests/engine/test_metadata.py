@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from PIL import Image
 
 from pdevision.cli import main
-from pdevision.engine.checkpoint import CheckpointError, parse_checkpoint_metadata, save_checkpoint
+from pdevision.engine.checkpoint import CheckpointError, parse_checkpoint_metadata
 from pdevision.engine.metadata import MAX_JSON_DEPTH, MAX_METADATA_BYTES, MetadataError, json_depth, parse_json
 from pdevision.engine.modeling import model_from_meta
+from pdevision.engine.save import save_checkpoint
 from pdevision.models.factory import build_model
 
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import pdevision.viz.common
-from pdevision.engine.checkpoint import CheckpointError, save_checkpoint
+from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.modeling import build_model, load_classifier
+from pdevision.engine.save import save_checkpoint
 from pdevision.fastpath import is_accelerated
 
 

@@ -12,8 +12,8 @@ import torch
 from pdevision.cli import main
 from pdevision.data import DigitsDataset, eval_transform_for
 from pdevision.data.corruptions import CORRUPTIONS, corrupt
-from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.engine.modeling import build_model
+from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.classify.robustness import (
     evaluate_corruptions,
     mean_corruption_error,

@@ -20,7 +20,7 @@ import safetensors.torch
 import torch
 from PIL import Image
 
-import pdevision.engine.checkpoint as checkpoint_module
+import pdevision.engine.save as save_module
 from pdevision.cli import main
 from pdevision.engine.checkpoint import load_weights, read_meta
 from tests.data.test_dense_data import _coco, _write_mask_folder
@@ -428,7 +428,7 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(
 ) -> None:
     """A full disk read "RuntimeError: [enforce fail at inline_container.cc:672]", nothing about space."""
     out = tmp_path / "run"
-    real = checkpoint_module._write_bytes
+    real = save_module._write_bytes
     calls = [0]
 
     def write(path: Path, data: bytes) -> None:
@@ -440,7 +440,7 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(path, data)
 
-    monkeypatch.setattr(checkpoint_module, "_write_bytes", write)
+    monkeypatch.setattr(save_module, "_write_bytes", write)
     assert _exit_code(_argv("classify", data, out)) == 1
     line = _one_line(capsys)
     assert f"no space left on device while writing the checkpoint {out / 'last'}" in line

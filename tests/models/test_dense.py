@@ -117,7 +117,7 @@ def test_segmentation_bad_names() -> None:
 
 def test_segmentation_init_from_classification_checkpoint(tmp_path) -> None:
     """A classifier's weights land in the encoder (its head is dropped)."""
-    from pdevision.engine.checkpoint import save_checkpoint
+    from pdevision.engine.save import save_checkpoint
 
     clf = timm.create_model("hcnet_micro", num_classes=7)
     save_checkpoint(tmp_path, "best", clf, {"model": "hcnet_micro"})

@@ -17,7 +17,7 @@ from sklearn.metrics import confusion_matrix as sk_confusion
 import pdevision.models  # noqa: F401
 from pdevision.cli import main
 from pdevision.engine import RunConfig
-from pdevision.engine.checkpoint import save_checkpoint
+from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.dense import DenseConfig
 from pdevision.tasks.detect import DetectTask
 from pdevision.tasks.segment import confusion_matrix, segmentation_scores

@@ -11,8 +11,8 @@ import pytest
 import timm
 import torch
 
-from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.engine.modeling import build_model
+from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.export import export_checkpoint, quantize_linears
 from tests.helpers import exit_code
 

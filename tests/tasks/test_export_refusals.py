@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.engine.modeling import build_model
+from pdevision.engine.save import save_checkpoint
 from tests.helpers import exit_code
 
 CLASSES = [str(i) for i in range(10)]

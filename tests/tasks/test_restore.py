@@ -279,7 +279,7 @@ def _one_line_error(capsys, command: str = "restore") -> str:
 
 
 def test_restore_rejects_bad_files_and_checkpoints_in_one_line(run, tmp_path, capsys) -> None:
-    from pdevision.engine.checkpoint import save_checkpoint
+    from pdevision.engine.save import save_checkpoint
 
     ok = tmp_path / "ok.png"
     Image.new("RGBA", (9, 9)).save(ok)
@@ -371,7 +371,7 @@ def test_restore_of_a_16_bit_rgb_tiff_says_it_is_written_at_8_bits(
 
 
 def test_train_rejects_bad_values_and_checkpoints_in_one_line(run, photos, tmp_path, capsys) -> None:
-    from pdevision.engine.checkpoint import save_checkpoint
+    from pdevision.engine.save import save_checkpoint
 
     small = ["--data", photos, "--patch-size", "16", "--model-args", json.dumps(TINY), "--patches-per-epoch", "16",
              "--batch-size", "8", "--epochs", "1", "--baselines", "noisy", "--no-progress"]  # fmt: skip

@@ -14,8 +14,8 @@ from PIL import Image
 
 from pdevision.cli import main
 from pdevision.engine import RunConfig
-from pdevision.engine.checkpoint import save_checkpoint
 from pdevision.engine.modeling import build_model
+from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.classify import ClassifyConfig, train
 from tests.viz.figure_checks import record_saved_figures
 

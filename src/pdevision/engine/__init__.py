@@ -1,17 +1,12 @@
 """The one fit loop and the run mechanics: run settings, the task interface, run state, checkpoints (and the one
 checkpoint-to-model path), distributed set-up, locks. Nothing here knows a particular task."""
 
-from pdevision.engine.checkpoint import (
-    CheckpointError,
-    checkpoint_kind,
-    read_meta,
-    resolve_checkpoint,
-    save_checkpoint,
-)
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.config import RunConfig, resolve_run
 from pdevision.engine.loop import fit
 from pdevision.engine.modeling import ModelNameError, build_model, load_checkpoint_model, load_classifier
 from pdevision.engine.runtime import NonFiniteLossError
+from pdevision.engine.save import save_checkpoint
 from pdevision.engine.state import RunState
 from pdevision.engine.task import RunContext, Task
 

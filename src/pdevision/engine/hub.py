@@ -12,13 +12,18 @@ and gets none. The file names no path and no download source: loading it never t
 
 from __future__ import annotations
 
+import inspect
 import json
+from pathlib import Path
 from typing import Any
 
 import timm
 from torch import nn
 
-__all__ = ["HUB_CONFIG", "hub_config", "hub_config_bytes"]
+from pdevision._files import is_run_folder, not_a_regular_file
+from pdevision.engine.metadata import MetadataError, parse_json
+
+__all__ = ["HUB_CONFIG", "hub_config", "hub_config_bytes", "model_card"]
 
 HUB_CONFIG = "config.json"
 
@@ -40,6 +45,8 @@ def hub_config(model: nn.Module, meta: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(base, dict) or not hasattr(model, "num_classes"):
         return None
     args = {k: v for k, v in (meta.get("model_args") or {}).items() if k != "drop_path_rate"}
+    if "img_size" not in inspect.signature(type(model).__init__).parameters:
+        args.pop("img_size", None)  # the factory drops it for a model that takes none: timm would pass it on
     in_chans = int(args.get("in_chans", 3))
     size = meta.get("img_size") or args.get("img_size") or base.get("input_size", (3, 224, 224))[-1]
     height, width = (size, size) if isinstance(size, int) else tuple(size)[-2:]
@@ -73,3 +80,74 @@ def hub_config_bytes(model: nn.Module, meta: dict[str, Any]) -> bytes | None:
     """:func:`hub_config` as the bytes of ``config.json``, or ``None``."""
     config = hub_config(model, meta)
     return None if config is None else (json.dumps(config, indent=2) + "\n").encode()
+
+
+def _run_record(folder: Path, name: str) -> dict[str, Any]:
+    """``folder/name`` parsed by the bounded JSON reader, or ``{}`` when it is missing or unreadable."""
+    file = folder / name
+    if not file.is_file() or not_a_regular_file(file) is not None:
+        return {}
+    try:
+        value = parse_json(file.read_text())
+    except (OSError, UnicodeDecodeError, MetadataError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _scalar(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def model_card(meta: dict[str, Any], checkpoint: Path, name: str | None = None) -> str:
+    """The ``README.md`` of a hub export: what the model is, how to load it (``pip install pdevision`` and ``import
+    pdevision`` before ``timm.create_model``: the architecture is registered by pdevision), and, for a checkpoint of a
+    run, its data and metrics from the run's ``config.json`` and ``summary.json``."""
+    model = name or str(meta.get("model"))
+    classes = meta.get("classes") or []
+    run = checkpoint.parent if is_run_folder(checkpoint.parent) else None
+    config, summary = (_run_record(run, "config.json"), _run_record(run, "summary.json")) if run else ({}, {})
+    trained = bool(run and summary)
+    what = f"{len(classes)}-class image classifier" if classes else "image model"
+    lines = [
+        "---",
+        "library_name: timm",
+        "license: apache-2.0",
+        "tags:",
+        *(f"- {t}" for t in ("image-classification", "timm", "pdevision", "trained" if trained else "exported")),
+        "---",
+        "",
+        f"# {model}",
+        "",
+        f"A {what} ({model}, {meta.get('img_size')} px), exported from a pdevision checkpoint by `pdevision export "
+        "--format hub`.",
+    ]
+    if classes:
+        shown = ", ".join(str(c) for c in classes[:20]) + (", ..." if len(classes) > 20 else "")
+        lines += ["", f"Classes: {shown}."]
+    lines += [
+        "",
+        "## How to load",
+        "",
+        "The architecture is pdevision's: install it, and import it before timm builds the model.",
+        "",
+        "```bash",
+        "pip install pdevision",
+        "```",
+        "",
+        "```python",
+        "import pdevision  # registers pdevision's models with timm",
+        "import timm",
+        "",
+        'model = timm.create_model("local-dir:PATH/TO/THIS/FOLDER", pretrained=True).eval()  # or "hf-hub:USER/REPO"',
+        "```",
+    ]
+    if trained:
+        lines += ["", "## Training data and metrics", ""]
+        for key in ("data", "task", "epochs", "img_size", "batch_size", "lr"):
+            if isinstance(config.get(key), (str, int, float)) and not isinstance(config.get(key), bool):
+                lines.append(f"- {key}: {_scalar(config[key])}")
+        best = summary.get("best_row") if isinstance(summary.get("best_row"), dict) else {}
+        if isinstance(summary.get("best_metric"), str):
+            lines.append(f"- best {summary['best_metric']}: {_scalar(summary.get('best'))}")
+        lines += [f"- {k} (best epoch): {_scalar(v)}" for k, v in best.items() if isinstance(v, (int, float, str))]
+    return "\n".join(lines) + "\n"

@@ -41,14 +41,10 @@ from tqdm import tqdm
 from pdevision._optional import require, require_all
 from pdevision.engine.checkpoint import (
     NO_CHECKPOINT_YET,
-    NO_SPACE_ERRNOS,
     CheckpointError,
-    NoSpaceError,
-    no_space_message,
     read_meta,
     resolve_checkpoint,
     resumed_run_folder,
-    save_checkpoint,
 )
 from pdevision.engine.config import RunConfig, check_resolved, resolve_run
 from pdevision.engine.distributed import (
@@ -68,6 +64,7 @@ from pdevision.engine.runtime import (
     seed_host_generators,
     write_metrics,
 )
+from pdevision.engine.save import NO_SPACE_ERRNOS, NoSpaceError, no_space_message, save_checkpoint
 from pdevision.engine.state import RunState
 from pdevision.engine.task import RunContext, Task
 from pdevision.errors import UsageError

@@ -1,6 +1,6 @@
 """The one way from a checkpoint to a model, with its safety rules, for every task and command.
 
-A checkpoint's metadata is untrusted input, whatever its format (:mod:`pdevision.engine.formats`: pdevision's run and
+A checkpoint's metadata is untrusted input, whatever its format (:mod:`pdevision.engine.checkpoint`: pdevision's run and
 checkpoint folders, timm / Hugging Face folders, timm ``.pth.tar`` files, the authors' ``.pth``).
 :func:`load_checkpoint_model` (what ``eval``, ``predict``, ``restore``, ``viz``, ``--init-from`` and the tasks use)
 reads it, checks the checkpoint is of a kind the caller takes (naming the
@@ -22,8 +22,17 @@ import torch
 from torch import nn
 
 from pdevision._values import is_int
-from pdevision.engine import formats, released
-from pdevision.engine.checkpoint import CheckpointError, check_finite_weights, checkpoint_kind
+from pdevision.engine import released
+from pdevision.engine.checkpoint import (
+    CheckpointError,
+    check_finite_weights,
+    checkpoint_filter_of,
+    checkpoint_kind,
+    label_names,
+    load_weights,
+    read_meta,
+    resolve,
+)
 from pdevision.fastpath import on_device
 from pdevision.models.factory import (
     MAX_SIZE,
@@ -63,14 +72,14 @@ def load_into_model(
 ) -> dict[str, Any]:
     """Load a checkpoint's weights into ``model`` after checking it was trained for the same model
     and classes; ``reset_head`` keeps the model's own (new) classifier instead. ``meta``: the checkpoint's metadata
-    where it was read already (``formats.read_meta(checkpoint, model=model_name)``); ``None``: read here."""
+    where it was read already (``read_meta(checkpoint, model=model_name)``); ``None``: read here."""
     if meta is None:
-        meta = formats.read_meta(checkpoint, model=model_name)
+        meta = read_meta(checkpoint, model=model_name)
     if meta.get("model") and meta["model"] != model_name:
         raise CheckpointError(
             f"checkpoint {checkpoint} holds a {meta['model']!r} model, not {model_name!r} (use --model {meta['model']})"
         )
-    state = formats.load_weights(checkpoint, model)
+    state = load_weights(checkpoint, model)
     check_finite_weights(state, checkpoint)
     head = model.get_classifier() if hasattr(model, "get_classifier") else None
     head_keys = {f"{n}" for n, m in model.named_modules() if m is head}
@@ -129,7 +138,7 @@ def load_released(model: nn.Module, name: str) -> str:
         pretrained_cfg=cfg,
         num_classes=int(getattr(model, "num_classes", cfg.get("num_classes", 0))),
         in_chans=int(cfg.get("input_size", (3,))[0]),
-        filter_fn=formats.checkpoint_filter_of(model),
+        filter_fn=checkpoint_filter_of(model),
     )
     return tag
 
@@ -166,11 +175,11 @@ def load_checkpoint_model(
     naming the task it belongs to. ``build(meta, args)`` makes the model from the metadata and the checked model
     arguments (``drop_path_rate`` removed: training only). With ``load``, the weights are loaded strictly and must be
     finite; the model is returned in eval mode on the CPU. ``meta``: the checkpoint's metadata where the caller has
-    read it already (``formats.read_meta(path)``: the command line reads a ``--checkpoint``'s once, to choose the
+    read it already (``read_meta(path)``: the command line reads a ``--checkpoint``'s once, to choose the
     task); ``None``: read here. Either way it is checked here like any checkpoint's."""
-    folder = formats.resolve(path)
+    folder = resolve(path)
     if meta is None:
-        meta = formats.read_meta(folder)
+        meta = read_meta(folder)
     kind = checkpoint_kind(meta)
     if kind not in kinds:
         raise CheckpointError(
@@ -190,7 +199,7 @@ def load_checkpoint_model(
             f"checkpoint {folder}: its metadata does not describe a model that can be built ({text})"
         ) from exc
     if load:
-        state = formats.load_weights(folder, model)
+        state = load_weights(folder, model)
         check_finite_weights(state, folder)
         own = model.state_dict()
         mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
@@ -249,7 +258,7 @@ def model_from_meta(meta: dict[str, Any], num_classes: int, name: str | None = N
 def classifier_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     """The classifier a classification checkpoint's metadata describes (its classes as outputs; weights not loaded):
     the builder of :func:`load_checkpoint_model` for classification checkpoints."""
-    classes = meta.get("classes") or formats.label_names(meta)  # a foreign file may give only the count
+    classes = meta.get("classes") or label_names(meta)  # a foreign file may give only the count
     if not classes:
         raise CheckpointError("the checkpoint does not list its classes; it needs a classifier")
     return model_from_meta(meta, len(classes))

@@ -25,17 +25,16 @@ from torch import nn
 from pdevision._values import is_finite_number, is_int
 from pdevision.engine.checkpoint import (
     CheckpointError,
-    NoSpaceError,
     check_finite_weights,
     checkpoint_kind,
     load_trainer_state,
     load_weights,
     read_meta,
     resolve_checkpoint,
-    save_checkpoint,
 )
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.runtime import NonFiniteLossError, one_line, rng_state, set_rng_state
+from pdevision.engine.save import NoSpaceError, save_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import torch
 from timm.data.auto_augment import augment_and_mix_transform, auto_augment_transform, rand_augment_transform
 from timm.optim import get_optimizer_info
 
+from pdevision._files import inside_library_folder
 from pdevision._values import is_finite_number, is_int
-from pdevision.engine.checkpoint import checkpoint_folder_of
 from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.errors import UsageError
 from pdevision.models.factory import MAX_SIZE, ModelArgumentError, check_model_args
@@ -236,19 +236,16 @@ def output_folder(text: str) -> str:
 
 
 def _outside_checkpoints(text: str) -> None:
-    """Refuse a place to write that is (or lies inside) a checkpoint folder: its next save replaces it whole."""
-    folder = checkpoint_folder_of(text)
-    if folder is not None:
-        raise argparse.ArgumentTypeError(
-            f"{text} is inside the checkpoint folder {folder}, which the next save replaces whole (deleting what is "
-            "written there); write beside it instead"
-        )
+    """Refuse a place to write inside a run or checkpoint folder (:func:`pdevision._files.inside_library_folder`)."""
+    why = inside_library_folder(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{text} {why}; write beside it instead")
 
 
 def output_file(text: str) -> str:
     """A file to write (restore's output): not empty, and not inside a checkpoint folder."""
     path(text)
-    _outside_checkpoints(str(Path(text).parent))
+    _outside_checkpoints(text)
     return text
 
 
@@ -261,7 +258,7 @@ def new_file(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text} exists (it is not overwritten; name a new file)")
     if not file.parent.is_dir():
         raise argparse.ArgumentTypeError(f"{text}: the folder {file.parent} does not exist")
-    _outside_checkpoints(str(file.parent))
+    _outside_checkpoints(text)
     return text
 
 

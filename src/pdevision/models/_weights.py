@@ -1,5 +1,6 @@
-"""timm pretrained configs shared by the model families, and reading a local weights file's classifier size so that
-a trained head is kept when weights load from a local file."""
+"""timm pretrained configs shared by the model families; the wrapper keys of a checkpoint file, unwrapped in one place
+(for every family's ``checkpoint_filter_fn`` and for :mod:`pdevision.engine.checkpoint`); and reading a local weights
+file's classifier size so that a trained head is kept when weights load from a local file."""
 
 from __future__ import annotations
 
@@ -14,15 +15,36 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from pdevision._files import not_a_regular_file
 
-# Classifier weights of this library's models and of the vHeat authors' checkpoints.
-_CLASSIFIER_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight")
+# Classifier weights of this library's models, of the vHeat authors' checkpoints and of other timm models.
+HEAD_KEYS = ("head.fc.weight", "classifier.3.weight", "head.weight", "fc.weight", "classifier.weight")
+# The keys a training script wraps a state dict in, in the order they are chosen: EMA weights first, as timm does.
+WRAPPER_KEYS = ("model_ema", "state_dict_ema", "state_dict", "model")
+
+
+def unwrap_state_dict(state_dict: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint (inside the first non-empty of :data:`WRAPPER_KEYS` when there), without DDP's
+    ``module.``; entries that are not named tensors are left out. A ``TypeError`` naming what was given when it is not
+    a dict."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(
+            f"checkpoint_filter_fn takes a state dict (names to tensors), not a {type(state_dict).__name__}"
+        )
+    for key in WRAPPER_KEYS:
+        if isinstance(state_dict.get(key), dict) and state_dict[key]:  # an empty ``model`` beside a full ``model_ema``
+            state_dict = state_dict[key]
+            break
+    return {
+        k.removeprefix("module."): v
+        for k, v in state_dict.items()
+        if isinstance(k, str) and isinstance(v, torch.Tensor)  # an integer key had no removeprefix
+    }
 
 
 def _file_num_classes(path: str) -> int | None:
     """Rows of the classifier in a local ``.pth`` / ``.safetensors`` file (memory-mapped), ``None`` if none."""
     if str(path).endswith(".safetensors"):
         with safe_open(str(path), framework="pt") as f:
-            shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if k.endswith(_CLASSIFIER_KEYS)}
+            shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if k.endswith(HEAD_KEYS)}
     else:
         # timm's train.py checkpoints also hold its argparse.Namespace of arguments
         with torch.serialization.safe_globals([argparse.Namespace]):
@@ -34,14 +56,8 @@ def _file_num_classes(path: str) -> int | None:
                 sd = torch.load(str(path), map_location="cpu", weights_only=True)
         if not isinstance(sd, dict):
             raise ValueError(f"it holds a {type(sd).__name__}, not a state dict")
-        for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
-            if isinstance(sd, dict) and isinstance(sd.get(key), dict):
-                sd = sd[key]
-                break
-        shapes = {
-            k: list(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor) and k.endswith(_CLASSIFIER_KEYS)
-        }
-    for head in _CLASSIFIER_KEYS:
+        shapes = {k: list(v.shape) for k, v in unwrap_state_dict(sd).items() if k.endswith(HEAD_KEYS)}
+    for head in HEAD_KEYS:
         for key, shape in shapes.items():
             if key.removeprefix("module.") == head and len(shape) == 2:
                 return int(shape[0])

@@ -83,8 +83,7 @@ from pdevision.layers.hcl import (
     refinement_act_layer,
 )
 from pdevision.models._staged import StagedBackbone, check_drop_path_rate, create_staged, to_2tuple_size
-from pdevision.models._weights import default_cfg
-from pdevision.models.vheat import _unwrap
+from pdevision.models._weights import default_cfg, unwrap_state_dict
 
 __all__ = ["HcNet", "HcNetLibrary", "HcNetPaper", "HcNetStage", "PatchStem", "checkpoint_filter_fn"]
 
@@ -331,7 +330,7 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: HcNet) -> dict[str, 
     ``layers.<i>.downsample.*``, ``head.*``; alone or inside ``model`` / ``model_ema`` / ``state_dict``, with or
     without DDP's ``module.``) to this model's names; this library's own state dicts pass unchanged."""
     del model
-    state_dict = _unwrap(state_dict)
+    state_dict = unwrap_state_dict(state_dict)
     if not any(k.startswith(("patch_embed.", "layers.")) for k in state_dict):
         return state_dict
     converted = {}

@@ -27,7 +27,7 @@ from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, ConvStem, HeatConductionOperator, MixerBlock, run_block
 from pdevision.models._staged import StagedBackbone, check_drop_path_rate, create_staged, to_2tuple_size
-from pdevision.models._weights import default_cfg
+from pdevision.models._weights import default_cfg, unwrap_state_dict
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
@@ -255,25 +255,6 @@ _AUTHOR_KEYS = (
 )
 
 
-def _unwrap(state_dict: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The tensors of a checkpoint (inside ``model_ema`` / ``state_dict_ema`` / ``state_dict`` / ``model`` when
-    there), without DDP's ``module.``; entries that are not named tensors are left out. A ``TypeError`` naming what
-    was given when it is not a dict (a list, a tensor: an ``AttributeError`` from ``.get`` before)."""
-    if not isinstance(state_dict, dict):
-        raise TypeError(
-            f"checkpoint_filter_fn takes a state dict (names to tensors), not a {type(state_dict).__name__}"
-        )
-    for key in ("model_ema", "state_dict_ema", "state_dict", "model"):
-        if isinstance(state_dict.get(key), dict):
-            state_dict = state_dict[key]
-            break
-    return {
-        k.removeprefix("module."): v
-        for k, v in state_dict.items()
-        if isinstance(k, str) and isinstance(v, torch.Tensor)  # an integer key had no removeprefix
-    }
-
-
 def _map_author_key(key: str, value: torch.Tensor, depths: Sequence[int]) -> tuple[str, torch.Tensor] | None:
     for pattern, repl in _AUTHOR_KEYS:
         if re.match(pattern, key):
@@ -300,7 +281,7 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: VHeat) -> dict[str, 
     to the model's ``img_size`` with its ``fve_resize`` rule. A folded checkpoint (decay factors
     ``k_exp``) folds ``model`` at that size; without FVEs the model then runs only at that size.
     """
-    state_dict = _unwrap(state_dict)
+    state_dict = unwrap_state_dict(state_dict)
     if any(k.startswith(("patch_embed.", "layers.")) for k in state_dict):
         converted = {}
         for key, value in state_dict.items():

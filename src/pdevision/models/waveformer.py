@@ -27,7 +27,7 @@ from torch import nn
 from pdevision.layers import WavePropagationOperator
 from pdevision.models import vheat
 from pdevision.models._staged import create_staged
-from pdevision.models._weights import default_cfg
+from pdevision.models._weights import default_cfg, unwrap_state_dict
 from pdevision.ops.dct import DctMethod
 
 __all__ = ["WaveFormer", "checkpoint_filter_fn"]
@@ -73,7 +73,7 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: WaveFormer) -> dict[
     factor the model was trained with, and their inference forward still calls the ``to_k`` that ``infer_init``
     deleted, so it does not run at all.
     """
-    flat = vheat._unwrap(state_dict)
+    flat = unwrap_state_dict(state_dict)
     if any(_AUTHOR_INFER_KEY.match(k) for k in flat):
         raise ValueError(
             "this is an inference checkpoint of the WaveFormer authors' code (layers.*.op.k_exp from their "

@@ -1,4 +1,4 @@
-"""``pdevision export``: a checkpoint (any format :mod:`pdevision.engine.formats` reads) as an ONNX file, a
+"""``pdevision export``: a checkpoint (any format :mod:`pdevision.engine.checkpoint` reads) as an ONNX file, a
 ``torch.export`` program (``.pt2``) or a timm / Hugging Face folder, each checked against PyTorch after it is
 written; ``--int8`` adds dynamic int8 quantization with the accuracy on the checkpoint's validation data before and
 after.
@@ -10,19 +10,25 @@ after.
 * ``pt2``: ``torch.export.export`` then ``torch.export.save``, loaded back and checked. ``--int8`` is refused:
   ``torch.export`` cannot trace ``torch.ao`` dynamic-quantized linears (their packed parameters have no
   ``__obj_flatten__``).
-* ``hub``: ``timm.models.save_for_hf`` (``config.json`` with the class names, ``model.safetensors``), loaded back with
-  ``timm.create_model("local-dir:...")`` and checked; the folder is what ``huggingface_hub.upload_folder`` publishes.
+* ``hub``: the folder a checkpoint folder is (``config.json`` of :func:`pdevision.engine.hub.hub_config`,
+  ``model.safetensors``) with a model card ``README.md``, loaded back with ``timm.create_model("local-dir:...")`` and
+  checked; the folder is what ``huggingface_hub.upload_folder`` publishes.
   ``--int8``: ``torch.ao.quantization.quantize_dynamic`` of the linears, applied when the model is loaded (the folder
   keeps float weights, which is what timm reads); its accuracy is measured here.
 
-An existing output is never overwritten.
+ONNX files carry the class names and the preprocessing (:func:`export_metadata`) in their ``metadata_props``, ``.pt2``
+files in their extra file :data:`PT2_METADATA`. An existing output is never overwritten, and none is written inside a
+run or checkpoint folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
+import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -30,25 +36,36 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import safetensors.torch
 import timm
 import torch
 from torch import nn
 
+from pdevision._files import inside_library_folder, replaced_atomically
 from pdevision._optional import MissingDependencyError
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_classes, embedded_data_of
-from pdevision.engine import formats
 from pdevision.engine import validators as V
-from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.checkpoint import CheckpointError, label_names
+from pdevision.engine.hub import EVAL_CROP_PCT, EVAL_INTERPOLATION, hub_config, model_card
 from pdevision.engine.modeling import load_checkpoint_model, min_input_size, model_from_meta
 from pdevision.errors import UsageError
 
-__all__ = ["EXPORT_FORMATS", "add_export_arguments", "export_checkpoint", "quantize_linears", "run_export"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "PT2_METADATA",
+    "add_export_arguments",
+    "export_checkpoint",
+    "export_metadata",
+    "quantize_linears",
+    "run_export",
+]
 
 log = logging.getLogger(__name__)
 
 EXPORT_FORMATS = ("onnx", "pt2", "hub")
 _SUFFIX = {"onnx": ".onnx", "pt2": ".pt2", "hub": ""}
+PT2_METADATA = "pdevision.json"  # the .pt2 archive's extra file of export_metadata
 
 
 def _need(module: str) -> Any:
@@ -69,8 +86,27 @@ def quantize_linears(model: nn.Module) -> nn.Module:
 
 
 def _build(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
-    classes = formats.label_names(meta) if meta.get("kind") != "encoder" else []
+    classes = label_names(meta) if meta.get("kind") != "encoder" else []
     return model_from_meta(meta, len(classes))
+
+
+def export_metadata(model: nn.Module, meta: dict[str, Any]) -> dict[str, str]:
+    """What an ONNX or ``.pt2`` export carries beside its graph, as strings (ONNX's ``metadata_props``, the ``.pt2``
+    archive's extra file :data:`PT2_METADATA`): the model, its class names (JSON) and the preprocessing of timm's
+    ``pretrained_cfg`` (``input_size``, ``mean``, ``std`` as JSON, ``interpolation``, ``crop_pct``), the same as the
+    ``config.json`` of a checkpoint folder or a hub export (:func:`pdevision.engine.hub.hub_config`)."""
+    config = hub_config(model, meta) or {}
+    cfg = config.get("pretrained_cfg", {})
+    names = label_names(meta) if meta.get("kind") != "encoder" else []
+    return {
+        "model": str(meta.get("model")),
+        "class_names": json.dumps(names),
+        "input_size": json.dumps(list(cfg.get("input_size", ()))),
+        "mean": json.dumps(list(cfg.get("mean", meta.get("mean", ())))),
+        "std": json.dumps(list(cfg.get("std", meta.get("std", ())))),
+        "interpolation": str(cfg.get("interpolation", EVAL_INTERPOLATION)),
+        "crop_pct": json.dumps(cfg.get("crop_pct", EVAL_CROP_PCT)),
+    }
 
 
 def _sizes(size: int, dynamic: bool) -> list[tuple[int, int]]:
@@ -95,11 +131,11 @@ def _export_onnx(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool) -
         )
 
 
-def _export_pt2(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool) -> None:
+def _export_pt2(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool, extra: dict[str, str]) -> None:
     dim = torch.export.Dim.DYNAMIC
     shapes = ({0: dim, 2: dim, 3: dim},) if dynamic else ({0: dim},)  # the batch is always free
     program = torch.export.export(model, (x,), dynamic_shapes=shapes)
-    torch.export.save(program, str(path))
+    torch.export.save(program, str(path), extra_files=extra)
 
 
 def _val_set(meta: dict[str, Any], data: str | None, val_split: float) -> Any:
@@ -116,7 +152,7 @@ def _val_set(meta: dict[str, Any], data: str | None, val_split: float) -> Any:
 
 
 def _check_classes(meta: dict[str, Any], data_classes: list[str]) -> None:
-    classes = formats.label_names(meta)
+    classes = label_names(meta)
     if meta.get("classes") and data_classes != classes:
         raise CheckpointError(f"the checkpoint's classes {classes[:10]} are not the data's {data_classes[:10]}")
     if len(data_classes) != len(classes):
@@ -142,6 +178,9 @@ def _check_output(fmt: str, output: Path, int8: bool) -> None:
         raise UsageError(f"{output} exists; export never overwrites a file or folder: give another --output")
     if not output.parent.is_dir():
         raise UsageError(f"the folder of --output {output} does not exist")
+    why = inside_library_folder(output)
+    if why is not None:  # the next save of that checkpoint, or the run's training, would delete the export
+        raise UsageError(f"--output {output} {why}; write beside it instead")
     if int8 and fmt == "pt2":
         raise UsageError(
             "--int8 with --format pt2: torch.export cannot trace torch.ao dynamic-quantized linears; use --format onnx "
@@ -163,8 +202,11 @@ def _differences(run: Callable[[torch.Tensor], np.ndarray], model: nn.Module, x:
     return checks
 
 
-def _write_onnx(model: nn.Module, x: torch.Tensor, output: Path, dynamic: bool, val_set: Any) -> dict[str, Any]:
-    """ONNX (onnxruntime's dynamic int8 when ``val_set`` is given), checked in onnxruntime."""
+def _write_onnx(
+    model: nn.Module, meta: dict[str, Any], x: torch.Tensor, output: Path, dynamic: bool, val_set: Any
+) -> dict[str, Any]:
+    """ONNX (onnxruntime's dynamic int8 when ``val_set`` is given) with :func:`export_metadata` in its
+    ``metadata_props``, checked in onnxruntime."""
     with tempfile.TemporaryDirectory() as tmp:
         written = Path(tmp) / "model.onnx"
         _export_onnx(model, x, written, dynamic)
@@ -177,6 +219,10 @@ def _write_onnx(model: nn.Module, x: torch.Tensor, output: Path, dynamic: bool, 
                 quantization.quantize_dynamic(str(fp32), str(written), weight_type=quantization.QuantType.QInt8)
             finally:
                 logging.disable(logging.NOTSET)
+        onnx = _need("onnx")
+        program = onnx.load(str(written))
+        onnx.helper.set_model_props(program, export_metadata(model, meta))
+        onnx.save(program, str(written))
         session = _ort_session(written)
         run = lambda b: session.run(None, {"image": b.numpy()})[0]  # noqa: E731
         result["max_abs_diff"] = _differences(run, model, x, dynamic)
@@ -187,20 +233,37 @@ def _write_onnx(model: nn.Module, x: torch.Tensor, output: Path, dynamic: bool, 
     return result
 
 
-def _write_pt2(model: nn.Module, x: torch.Tensor, output: Path, dynamic: bool) -> dict[str, Any]:
-    """A ``torch.export`` program, loaded back and checked."""
-    _export_pt2(model, x, output, dynamic)
+def _write_pt2(model: nn.Module, meta: dict[str, Any], x: torch.Tensor, output: Path, dynamic: bool) -> dict[str, Any]:
+    """A ``torch.export`` program with :func:`export_metadata` as the archive's extra file :data:`PT2_METADATA`
+    (``torch.export.load(path, extra_files={PT2_METADATA: ""})`` reads it back), loaded back and checked."""
+    _export_pt2(model, x, output, dynamic, {PT2_METADATA: json.dumps(export_metadata(model, meta))})
     loaded = torch.export.load(str(output)).module()
     return {"max_abs_diff": _differences(lambda b: loaded(b).numpy(), model, x, dynamic)}
 
 
 def _write_hub(
-    model: nn.Module, meta: dict[str, Any], x: torch.Tensor, output: Path, dynamic: bool, val_set: Any
+    model: nn.Module, meta: dict[str, Any], x: torch.Tensor, output: Path, dynamic: bool, val_set: Any, card: str
 ) -> dict[str, Any]:
-    """timm's ``save_for_hf`` folder, read back with ``local-dir:``; with ``val_set``, torch.ao's dynamic int8 of the
-    loaded model measured (the folder keeps the float weights timm reads)."""
-    config = {"label_names": formats.label_names(meta)} if model.num_classes else {}
-    timm.models.save_for_hf(model, output, model_config=config, safe_serialization=True)
+    """A timm / Hugging Face folder: the ``config.json`` a checkpoint folder holds
+    (:func:`pdevision.engine.hub.hub_config`: ``num_classes`` at the top, never in ``model_args``, which
+    ``transformers`` passes to ``timm.create_model`` beside its own ``num_classes``), ``model.safetensors`` and the
+    model card ``README.md``; files with the umask's modes, written into a folder beside ``output`` and renamed into
+    place. Read back with ``local-dir:``; with ``val_set``, torch.ao's dynamic int8 of the loaded model measured (the
+    folder keeps the float weights timm reads)."""
+    config = hub_config(model, meta)
+    if config is None:
+        raise CheckpointError(f"{meta.get('model')} is not a timm model that a timm / Hugging Face folder can rebuild")
+    with replaced_atomically(output) as tmp:
+        os.mkdir(tmp)  # not tempfile.mkdtemp: 0700 whatever the umask
+        try:
+            state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+            # written by Python, not safetensors' save_file, which creates the file 0600 whatever the umask
+            (tmp / "model.safetensors").write_bytes(safetensors.torch.save(state, metadata={"format": "pt"}))
+            (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+            (tmp / "README.md").write_text(card)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     loaded = timm.create_model(f"local-dir:{output}", pretrained=True).eval()
     result: dict[str, Any] = {"max_abs_diff": _differences(lambda b: loaded(b).numpy(), model, x, dynamic)}
     if val_set is not None:
@@ -224,7 +287,7 @@ def export_checkpoint(
     (``max_abs_diff`` per checked size, sizes in bytes, top-1 before and after with ``int8``)."""
     output = Path(output)
     _check_output(fmt, output, int8)
-    model, meta, _ = load_checkpoint_model(checkpoint, ("classify", "encoder"), _build)  # plain: no CPU kernels
+    model, meta, folder = load_checkpoint_model(checkpoint, ("classify", "encoder"), _build)  # plain: no CPU kernels
     val_set = _val_set(meta, data, val_split) if int8 else None
     size = int(meta["img_size"])
     if size < min_input_size(model):  # traced, the model's own message would show the shape as tensors
@@ -234,15 +297,27 @@ def export_checkpoint(
         )
     # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
     trace = max(size, 2 * min_input_size(model)) if dynamic else size
-    x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)
     result: dict[str, Any] = {"format": fmt, "output": str(output), "model": meta.get("model"), "int8": int8}
-    with torch.no_grad():
-        if fmt == "onnx":
-            result.update(_write_onnx(model, x, output, dynamic, val_set))
-        elif fmt == "pt2":
-            result.update(_write_pt2(model, x, output, dynamic))
-        else:
-            result.update(_write_hub(model, meta, x, output, dynamic, val_set))
+    try:
+        x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)
+        with torch.no_grad():
+            if fmt == "onnx":
+                result.update(_write_onnx(model, meta, x, output, dynamic, val_set))
+            elif fmt == "pt2":
+                result.update(_write_pt2(model, meta, x, output, dynamic))
+            else:
+                card = model_card(meta, folder, result["model"])
+                result.update(_write_hub(model, meta, x, output, dynamic, val_set, card))
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        if not isinstance(exc, MemoryError) and "allocate" not in str(exc):
+            raise
+        if output.is_dir():  # a hub folder written before the check ran out of memory: it did not exist before
+            shutil.rmtree(output, ignore_errors=True)
+        output.unlink(missing_ok=True)
+        raise CheckpointError(
+            f"checkpoint {checkpoint}: exporting at its image size {trace} px needs more memory than this machine "
+            "gives (a program is traced and checked at the checkpoint's size); nothing was written"
+        ) from None
     files = output.rglob("*") if output.is_dir() else [output]
     result["bytes"] = sum(f.stat().st_size for f in files if f.is_file())
     return result

@@ -8,9 +8,8 @@ import json
 import logging
 from typing import Any
 
-from pdevision.engine import formats
 from pdevision.engine import validators as V
-from pdevision.engine.checkpoint import default_eval_output
+from pdevision.engine.checkpoint import default_eval_output, resolve
 from pdevision.engine.config import RunConfig
 from pdevision.engine.loop import fit
 from pdevision.errors import UsageError
@@ -65,7 +64,7 @@ class ClassifyCommands(TaskCommands):
         g.add_argument("--max-images", type=V.samples, default=None, help="evaluate only the first N val images")
 
     def evaluate(self, args: argparse.Namespace) -> str:
-        output = args.output or str(default_eval_output(formats.resolve(args.checkpoint)))
+        output = args.output or str(default_eval_output(resolve(args.checkpoint)))
         if args.corruptions is None and (args.severities or args.baseline or args.max_images):
             raise UsageError("--severities, --baseline and --max-images go with --corruptions")
         if args.corruptions is not None:  # corruption robustness (ImageNet-C protocol)

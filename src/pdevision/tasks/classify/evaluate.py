@@ -18,8 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from pdevision._optional import require
 from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.embedded import embedded_classes, embedded_data_of
-from pdevision.engine import formats
-from pdevision.engine.checkpoint import CheckpointError
+from pdevision.engine.checkpoint import CheckpointError, label_names
 from pdevision.engine.distributed import DistInfo, all_reduce_sum
 from pdevision.engine.modeling import load_classifier
 from pdevision.engine.runtime import autocast, resolve_device
@@ -153,7 +152,7 @@ def _plot_confusion(matrix: np.ndarray, classes: list[str], path: Path) -> None:
 def _data_classes(folder: Path, meta: dict[str, Any], data_classes: list[str]) -> list[str]:
     """The classes of a checkpoint evaluated on data of ``data_classes``: its own, which must be the data's (a foreign
     file that names none: the data's, when the counts agree)."""
-    classes = list(meta["classes"]) if meta.get("classes") else formats.label_names(meta)
+    classes = list(meta["classes"]) if meta.get("classes") else label_names(meta)
     if not meta.get("classes") and len(data_classes) == len(classes):  # a foreign file names no classes
         log.info("%s names no classes; its %d outputs are read as the data's classes", folder, len(classes))
         classes = data_classes
@@ -230,7 +229,7 @@ def predict_images(
     paths = expand_images(images)
     dev = resolve_device(device)
     model, meta, _ = load_classifier(checkpoint, dev, fused_kernels=True, meta=meta)
-    classes = formats.label_names(meta)
+    classes = label_names(meta)
     tf = eval_transform_for(meta)
     results: list[dict[str, Any]] = []
     for path in paths:

@@ -24,8 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from pdevision.data import RECIPES, build_datasets, build_transforms
 from pdevision.data.embedded import check_embedded_size, embedded_default_size, is_embedded
 from pdevision.data.shards import is_shard_folder, shard_datasets
-from pdevision.engine import formats
-from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, resolve_checkpoint
+from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.modeling import (
     build_model,
@@ -60,7 +59,7 @@ class ClassifyTask(Task):
         self.cfg = config.resolved()
         self.probe: _ProbeStandardiser | None = None
         self.model: nn.Module | None = None
-        self.init_meta = formats.read_meta(config.init_from, model=config.model) if config.init_from else None
+        self.init_meta = read_meta(config.init_from, model=config.model) if config.init_from else None
         kind = checkpoint_kind(self.init_meta or {}) if self.init_meta is not None else None
         if kind == "pretrain":
             folder = resolve_checkpoint(str(config.init_from))

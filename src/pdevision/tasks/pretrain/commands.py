@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, ClassVar
 
-from pdevision.engine import formats
 from pdevision.engine import validators as V
-from pdevision.engine.checkpoint import checkpoint_kind, default_eval_output
+from pdevision.engine.checkpoint import checkpoint_kind, default_eval_output, read_meta, resolve
 from pdevision.engine.config import RunConfig
 from pdevision.errors import UsageError
 from pdevision.tasks import args as A
@@ -57,9 +56,9 @@ class PretrainCommands(TaskCommands):
         p.add_argument("--k", type=V.samples, default=20, help="neighbours of the k-NN vote (default 20)")
 
     def evaluate(self, args: argparse.Namespace) -> str:
-        folder = formats.resolve(args.checkpoint)  # any format: an encoder's timm folder or .pth too
+        folder = resolve(args.checkpoint)  # any format: an encoder's timm folder or .pth too
         output = args.output or str(default_eval_output(folder))
-        meta = checkpoint_meta(args) or formats.read_meta(folder)  # the command line read it already
+        meta = checkpoint_meta(args) or read_meta(folder)  # the command line read it already
         if checkpoint_kind(meta) == "pretrain":  # the whole pretraining state: evaluate its encoder
             raise UsageError(f"checkpoint {folder} is a pretraining checkpoint; evaluate {folder.parent / 'encoder'}")
         r = knn_evaluate(args.checkpoint, args.data, args.k, args.batch_size, args.device, output=output, meta=meta)

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from pdevision.data import build_datasets, eval_transform_for
-from pdevision.engine import formats
+from pdevision.engine.checkpoint import resolve
 from pdevision.engine.modeling import load_checkpoint_model, model_from_meta
 from pdevision.engine.runtime import resolve_device
 
@@ -83,7 +83,7 @@ def knn_evaluate(
     feats, labels = embed(model, val_set, batch_size, dev)
     preds = knn_predict(train_feats, train_labels, feats, k)
     result = {
-        "checkpoint": str(formats.resolve(checkpoint)),
+        "checkpoint": str(resolve(checkpoint)),
         "model": meta["model"],
         "method": meta.get("method"),
         "k": k,
