@@ -136,7 +136,8 @@ def test_a_config_that_is_not_a_file_is_named_as_what_it_is(
         (["eval", "--checkpoint", "{file}", "--config", "{file}"], "unrecognized arguments: --config"),
         (["predict", "--checkpoint", "{file}", "--config", "{file}", "x.png"], "unrecognized arguments: --config"),
         (["export", "{file}", "--format", "onnx", "--config", "{file}"], "unrecognized arguments: --config"),
-        (["train", "--config"], "--config --output: no such file"),  # the next word taken as the file's name
+        # argparse reads the first pass: the next flag is not taken as the file's name (it was "--output: no such file")
+        (["train", "--config"], "argument -c/--config: expected one argument"),
         (["train", "--config", ""], "argument -c/--config: must not be empty"),
         (["train", "--config", "{file}", "--epochs", "-1"], "argument --epochs"),
     ],

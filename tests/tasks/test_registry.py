@@ -338,7 +338,10 @@ def test_model_args_asking_for_an_absurd_model_are_one_line_before_any_memory_is
 
 
 _PLUGINS = """
-from pdevision.tasks.registry import ExtraCommand, TaskCommands
+from dataclasses import dataclass
+
+from pdevision.engine.config import Flag, setting
+from pdevision.tasks.registry import Command, TaskCommands
 
 
 class Clash(TaskCommands):
@@ -359,10 +362,12 @@ class ExtraRaises(TaskCommands):
     name = "extra_raises"
 
     def extra_commands(self):
-        def add(parser):
-            raise KeyError("x")
+        @dataclass
+        class Odd:  # two fields that declare one flag
+            x: int = setting(0, int, Flag(name="--x"))
+            y: int = setting(0, int, Flag(name="--x"))
 
-        return {"odd": ExtraCommand("an odd command", add, lambda args: ("", 0))}
+        return {"odd": Command("an odd command", Odd, lambda args: ("", 0))}
 """
 
 

@@ -56,7 +56,7 @@ from pdevision.fastpath import on_device
 from pdevision.models.factory import MAX_SIZE
 from pdevision.models.restoration import build_restoration_model
 from pdevision.tasks import args as A
-from pdevision.tasks.registry import ExtraCommand, TaskCommands, register
+from pdevision.tasks.registry import DEVICE_HELP, CheckpointOptions, Command, TaskCommands, register, register_command
 
 log = logging.getLogger(__name__)
 
@@ -609,15 +609,15 @@ class RestoreCommands(TaskCommands):
 
     def __init__(self, task: str) -> None:
         self.name = task
+        self.skip_flags = ("--quality",) if task == "denoise" else ("--sigma",)  # the other task's degradation
         self.help = (
             "Gaussian denoising (default: vheatir_micro, grey, embedded photos, 300 s)"
             if task == "denoise"
             else "JPEG artefact removal (default: vheatir_micro, quality 10, embedded photos, 300 s)"
         )
 
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        other = "--quality" if self.name == "denoise" else "--sigma"  # the other task's degradation
-        A.add_config_arguments(p, self.config_class, skip=(other,), fill={"{task}": self.name})
+    def fill(self) -> dict[str, str]:
+        return {"{task}": self.name}
 
     def config(self, args: argparse.Namespace, run: RunConfig) -> RestoreConfig:
         if args.data is None and args.patch_size > 300:
@@ -652,25 +652,18 @@ class RestoreCommands(TaskCommands):
             f"`pdevision restore --checkpoint {args.checkpoint} IN OUT`"
         )
 
-    def extra_commands(self) -> dict[str, ExtraCommand]:
-        return {
-            "restore": ExtraCommand(
-                "denoise / remove JPEG artefacts from an image with a restoration checkpoint",
-                add_restore_arguments,
-                run_restore,
-            )
-        }
 
+@dataclass
+class RestoreOptions(CheckpointOptions):
+    """``pdevision restore``'s flags."""
 
-def add_restore_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--checkpoint", type=V.path, required=True, help="RUN/best (or a run folder) of train --task denoise|dejpeg"
+    input: str = setting(None, V.path, Flag(name="input", help="image file (L, LA, RGB, RGBA or 16-bit grey)"))
+    output: str = setting(
+        None, V.output_file, Flag(name="output", help="output file (format from the extension); same size and mode")
     )
-    p.add_argument("input", type=V.path, help="image file (L, LA, RGB, RGBA or 16-bit grey)")
-    p.add_argument("output", type=V.output_file, help="output file (format from the extension); same size and mode")
-    p.add_argument("--tile", type=V.tile, default=512, help="tile side for large images (0: whole image; default 512)")
-    p.add_argument("--overlap", type=V.tile, default=32, help="tile overlap in pixels (default 32)")
-    p.add_argument("--device", type=V.device, default="auto")
+    tile: int = setting(512, V.tile, Flag(help="tile side for large images (0: whole image; default 512)"))
+    overlap: int = setting(32, V.tile, Flag(help="tile overlap in pixels (default 32)"))
+    device: str = setting("auto", V.device, Flag(help=DEVICE_HELP))
 
 
 def run_restore(args: argparse.Namespace) -> tuple[str, int]:
@@ -690,3 +683,12 @@ def run_restore(args: argparse.Namespace) -> tuple[str, int]:
 
 register(RestoreCommands("denoise"))
 register(RestoreCommands("dejpeg"))
+register_command(
+    "restore",
+    Command(
+        "denoise / remove JPEG artefacts from an image with a restoration checkpoint",
+        RestoreOptions,
+        run_restore,
+        flags={"checkpoint": {"help": "RUN/best (or a run folder) of train --task denoise|dejpeg"}},
+    ),
+)
