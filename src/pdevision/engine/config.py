@@ -91,6 +91,15 @@ def flag_fields(cls: type | None = None) -> list[dataclasses.Field]:
 
 
 @dataclass
+class CheckpointOptions:
+    """The checkpoint a command reads: ``--checkpoint``, declared once here (eval, predict, restore, viz); a command
+    changes its help or its ``nargs`` through the keywords of ``Flag`` it passes (``flags=``), not by declaring it
+    again."""
+
+    checkpoint: str = setting(None, V.path, Flag(help="checkpoint folder (or run folder: uses best)", required=True))
+
+
+@dataclass
 class RunConfig:
     """Every knob of the loop (:func:`pdevision.engine.loop.fit`). ``None``: the task's default, then the library's.
 
@@ -242,6 +251,7 @@ def check_run(run: RunConfig) -> None:
 
 __all__ = [
     "RUN_DEFAULTS",
+    "CheckpointOptions",
     "Flag",
     "RunConfig",
     "check_resolved",

@@ -311,8 +311,7 @@ class DetectCommands(DenseCommands):
     data_help = "a COCO folder (annotations/instances_<split>.json, images)"
     img_size_help = "detector's shorter side (default 128 on the scenes, 800 on COCO)"
 
-    def run(self, config: DenseConfig) -> dict[str, Any]:
-        return train(config)
+    task_class = DetectTask
 
     def score(self, s: dict[str, Any]) -> str:
         return f"best val box mAP {s['best_val_map']:.2f} (mAP50 {s['best_val_map50']:.2f})"

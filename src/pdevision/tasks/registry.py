@@ -20,8 +20,10 @@ from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
 from pdevision.engine import validators as V
-from pdevision.engine.config import Flag, RunConfig, setting
+from pdevision.engine.config import CheckpointOptions, Flag, RunConfig, setting
+from pdevision.engine.loop import fit
 from pdevision.engine.runtime import one_line
+from pdevision.engine.task import Task
 from pdevision.errors import UsageError
 from pdevision.tasks import args as A
 
@@ -40,13 +42,6 @@ class Command:
     run: Callable[[argparse.Namespace], tuple[str, int]] | None = None
     flags: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     subcommands: Mapping[str, Command] = field(default_factory=dict)
-
-
-@dataclass
-class CheckpointOptions:
-    """The checkpoint a command reads: ``--checkpoint``, declared once here (eval, predict, restore, viz)."""
-
-    checkpoint: str = setting(None, V.path, Flag(help="checkpoint folder (or run folder: uses best)", required=True))
 
 
 DEVICE_HELP = "auto, cpu, cuda, cuda:1, ..."
@@ -99,8 +94,9 @@ class ConfigOption:
 class TaskCommands:
     """What the command line needs of a task. Set ``config_class`` (a dataclass holding a ``run``
     :class:`RunConfig`, whose fields with a :class:`~pdevision.engine.config.Flag` are the task's flags) and
-    override ``run``; ``eval_options`` / ``predict_options`` with ``evaluate`` / ``predict`` where the task has them.
-    A task whose flags are not fields (a plug-in) overrides ``add_arguments`` and ``config``."""
+    ``task_class`` (the :class:`~pdevision.engine.task.Task` the loop runs); ``eval_options`` / ``predict_options``
+    with ``evaluate`` / ``predict`` where the task has them. A task whose flags are not fields (a plug-in) overrides
+    ``add_arguments``, ``config`` and ``run``."""
 
     name: str = ""
     help: str = ""
@@ -111,6 +107,7 @@ class TaskCommands:
     # optional packages (module, extra) that train and eval need, checked before they start (predict: on use)
     requires: tuple[tuple[str, str], ...] = ()
     config_class: type | None = None  # the task's configuration: its fields with a Flag are its flags
+    task_class: type[Task] | None = None  # what the loop runs: task_class(config)
     skip_flags: tuple[str, ...] = ()  # flags of config_class the task does not take
     # the task's own flags of eval and predict (dataclasses of setting() fields; None: the task has none)
     eval_options: type | None = None
@@ -140,8 +137,10 @@ class TaskCommands:
         return self.config_class(**A.task_fields(args, self.config_class), run=run)
 
     def run(self, config: Any) -> dict[str, Any]:
-        """Train as ``config`` says; the run summary."""
-        raise NotImplementedError
+        """Train as ``config`` says, through the one loop; the run summary."""
+        if self.task_class is None:
+            raise NotImplementedError
+        return fit(self.task_class(config), config.run)
 
     def report(self, summary: dict[str, Any], config: Any) -> str:
         """The line printed after training."""

@@ -13,7 +13,6 @@ from pdevision.engine import formats
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import default_eval_output
 from pdevision.engine.config import Flag, setting
-from pdevision.engine.loop import fit
 from pdevision.errors import UsageError
 from pdevision.tasks import args as A
 from pdevision.tasks.classify import robustness
@@ -71,9 +70,7 @@ class ClassifyCommands(TaskCommands):
     eval_options = ClassifyEvalOptions
     predict_options = ClassifyPredictOptions
     config_class = ClassifyConfig
-
-    def run(self, config: ClassifyConfig) -> dict[str, Any]:
-        return fit(ClassifyTask(config), config.run)
+    task_class = ClassifyTask
 
     def report(self, s: dict[str, Any], config: ClassifyConfig) -> str:
         final = s["final"] or {}

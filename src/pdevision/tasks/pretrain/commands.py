@@ -13,7 +13,7 @@ from pdevision.engine.config import Flag, setting
 from pdevision.errors import UsageError
 from pdevision.tasks.pretrain.config import PretrainConfig
 from pdevision.tasks.pretrain.knn import knn_evaluate
-from pdevision.tasks.pretrain.task import REQUIRES, pretrain
+from pdevision.tasks.pretrain.task import REQUIRES, PretrainTask
 from pdevision.tasks.registry import TaskCommands, checkpoint_meta, register
 
 
@@ -34,15 +34,13 @@ class PretrainCommands(TaskCommands):
     kinds = ("pretrain", "encoder")
     eval_options = PretrainEvalOptions
     config_class: type[PretrainConfig] = PretrainConfig  # its fields with a Flag are the task's flags
+    task_class = PretrainTask
     skip_run_flags = ("--warmup-epochs",)  # --warmup: a fraction of training
     run_flag_defaults: ClassVar[dict[str, Any]] = {
         "--epochs": 10,
         "--batch-size": 64,
         "--lr": "1e-3 x global batch / 64",
     }
-
-    def run(self, config: PretrainConfig) -> dict[str, Any]:
-        return pretrain(config)
 
     def report(self, s: dict[str, Any], config: PretrainConfig) -> str:
         loss = "none" if s["final_loss"] is None else f"{s['final_loss']:.4f}"
