@@ -146,7 +146,7 @@ def reference_page() -> str:
                 train = _subparsers(build_parser(train_task=task))["train"]
                 lines += _command(f"pdevision train --task {task}", train, registry[task].help)
         elif name in ("eval", "predict"):
-            owners = [t for t, c in registry.items() if getattr(c, f"add_{name}_arguments") is not None]
+            owners = [t for t, c in registry.items() if getattr(c, f"{name}_options") is not None]
             for task in owners:
                 p = _subparsers(build_parser(checkpoint_task=task))[name]
                 lines += _command(f"pdevision {name} (a {task} checkpoint)", p, helps.get(name, ""))

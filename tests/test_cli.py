@@ -133,3 +133,49 @@ def test_an_empty_image_path_is_a_usage_error(tmp_path: Path, capsys: pytest.Cap
     with pytest.raises(SystemExit) as exc:
         main(["predict", "--checkpoint", str(tmp_path), ""])
     assert exc.value.code == 2 and "must not be empty" in capsys.readouterr().err
+
+
+def test_the_first_pass_reads_the_choosing_flags_in_every_form_argparse_takes(tmp_path: Path) -> None:
+    """The task, the flag file and the checkpoint that choose the parser are read by argparse itself (``--flag=V``,
+    ``-cFILE``, the last of a repeated flag), not by a hand parser of ``argv``."""
+    from pdevision.cli import parser_for
+
+    config = tmp_path / "seg.yaml"
+    config.write_text("task: segment\nepochs: 2\n")
+    for argv in (
+        ["train", "--task=segment"],
+        ["train", "--task", "classify", "--task", "segment"],
+        ["train", f"-c{config}"],
+        ["train", f"--config={config}"],
+        ["train", "--epochs", "1", "-c", str(config)],
+    ):
+        parser, chosen = parser_for(argv)
+        assert chosen.train_task == "segment", argv
+        args = parser.parse_args(argv)
+        assert args.task == "segment" and args.task_commands.name == "segment", argv
+    _, chosen = parser_for(["train", "--task", "segment", "--help"])
+    assert chosen.train_task == "segment"  # --help shows the flags of the task named
+    _, chosen = parser_for(["train", "-c", str(config), "--help"])
+    assert chosen.config_values is None  # nothing is read for --help
+
+
+@pytest.mark.parametrize("argv", [["train", "--tas", "segment"], ["train", "--conf", "x.yaml"]])
+def test_an_abbreviated_choosing_flag_is_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--tas segment`` was taken by the full parser after the first words had chosen classification's flags."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "write --task and --config in full" in err, err
+
+
+def test_export_is_a_command_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    from pdevision.cli import build_parser
+    from pdevision.tasks import commands, tasks
+
+    assert "export" in commands() and "restore" in commands()
+    assert not any(hasattr(t, "add_eval_arguments") for t in tasks().values())
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    commands_listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("    ")]
+    assert "export" in commands_listed and "restore" in commands_listed

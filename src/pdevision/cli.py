@@ -28,6 +28,7 @@ from pdevision.bench.repeat import run_in_processes
 from pdevision.data import DataError
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta
+from pdevision.engine.config import Flag, setting
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
 from pdevision.engine.metadata import MetadataError
@@ -37,12 +38,28 @@ from pdevision.errors import UsageError
 from pdevision.models import list_models, list_restoration_models
 from pdevision.models.factory import ModelArgumentError, ModelNameError, build_model
 from pdevision.models.restoration import create_restoration_model
-from pdevision.tasks import TaskCommands, get_task, task_for_kind, tasks
+from pdevision.tasks import Command, TaskCommands, commands, get_task, task_for_kind, tasks
 from pdevision.tasks.args import add_run_arguments, is_rank0, run_config
 from pdevision.tasks.classify import evaluate_checkpoint
 from pdevision.tasks.classify.commands import PartialFailure
 from pdevision.tasks.config_file import config_defaults, load_config_file
+from pdevision.tasks.registry import (
+    CheckpointOptions,
+    ConfigOption,
+    EvalOptions,
+    PredictOptions,
+    TaskOption,
+    add_command_arguments,
+)
 from pdevision.viz.common import VizError
+from pdevision.viz.options import (
+    VIZ_CHECKPOINT,
+    ErfOptions,
+    GradcamOptions,
+    HeatOptions,
+    ReportOptions,
+    SymmetryOptions,
+)
 
 
 def _models_rows(img_size: int | None, pattern: str = "") -> Iterator[str]:
@@ -77,7 +94,7 @@ def _restoration_names(pattern: str = "") -> list[str]:
     return [n for n in list_restoration_models() if not pattern or fnmatch.fnmatch(n, pattern)]
 
 
-def cmd_models(args: argparse.Namespace) -> int:
+def cmd_models(args: argparse.Namespace) -> tuple[str, int]:
     if not list_models(args.pattern) and not _restoration_names(args.pattern):
         raise ModelNameError(f"no registered model matches {args.pattern!r} (expected a wildcard such as 'vheat*')")
     if args.img_size is not None and not args.macs:
@@ -85,7 +102,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     img_size = (args.img_size or 224) if args.macs else None
     for row in _models_rows(img_size, args.pattern):  # a row as soon as it is counted
         print(row, flush=True)
-    return 0
+    return "", 0
 
 
 # scikit-image's sample photos stored in its package (others are downloaded: never at run time)
@@ -121,7 +138,7 @@ def _sample_photo(name: str) -> Image.Image:
     return Image.fromarray(np.asarray(getattr(skimage_data, name)())).convert("RGB")
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace) -> tuple[str, int]:
     torch.manual_seed(0)
     photo = _sample_photo(args.photo)  # a wrong name fails before the (slow) table
     print(f"pdevision {__version__}: models registered in timm\n")
@@ -147,10 +164,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"at the photo's own size {tuple(native.shape[-2:])}, stage outputs: "
         + ", ".join(str(tuple(f.shape[1:])) for f in feats)
     )
-    return 0
+    return "", 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace) -> tuple[str, int]:
     require_all([("matplotlib", "viz")])  # the plots at the end
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -192,33 +209,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         result = run_bench(out_dir=Path(args.out), **kwargs)
     print((Path(args.out) / "results.md").read_text())
-    print(f"written to {args.out} in {result['seconds']:.0f} s")
-    return 0
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit code 2, no usage dump); a flag of another task is named as such."""
-
-    unknown_hint: Any = None
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        if message.startswith("unrecognized arguments:") and self.unknown_hint is not None:
-            for flag in message.split(":", 1)[1].split():
-                hint = self.unknown_hint(flag.split("=", 1)[0])
-                if hint:
-                    message = hint
-                    break
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-# -- pdevision viz ---------------------------------------------------------------------------------
+    return f"written to {args.out} in {result['seconds']:.0f} s", 0
 
 
 # optional packages (module, extra) of the viz commands beyond matplotlib, checked before they compute anything
 VIZ_REQUIRES = {"gradcam": (("pytorch_grad_cam", "viz"),), "report": (("pytorch_grad_cam", "viz"),)}
 
 
-def cmd_viz(args: argparse.Namespace) -> int:
+def cmd_viz(args: argparse.Namespace) -> tuple[str, int]:
     what = args.viz_command
     if what is None:
         raise UsageError("choose what to show: erf, gradcam, heat, symmetry or report (pdevision viz --help)")
@@ -252,120 +250,181 @@ def cmd_viz(args: argparse.Namespace) -> int:
     else:
         r = viz.report(args.checkpoint, args.output, args.data, args.images, args.steps, evaluate_checkpoint)
         print(f"{r['model']}: {len(r['figures'])} figures; open {r['files'][0]}")
-    print("written: " + ", ".join(r["files"]))
-    return 0
+    return "written: " + ", ".join(r["files"]), 0
 
 
-def _add_viz_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("viz", help="figures: receptive fields, Grad-CAM, heat flow, symmetry, HTML report")
-    vsub = p.add_subparsers(dest="viz_command", metavar="WHAT", parser_class=_Parser)
-    p.set_defaults(func=cmd_viz)
-    ckpt_help = "run folder (uses best/, else last/) or checkpoint folder"
-    data_help = "ImageFolder root for the images (default: the run's data, else scikit-image photos / digits)"
-    q = vsub.add_parser("erf", help="effective receptive field per stage, ours and timm's peers side by side")
-    q.add_argument(
-        "--models", nargs="+", default=None, help="model names, random weights (default: micro models and peers)"
+# -- the options of the commands of this module (each field with a Flag is a flag: tasks/args.py) --------------
+
+
+@dataclass
+class ModelsOptions:
+    pattern: str = setting(
+        "", None, Flag(name="pattern", nargs="?", help="wildcard on the names, e.g. 'vheat*' (default: all)")
     )
-    q.add_argument("--checkpoint", nargs="+", default=None, help=f"trained models: {ckpt_help}")
-    q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--img-size", type=V.figure_side, default=128, help="input size for --models (default 128)")
-    q.add_argument("--images", type=V.samples, default=16, help="images to average over (default 16)")
-    q.add_argument("--device", type=V.device, default="cpu")
-    q.add_argument("--output", type=V.output_folder, default="runs/viz/erf", help="folder for erf.png and erf.json")
-    q = vsub.add_parser("gradcam", help="Grad-CAM per stage of a trained checkpoint (grad-cam package)")
-    q.add_argument("--checkpoint", required=True, help=ckpt_help)
-    q.add_argument("images", nargs="*", help="image files (default: validation images of the run's data)")
-    q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--num-images", type=V.samples, default=4, help="validation images without files (default 4)")
-    q.add_argument("--device", type=V.device, default="cpu")
-    q.add_argument(
-        "--output", type=V.output_folder, default="runs/viz/gradcam", help="folder for gradcam.png and gradcam.json"
+    macs: bool = setting(
+        False,
+        None,
+        Flag(
+            help="also count GMACs: a forward of each model, folded for inference (minutes for all models; seconds "
+            "for one)"
+        ),
     )
-    q = vsub.add_parser("heat", help="vHeat k(w) and point sources, HcNet k and stencils, PDE-ResNet point responses")
-    g = q.add_mutually_exclusive_group(required=True)
-    g.add_argument("--model", default=None, help="model name, random weights")
-    g.add_argument("--checkpoint", default=None, help=ckpt_help)
-    q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--img-size", type=V.figure_side, default=64, help="input size for --model (default 64)")
-    q.add_argument("--images", type=V.samples, default=32, help="images for HcNet / PDE-ResNet (default 32)")
-    q.add_argument(
-        "--times",
-        nargs="+",
-        type=V.bounded(float, 0, None, low_open=True),
-        default=[0.25, 0.5, 1.0, 2.0, 4.0],
-        help="point-source times",
-    )
-    q.add_argument("--gif", action="store_true", help="also vheat_point_source.gif")
-    q.add_argument("--output", type=V.output_folder, default="runs/viz/heat")
-    q = vsub.add_parser("symmetry", help="PDE-ResNet weights under a group element and sparsify; logits difference")
-    q.add_argument("--checkpoint", required=True, help=ckpt_help)
-    q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--images", type=V.samples, default=32, help="images for the logits difference (default 32)")
-    q.add_argument("--steps", type=V.repeats, default=100, help="sparsify steps (default 100)")
-    q.add_argument("--seed", type=V.seed, default=0, help="seed of the random group element")
-    q.add_argument("--output", type=V.output_folder, default="runs/viz/symmetry")
-    q = vsub.add_parser("report", help="one index.html: curves, metrics, confusion matrix and the figures above")
-    q.add_argument("--checkpoint", required=True, help=ckpt_help)
-    q.add_argument("--data", default=None, help=data_help)
-    q.add_argument("--images", type=V.samples, default=8, help="images for the figures (default 8)")
-    q.add_argument("--steps", type=V.repeats, default=50, help="sparsify steps for PDE-ResNet (default 50)")
-    q.add_argument(
-        "--output", type=V.output_folder, default="runs/viz/report", help="folder for index.html and its files"
+    img_size: int | None = setting(
+        None, V.figure_side, Flag(help="resolution for the MAC count, with --macs (default 224, at most 2048)")
     )
 
 
-def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="throughput, memory, FLOPs against timm's peers (Swin, ConvNeXt, DeiT, ResNet)")
-    p.add_argument("--models", nargs="+", default=None, help="default: our tiny models and the four tiny peers")
-    p.add_argument("--peers", choices=["small", "base"], default=None, help="also the small or base peers")
-    p.add_argument("--resolutions", nargs="+", type=V.side, default=[224, 512, 768, 1024])
-    p.add_argument("--batch", type=V.batch, default=None, help="default: 8 at 224 and below, 1 above")
-    p.add_argument("--repeats", type=V.repeats, default=5, help="timed repeats, median reported (default 5)")
-    p.add_argument(
-        "--runs",
-        type=V.bounded(int, 1, 20),
-        default=1,
-        help="run the whole bench this many times, each in a fresh process (OUT/run1, ...); OUT's record is the "
-        "median over the runs, each ratio with its range (default 1: one run, in this process)",
-    )
-    p.add_argument("--train-resolutions", nargs="*", type=V.side, default=[224], help="training-step sizes")
-    p.add_argument("--device", type=V.device, default="cpu")
-    p.add_argument("--dtype", nargs="+", choices=["fp32", "bf16", "fp16"], default=["fp32"], help="autocast dtypes")
-    p.add_argument(
-        "--out", type=V.output_folder, default="runs/bench", help="results folder (CSV, JSON, Markdown, PNG)"
-    )
-    p.add_argument("--threads", type=V.count, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--no-operators", action="store_true", help="skip the token-mixer microbenchmark")
-    p.add_argument(
-        "--fused-peers",
-        action="store_true",
-        help="also measure each timm peer with its linear layers on the fused oneDNN kernels (NAME+fused)",
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="also measure each model through torch.compile (NAME+compiled; inference, weights frozen; needs a C++ "
-        "compiler on the CPU)",
-    )
-    p.add_argument("--operator-sides", nargs="+", type=V.side, default=[14, 28, 56, 112, 160, 256], help="map sides")
-    p.add_argument(
-        "--allocator",
-        choices=["steady", "default"],
-        default="steady",
-        help="steady (default): freed memory stays in the process, so timings do not depend on glibc's adaptive "
-        "thresholds and page faults; default: the C allocator as configured",
-    )
-    p.set_defaults(func=cmd_bench)
+@dataclass
+class DemoOptions:
+    model: str = setting("vheat_tiny", None, Flag(help="model for the forward pass"))  # choices: list_models()
+    photo: str = setting("chelsea", None, Flag(help="scikit-image sample photo (default: chelsea)"))
 
 
-# -- the task commands: train, pretrain, eval, predict and the tasks' own (restore), built from the registry -----
+@dataclass
+class BenchOptions:
+    models: list[str] | None = setting(  # noqa: RUF009
+        None, None, Flag(nargs="+", help="default: our tiny models and the four tiny peers")
+    )
+    peers: str | None = setting(None, None, Flag(help="also the small or base peers", choices=("small", "base")))
+    resolutions: list[int] = setting(  # noqa: RUF009
+        None, V.side, Flag(nargs="+"), factory=lambda: [224, 512, 768, 1024]
+    )
+    batch: int | None = setting(None, V.batch, Flag(help="default: 8 at 224 and below, 1 above"))
+    repeats: int = setting(5, V.repeats, Flag(help="timed repeats, median reported (default 5)"))
+    runs: int = setting(
+        1,
+        V.bounded(int, 1, 20),
+        Flag(
+            help="run the whole bench this many times, each in a fresh process (OUT/run1, ...); OUT's record is the "
+            "median over the runs, each ratio with its range (default 1: one run, in this process)"
+        ),
+    )
+    train_resolutions: list[int] = setting(  # noqa: RUF009
+        None, V.side, Flag(nargs="*", help="training-step sizes"), factory=lambda: [224]
+    )
+    device: str = setting("cpu", V.device, Flag())
+    dtype: list[str] = setting(  # noqa: RUF009
+        None, None, Flag(nargs="+", choices=("fp32", "bf16", "fp16"), help="autocast dtypes"), factory=lambda: ["fp32"]
+    )
+    out: str = setting("runs/bench", V.output_folder, Flag(help="results folder (CSV, JSON, Markdown, PNG)"))
+    threads: int | None = setting(None, V.count, Flag(help="torch CPU threads (default: torch's)"))
+    no_operators: bool = setting(False, None, Flag(help="skip the token-mixer microbenchmark"))
+    fused_peers: bool = setting(
+        False,
+        None,
+        Flag(help="also measure each timm peer with its linear layers on the fused oneDNN kernels (NAME+fused)"),
+    )
+    compile: bool = setting(
+        False,
+        None,
+        Flag(
+            help="also measure each model through torch.compile (NAME+compiled; inference, weights frozen; needs a "
+            "C++ compiler on the CPU)"
+        ),
+    )
+    operator_sides: list[int] = setting(  # noqa: RUF009
+        None, V.side, Flag(nargs="+", help="map sides"), factory=lambda: [14, 28, 56, 112, 160, 256]
+    )
+    allocator: str = setting(
+        "steady",
+        None,
+        Flag(
+            choices=("steady", "default"),
+            help="steady (default): freed memory stays in the process, so timings do not depend on glibc's adaptive "
+            "thresholds and page faults; default: the C allocator as configured",
+        ),
+    )
 
 
-def _task_flags(task: TaskCommands) -> set[str]:
-    """The flags ``pdevision train --task NAME`` takes."""
-    p = _Parser(add_help=False)
-    _add_training(p, task)
-    return {flag for action in p._actions for flag in action.option_strings}
+def _viz_commands() -> dict[str, Command]:
+    trained = {"checkpoint": {"help": VIZ_CHECKPOINT}}
+    return {
+        "erf": Command(
+            "effective receptive field per stage, ours and timm's peers side by side",
+            ErfOptions,
+            cmd_viz,
+            {"checkpoint": {"nargs": "+", "required": False, "help": f"trained models: {VIZ_CHECKPOINT}"}},
+        ),
+        "gradcam": Command(
+            "Grad-CAM per stage of a trained checkpoint (grad-cam package)", GradcamOptions, cmd_viz, trained
+        ),
+        "heat": Command(
+            "vHeat k(w) and point sources, HcNet k and stencils, PDE-ResNet point responses",
+            HeatOptions,
+            cmd_viz,
+            {"checkpoint": {"required": False, "one_of": "--model, --checkpoint", "help": VIZ_CHECKPOINT}},
+        ),
+        "symmetry": Command(
+            "PDE-ResNet weights under a group element and sparsify; logits difference",
+            SymmetryOptions,
+            cmd_viz,
+            trained,
+        ),
+        "report": Command(
+            "one index.html: curves, metrics, confusion matrix and the figures above", ReportOptions, cmd_viz, trained
+        ),
+    }
+
+
+def _commands() -> dict[str, Command]:
+    """The commands of their own: this module's, then those the tasks register (``export``, ``restore``); ``train``,
+    ``pretrain``, ``eval`` and ``predict`` take the flags of a task and are built apart (:func:`_add_task_parsers`)."""
+    return {
+        "models": Command(
+            "list the registered models (backbones, restoration nets): parameters, GMACs", ModelsOptions, cmd_models
+        ),
+        "demo": Command(
+            "model table, then one forward pass on a real photo",
+            DemoOptions,
+            cmd_demo,
+            {"model": {"choices": tuple(list_models())}},
+        ),
+        "bench": Command(
+            "throughput, memory, FLOPs against timm's peers (Swin, ConvNeXt, DeiT, ResNet)", BenchOptions, cmd_bench
+        ),
+        "viz": Command(
+            "figures: receptive fields, Grad-CAM, heat flow, symmetry, HTML report",
+            run=cmd_viz,
+            subcommands=_viz_commands(),
+        ),
+        **commands(),
+    }
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2, no usage dump); a flag of another task is named as such."""
+
+    unknown_hint: Any = None
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith("unrecognized arguments:") and self.unknown_hint is not None:
+            for flag in message.split(":", 1)[1].split():
+                hint = self.unknown_hint(flag.split("=", 1)[0])
+                if hint:
+                    message = hint
+                    break
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_command(sub: argparse._SubParsersAction, name: str, command: Command) -> None:
+    """``pdevision NAME`` (and its subcommands): its flags from ``command.options``; it runs ``command.run``."""
+    p = sub.add_parser(name, help=command.help)
+    add_command_arguments(p, command.options, flags=command.flags)
+    p.set_defaults(func=cmd_run, run=command.run)
+    if command.subcommands:
+        inner = p.add_subparsers(dest=f"{name}_command", metavar="WHAT", parser_class=_Parser)
+        for what, subcommand in command.subcommands.items():
+            _add_command(inner, what, subcommand)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    text, code = args.run(args)
+    if text:
+        print(text, file=sys.stdout if code == 0 else sys.stderr)
+    return code
+
+
+# -- the task commands: train, pretrain, eval, predict, built from the registry ------------------------------------
 
 
 def _add_training(p: argparse.ArgumentParser, task: TaskCommands) -> None:
@@ -373,9 +432,18 @@ def _add_training(p: argparse.ArgumentParser, task: TaskCommands) -> None:
     task.add_arguments(p)
 
 
+def _flags(add: Any) -> set[str]:
+    """The flags that ``add(parser)`` declares."""
+    p = _Parser(add_help=False)
+    add(p)
+    return {flag for action in p._actions for flag in action.option_strings}
+
+
 def _train_hint(chosen: str) -> Any:
     def hint(flag: str) -> str | None:
-        owners = [name for name, t in tasks().items() if name != chosen and flag in _task_flags(t)]
+        owners = [
+            name for name, t in tasks().items() if name != chosen and flag in _flags(lambda p, t=t: _add_training(p, t))
+        ]
         if not owners:
             return None
         return f"{flag} is not an option of --task {chosen} (it is one of --task {', '.join(owners)})"
@@ -387,12 +455,12 @@ def _checkpoint_hint(chosen: str, which: str) -> Any:
     def hint(flag: str) -> str | None:
         owners = []
         for name, t in tasks().items():
-            add = getattr(t, f"add_{which}_arguments")
-            if name == chosen or add is None:
-                continue
-            p = _Parser(add_help=False)
-            add(p)
-            if flag in {f for action in p._actions for f in action.option_strings}:
+            options = getattr(t, f"{which}_options")
+            if (
+                name != chosen
+                and options is not None
+                and flag in _flags(lambda p, o=options: add_command_arguments(p, o))
+            ):
                 owners.append(name)
         if not owners:
             return None
@@ -401,71 +469,30 @@ def _checkpoint_hint(chosen: str, which: str) -> Any:
     return hint
 
 
-def _add_config_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-c",
-        "--config",
-        type=V.path,
-        default=None,
-        metavar="FILE",
-        help="YAML or JSON file of flag values (keys as a run's config.json names them: batch_size, lr, ...); a run's "
-        "config.json repeats the run; flags given here win over the file",
-    )
-
-
 def _add_task_parsers(sub: argparse._SubParsersAction, train_task: str, checkpoint_task: str) -> None:
     registry = tasks()
     task = get_task(train_task)
     p = sub.add_parser("train", help="train a model on a task (default: classify, vheat_micro on the embedded digits)")
-    p.add_argument(
-        "--task",
-        default="classify",
-        choices=list(registry),
-        help="what to train (default classify): " + "; ".join(f"{n}: {t.help}" for n, t in registry.items()),
-    )
-    _add_config_argument(p)
+    described = "what to train (default classify): " + "; ".join(f"{n}: {t.help}" for n, t in registry.items())
+    add_command_arguments(p, TaskOption, ConfigOption, flags={"task": {"choices": tuple(registry), "help": described}})
     _add_training(p, task)
     p.set_defaults(func=cmd_train, task_commands=task)
     p.unknown_hint = _train_hint(task.name)
     pretrain = get_task("pretrain")
     p = sub.add_parser("pretrain", help=pretrain.help + " (train --task pretrain)")
-    _add_config_argument(p)
+    add_command_arguments(p, ConfigOption)
     _add_training(p, pretrain)
     p.set_defaults(func=cmd_train, task_commands=pretrain, task="pretrain")
     p.unknown_hint = _train_hint("pretrain")
     checkpoint = get_task(checkpoint_task)
-    p = sub.add_parser("eval", help="evaluate a checkpoint (its flags follow the checkpoint's task; default classify)")
-    p.add_argument("--checkpoint", type=V.path, required=True, help="checkpoint folder (or run folder: uses best)")
-    p.add_argument(
-        "--output",
-        type=V.output_folder,
-        default=None,
-        help="folder for the results (default: beside it, RUN/eval-best)",
-    )
-    p.add_argument("--device", type=V.device, default="auto")
-    if checkpoint.add_eval_arguments is not None:
-        checkpoint.add_eval_arguments(p)
-    p.set_defaults(func=cmd_eval, task_commands=checkpoint)
-    p.unknown_hint = _checkpoint_hint(checkpoint.name, "eval")
-    p = sub.add_parser("predict", help="apply a checkpoint to image files (its flags follow the checkpoint's task)")
-    p.add_argument("--checkpoint", type=V.path, required=True, help="checkpoint folder (or run folder: uses best)")
-    p.add_argument("images", nargs="+", type=V.path, help="image files or folders of images")
-    p.add_argument("--device", type=V.device, default="auto")
-    if checkpoint.add_predict_arguments is not None:
-        checkpoint.add_predict_arguments(p)
-    p.set_defaults(func=cmd_predict, task_commands=checkpoint)
-    p.unknown_hint = _checkpoint_hint(checkpoint.name, "predict")
-
-
-def _add_extra_task_commands(sub: argparse._SubParsersAction) -> None:
-    """Commands a task adds (``restore``), each once."""
-    for task in tasks().values():
-        for name, extra in task.extra_commands().items():
-            if name in sub.choices:
-                continue
-            p = sub.add_parser(name, help=extra.help)
-            extra.add_arguments(p)
-            p.set_defaults(func=cmd_extra, extra=extra)
+    for name, shared, helps in (
+        ("eval", EvalOptions, "evaluate a checkpoint (its flags follow the checkpoint's task; default classify)"),
+        ("predict", PredictOptions, "apply a checkpoint to image files (its flags follow the checkpoint's task)"),
+    ):
+        p = sub.add_parser(name, help=helps)
+        add_command_arguments(p, shared, getattr(checkpoint, f"{name}_options"))
+        p.set_defaults(func=cmd_eval if name == "eval" else cmd_predict, task_commands=checkpoint)
+        p.unknown_hint = _checkpoint_hint(checkpoint.name, name)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -495,95 +522,78 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return code
 
 
-def cmd_extra(args: argparse.Namespace) -> int:
-    text, code = args.extra.run(args)
-    print(text, file=sys.stdout if code == 0 else sys.stderr)
-    return code
+# -- choosing the parser: a first pass of argparse reads the words that choose the task -----------------------------
 
 
-def _option_value(argv: list[str], flag: str) -> str | None:
-    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``; the last one, as the parser keeps), or
-    ``None``; the parser checks it later."""
-    value = None
-    for i, item in enumerate(argv):
-        if item == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif item.startswith(flag + "="):
-            value = item.split("=", 1)[1]
-    return value
+class _FirstPassError(Exception):
+    """The first pass could not read the command line: the full parser says what is wrong."""
 
 
-def _config_path(argv: list[str]) -> str | None:
-    return _option_value(argv, "--config") or _option_value(argv, "-c")
+class _FirstPass(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _FirstPassError(message)
 
 
-def _task_defaults(sub: argparse.ArgumentParser) -> dict[str, Any]:
-    """The task configuration of a run given no flags (``train --config``: its fields that no flag sets)."""
-    args = sub.parse_args([])
-    config = args.task_commands.config(args, run_config(args))
-    return (
-        {k: v for k, v in dataclasses.asdict(config).items() if k != "run"} if dataclasses.is_dataclass(config) else {}
-    )
-
-
-def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str], values: dict[str, Any] | None) -> None:
-    """``train --config FILE`` / ``pretrain --config FILE``: the file's values (read once, by :func:`_chosen`)
-    become the defaults of the command's flags, so those on the command line win."""
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if values is None:
-        return
-    path = _config_path(argv)
-    sub = _innermost(parser, argparse.Namespace(command=command))
-    task = values.get("task")
-    given = "pretrain" if command == "pretrain" else _option_value(argv, "--task")
-    if task is not None and given is not None and task != given:
-        if command == "pretrain":
-            raise UsageError(f"--config {path} is for --task {task}, not pretrain (run: pdevision train --config)")
-        values = {k: v for k, v in values.items() if k != "task"}  # the command line's --task wins
-    defaults = config_defaults(sub, values, str(path), _task_defaults(sub))
-    if command == "train" and task is not None and given is None:
-        defaults["task"] = task
-    sub.set_defaults(**defaults)
+def _first_pass(argv: list[str]) -> argparse.Namespace:
+    """The words of ``argv`` that choose the parser, read by argparse (``parse_known_args``: every other word is the
+    full parser's): ``train --task`` and ``--config``, ``pretrain --config``, ``eval`` / ``predict --checkpoint``
+    (their declarations: :mod:`pdevision.tasks.registry`) and ``--help``. Exact flags only: an abbreviation is
+    refused after the full parse (:func:`main`)."""
+    parser = _FirstPass(add_help=False, allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", parser_class=_FirstPass)
+    for name, options in (
+        ("train", (TaskOption, ConfigOption)),
+        ("pretrain", (ConfigOption,)),
+        ("eval", (CheckpointOptions,)),
+        ("predict", (CheckpointOptions,)),
+    ):
+        p = sub.add_parser(name, add_help=False, allow_abbrev=False)
+        p.add_argument("-h", "--help", action="store_true")  # the full parser answers it; nothing is read for it
+        add_command_arguments(p, *options, flags={"checkpoint": {"required": False}})
+        p.set_defaults(task=None)  # given or not
+    try:
+        return parser.parse_known_args(argv)[0]
+    except _FirstPassError:  # the full parser says what is wrong
+        return argparse.Namespace(command=None)
 
 
 @dataclass(frozen=True)
 class Chosen:
-    """What the command line names before it is parsed, each file read once and passed on: the task whose flags
-    ``train`` takes (``--task``, else the ``--config`` file's), the one ``eval`` / ``predict`` take (the
-    checkpoint's kind), the ``--config`` file's values and the metadata of the ``--checkpoint`` at
-    ``checkpoint_path``."""
+    """What the first pass chose, each file read once and passed on: the task whose flags ``train`` takes
+    (``--task``, else the ``--config`` file's), the one ``eval`` / ``predict`` take (the checkpoint's kind), the
+    ``--config`` file's values and the metadata of the ``--checkpoint`` at ``checkpoint_path``."""
 
     train_task: str = "classify"
     checkpoint_task: str = "classify"
     config_values: dict[str, Any] | None = None
+    config_path: str | None = None
+    given_task: str | None = None
     checkpoint_meta: dict[str, Any] | None = None
     checkpoint_path: str | None = None
 
     def meta_of(self, checkpoint: str | None) -> dict[str, Any] | None:
-        """The metadata read of ``checkpoint`` (the parsed ``--checkpoint``), or ``None`` where the one read was of
-        another path (a flag given twice: the parser keeps the last) or none was read."""
+        """The metadata read of ``checkpoint`` (the parsed ``--checkpoint``), or ``None`` where none was read."""
         return self.checkpoint_meta if checkpoint is not None and checkpoint == self.checkpoint_path else None
 
 
-def _chosen(argv: list[str]) -> Chosen:
-    """:class:`Chosen` of ``argv``; classification where no task is given (or not a valid one: the parser then
-    says so). Nothing is read for ``--help``."""
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if {"-h", "--help"} & set(argv):
-        return Chosen()
+def _choose(first: argparse.Namespace) -> Chosen:
+    """:class:`Chosen` of the first pass; classification where no task is given (or not a valid one: the full
+    parser then says so). Nothing is read for ``--help``."""
+    command = first.command
     if command in ("train", "pretrain"):
-        path = _config_path(argv)
-        values = load_config_file(path) if path else None
-        name = _option_value(argv, "--task") if command == "train" else "pretrain"
+        given = first.task if command == "train" else "pretrain"
+        path = first.config
+        values = load_config_file(path) if path and not first.help else None
+        name = given
         if name is None and values is not None:
             name = values.get("task")
             if name is not None and name not in tasks():
                 raise UsageError(f"--config {path}: task {name!r} is not one of {', '.join(tasks())}")
-        return Chosen(train_task=name if name in tasks() else "classify", config_values=values)
-    if command in ("eval", "predict"):
-        path = _option_value(argv, "--checkpoint")
-        if not (path and path.strip()):
-            return Chosen()
+        return Chosen(
+            train_task=name if name in tasks() else "classify", config_values=values, config_path=path, given_task=given
+        )
+    if command in ("eval", "predict") and first.checkpoint and first.checkpoint.strip() and not first.help:
+        path = first.checkpoint
         try:
             meta = read_meta(path)  # any format: a timm / HF folder too
         except CheckpointError:  # the command reports it, after the parser has checked the other flags
@@ -597,35 +607,53 @@ def _chosen(argv: list[str]) -> Chosen:
     return Chosen()
 
 
+def _task_defaults(sub: argparse.ArgumentParser) -> dict[str, Any]:
+    """The task configuration of a run given no flags (``train --config``: its fields that no flag sets)."""
+    args = sub.parse_args([])
+    config = args.task_commands.config(args, run_config(args))
+    return (
+        {k: v for k, v in dataclasses.asdict(config).items() if k != "run"} if dataclasses.is_dataclass(config) else {}
+    )
+
+
+def _apply_config_file(parser: argparse.ArgumentParser, command: str, chosen: Chosen) -> None:
+    """``train --config FILE`` / ``pretrain --config FILE``: the file's values (read once, by :func:`_choose`)
+    become the defaults of the command's flags, so those on the command line win."""
+    values, path = chosen.config_values, chosen.config_path
+    if values is None:
+        return
+    sub = _innermost(parser, argparse.Namespace(command=command))
+    task, given = values.get("task"), chosen.given_task
+    if task is not None and given is not None and task != given:
+        if command == "pretrain":
+            raise UsageError(f"--config {path} is for --task {task}, not pretrain (run: pdevision train --config)")
+        values = {k: v for k, v in values.items() if k != "task"}  # the command line's --task wins
+    defaults = config_defaults(sub, values, str(path), _task_defaults(sub))
+    if command == "train" and task is not None and given is None:
+        defaults["task"] = task
+    sub.set_defaults(**defaults)
+
+
+def parser_for(argv: list[str]) -> tuple[argparse.ArgumentParser, Chosen]:
+    """The parser of ``argv`` (its task's flags, the ``--config`` file's values as defaults) and what chose it."""
+    first = _first_pass(argv)
+    chosen = _choose(first)
+    parser = build_parser(chosen.train_task, chosen.checkpoint_task)
+    if first.command in ("train", "pretrain"):
+        _apply_config_file(parser, first.command, chosen)
+    return parser, chosen
+
+
 def build_parser(train_task: str = "classify", checkpoint_task: str = "classify") -> argparse.ArgumentParser:
     """The ``pdevision`` parser, with the flags of ``train_task`` under ``train`` and of ``checkpoint_task`` under
     ``eval`` and ``predict``."""
     parser = _Parser(prog="pdevision", description="Vision backbones built from partial differential equations.")
     parser.add_argument("--version", action="version", version=f"pdevision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    p = sub.add_parser("models", help="list the registered models (backbones, restoration nets): parameters, GMACs")
-    p.add_argument("pattern", nargs="?", default="", help="wildcard on the names, e.g. 'vheat*' (default: all)")
-    p.add_argument(
-        "--macs",
-        action="store_true",
-        help="also count GMACs: a forward of each model, folded for inference (minutes for all models; seconds for "
-        "one)",
-    )
-    p.add_argument(
-        "--img-size",
-        type=V.figure_side,
-        default=None,
-        help="resolution for the MAC count, with --macs (default 224, at most 2048)",
-    )
-    p.set_defaults(func=cmd_models)
-    p = sub.add_parser("demo", help="model table, then one forward pass on a real photo")
-    p.add_argument("--model", default="vheat_tiny", choices=list_models(), help="model for the forward pass")
-    p.add_argument("--photo", default="chelsea", help="scikit-image sample photo (default: chelsea)")
-    p.set_defaults(func=cmd_demo)
-    _add_bench_parser(sub)
-    _add_task_parsers(sub, train_task, checkpoint_task)
-    _add_viz_parser(sub)
-    _add_extra_task_commands(sub)
+    for name, command in _commands().items():
+        if name == "viz":  # the task commands before it, as --help has always listed them
+            _add_task_parsers(sub, train_task, checkpoint_task)
+        _add_command(sub, name, command)
     return parser
 
 
@@ -657,9 +685,7 @@ USER_ERRORS = (
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        chosen = _chosen(argv)
-        parser = build_parser(chosen.train_task, chosen.checkpoint_task)
-        _apply_config_file(parser, argv, chosen.config_values)
+        parser, chosen = parser_for(argv)
     except (CheckpointError, UsageError, MissingDependencyError) as exc:
         command = next((a for a in argv if not a.startswith("-")), "pdevision")
         print(f"pdevision {command}: error: {one_line(exc)}", file=sys.stderr)
@@ -670,6 +696,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "train" and (args.task != chosen.train_task or args.config != chosen.config_path):
+        # an abbreviation (--tas, --conf): the full parser took it, the first pass (exact flags) did not
+        _innermost(parser, args).error("write --task and --config in full (they choose the flags of the command)")
     if args.command in ("eval", "predict"):  # read before the parser ran: the task's commands do not read it again
         args.checkpoint_meta = chosen.meta_of(args.checkpoint)
     for stream in (sys.stdout, sys.stderr):  # names from the file system may not be UTF-8 (class folders)

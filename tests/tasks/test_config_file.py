@@ -97,15 +97,14 @@ def test_a_tasks_settings_without_a_flag_are_taken_at_their_defaults_only(
     import argparse
     import dataclasses
 
-    from pdevision.cli import _apply_config_file, _chosen, _innermost, build_parser
+    from pdevision.cli import _innermost, parser_for
     from pdevision.tasks.dense import DenseConfig
 
     recorded = {k: v for k, v in dataclasses.asdict(DenseConfig()).items() if k != "run"}
     path = tmp_path / "segment.json"
     path.write_text(json.dumps({"task": "segment", **recorded, "recipe_values": {"epochs": 3}, "epochs": 2}))
-    parser = build_parser(train_task="segment")
-    argv = ["train", "--config", str(path)]
-    _apply_config_file(parser, argv, _chosen(argv).config_values)
+    parser, chosen = parser_for(["train", "--config", str(path)])
+    assert chosen.train_task == "segment"
     train = _innermost(parser, argparse.Namespace(command="train"))
     assert train.get_default("task") == "segment" and train.get_default("epochs") == 2
     path.write_text(json.dumps({"task": "segment", "scene_seed": recorded["scene_seed"] + 1}))

@@ -53,6 +53,12 @@ CASES: dict[str, tuple[str | bytes, str]] = {
     "help-key.yaml": ("help: true\n", "unknown key 'help'"),
     "key-of-another-task.yaml": ("task: segment\nmixup: 0.5\n", "unknown key 'mixup'"),
     "recorded-only-changed.json": ('{"sched": "step"}', "sched has no flag; only its default"),
+    # a key set twice: the second value won silently (issue 61)
+    "repeated.yaml": ("epochs: 1\nlr: 0.1\nepochs: 3\n", "key 'epochs' is set twice"),
+    "repeated.json": ('{"seed": 3, "seed": 4}', "key 'seed' is set twice"),
+    "repeated-nested.yaml": ("model_args:\n  depths: [1, 1, 1, 1]\n  depths: [2, 2, 2, 2]\n", "'depths' is set twice"),
+    "repeated-nested.json": ('{"model_args": {"depths": [1, 1, 1, 1], "depths": [1]}}', "'depths' is set twice"),
+    "repeated-quoted.yaml": ("epochs: 1\n'epochs': 2\n", "key 'epochs' is set twice"),
     # values
     "nan.json": ('{"lr": NaN}', "lr (--lr): must be a finite number"),
     "infinity.json": ('{"lr": Infinity}', "lr (--lr): must be a finite number"),
@@ -130,7 +136,8 @@ def test_a_config_that_is_not_a_file_is_named_as_what_it_is(
         (["eval", "--checkpoint", "{file}", "--config", "{file}"], "unrecognized arguments: --config"),
         (["predict", "--checkpoint", "{file}", "--config", "{file}", "x.png"], "unrecognized arguments: --config"),
         (["export", "{file}", "--format", "onnx", "--config", "{file}"], "unrecognized arguments: --config"),
-        (["train", "--config"], "--config --output: no such file"),  # the next word taken as the file's name
+        # argparse reads the first pass: the next flag is not taken as the file's name (it was "--output: no such file")
+        (["train", "--config"], "argument -c/--config: expected one argument"),
         (["train", "--config", ""], "argument -c/--config: must not be empty"),
         (["train", "--config", "{file}", "--epochs", "-1"], "argument --epochs"),
     ],
@@ -166,7 +173,6 @@ def test_a_bad_value_in_the_file_is_refused_even_when_the_command_line_sets_the_
         ("bom.yaml", b"\xef\xbb\xbfseed: 4\n"),
         ("unicode.yaml", "seed: 4\ndata: digits\n# コメント, café\n"),
         ("aliases.yaml", "model_args:\n  depths: &d [1, 1, 1, 1]\nseed: 4\n"),
-        ("duplicate.json", '{"seed": 3, "seed": 4}'),  # JSON's rule: the last one
         ("segment-task.json", '{"task": "segment", "seed": 4}'),
     ],
 )
@@ -181,3 +187,38 @@ def test_odd_but_valid_files_run_with_their_values(name: str, text: str | bytes,
     assert recorded["task"] == ("segment" if "segment" in name else "classify")
     if name == "aliases.yaml":
         assert recorded["model_args"] == {"depths": [1, 1, 1, 1]}
+
+
+# the head of an args.yaml as timm's train.py writes it (yaml.safe_dump of its argparse namespace: keys sorted)
+TIMM_ARGS = """\
+aa: rand-m9-mstd0.5-inc1
+amp: true
+batch_size: 128
+clip_grad: null
+clip_mode: norm
+cooldown_epochs: 10
+data_dir: /data/imagenet
+epochs: 300
+initial_checkpoint: ''
+lr: 0.001
+model: vheat_tiny
+opt: adamw
+opt_eps: 1.0e-08
+warmup_lr: 1.0e-05
+"""
+
+
+def test_a_timm_args_file_is_named_as_one_with_every_key_pdevision_does_not_know(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was refused on its first key alone (``unknown key 'aa'``), as if one line of it were wrong."""
+    path = tmp_path / "args.yaml"
+    path.write_text(TIMM_ARGS)
+    out = tmp_path / "run"
+    assert exit_code(["train", "--config", str(path), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"--config {path} is a timm train.py args file" in err, err
+    listed = err.split("does not know its keys ", 1)[1].split(" (", 1)[0].split(", ")
+    assert listed == ["aa", "clip_mode", "cooldown_epochs", "data_dir", "initial_checkpoint", "opt_eps", "warmup_lr"]
+    assert not out.exists()

@@ -338,7 +338,10 @@ def test_model_args_asking_for_an_absurd_model_are_one_line_before_any_memory_is
 
 
 _PLUGINS = """
-from pdevision.tasks.registry import ExtraCommand, TaskCommands
+from dataclasses import dataclass
+
+from pdevision.engine.config import Flag, setting
+from pdevision.tasks.registry import Command, TaskCommands
 
 
 class Clash(TaskCommands):
@@ -359,10 +362,12 @@ class ExtraRaises(TaskCommands):
     name = "extra_raises"
 
     def extra_commands(self):
-        def add(parser):
-            raise KeyError("x")
+        @dataclass
+        class Odd:  # two fields that declare one flag
+            x: int = setting(0, int, Flag(name="--x"))
+            y: int = setting(0, int, Flag(name="--x"))
 
-        return {"odd": ExtraCommand("an odd command", add, lambda args: ("", 0))}
+        return {"odd": Command("an odd command", Odd, lambda args: ("", 0))}
 """
 
 
@@ -390,3 +395,12 @@ def test_a_plug_in_whose_flags_clash_or_raise_is_one_line_naming_it(tmp_path: Pa
         assert any("clash (hostile_plugins:Clash) was not loaded" in ln and "--epochs" in ln for ln in lines)
         assert any("raises (hostile_plugins:Raises) was not loaded" in ln and "no flags today" in ln for ln in lines)
         assert any("extra_raises" in ln and "its command 'odd'" in ln for ln in lines)
+
+
+def test_every_library_task_is_declared_not_coded() -> None:
+    """The tasks' repeated ``config`` / ``run`` bodies live in the base: each library task names its configuration
+    and its loop task, and its flags are that configuration's fields."""
+    for name, commands in tasks().items():
+        assert commands.config_class is not None and commands.task_class is not None, name
+        assert type(commands).run is TaskCommands.run, name
+        assert "add_arguments" not in vars(type(commands)), name

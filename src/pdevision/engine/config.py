@@ -45,17 +45,25 @@ MACHINE = "run: precision, devices, resume, stopping"
 class Flag:
     """How the command line sets a :class:`RunConfig` field: the metadata ``"flag"`` of the field (:func:`setting`).
 
-    The flag is ``--field-name`` unless ``name`` says otherwise; it stores into the field's name. A ``bool`` field
-    takes no value: the flag sets it to the opposite of its default. ``off``: a second flag that sets the field to a
-    value, ``(flag, value, help)`` (``--no-ema``: EMA decay 0), whatever the first flag says. ``nargs``: argparse's,
-    for a field that holds several values (a tuple: the flag gives a list)."""
+    The flag is ``--field-name`` unless ``name`` says otherwise (a name without dashes: a positional argument); it
+    stores into the field's name. ``group``: the title of its group in ``--help`` (empty: the command's options). A
+    ``bool`` field takes no value: the flag sets it to the opposite of its default. ``off``: a second flag that sets
+    the field to a value, ``(flag, value, help)`` (``--no-ema``: EMA decay 0), whatever the first flag says.
+    ``aliases``: other names of the flag (``-c`` of ``--config``), before it. ``nargs``, ``const``, ``metavar``,
+    ``required``: argparse's (``nargs`` for a field that holds several values: a
+    tuple, the flag gives a list). ``one_of``: the name of a set of flags of which exactly one must be given."""
 
-    group: str
+    group: str = ""
     help: str | None = None
     name: str = ""
     choices: tuple[str, ...] | None = None
     off: tuple[str, Any, str] | None = None
     nargs: str | None = None
+    const: Any = None
+    metavar: str | None = None
+    required: bool = False
+    one_of: str | None = None
+    aliases: tuple[str, ...] = ()
 
 
 def setting(
@@ -72,7 +80,7 @@ def setting(
 
 
 def flag_name(f: dataclasses.Field) -> str:
-    """The command-line flag of a :class:`RunConfig` field (``batch_size`` -> ``--batch-size``)."""
+    """The command-line flag of a field (``batch_size`` -> ``--batch-size``; a positional argument's name)."""
     return f.metadata["flag"].name or "--" + f.name.replace("_", "-")
 
 
@@ -80,6 +88,15 @@ def flag_fields(cls: type | None = None) -> list[dataclasses.Field]:
     """The fields of the dataclass ``cls`` (default :class:`RunConfig`) that a flag sets, in the order of
     ``--help``."""
     return [f for f in dataclasses.fields(cls or RunConfig) if f.metadata.get("flag") is not None]
+
+
+@dataclass
+class CheckpointOptions:
+    """The checkpoint a command reads: ``--checkpoint``, declared once here (eval, predict, restore, viz); a command
+    changes its help or its ``nargs`` through the keywords of ``Flag`` it passes (``flags=``), not by declaring it
+    again."""
+
+    checkpoint: str = setting(None, V.path, Flag(help="checkpoint folder (or run folder: uses best)", required=True))
 
 
 @dataclass
@@ -234,6 +251,7 @@ def check_run(run: RunConfig) -> None:
 
 __all__ = [
     "RUN_DEFAULTS",
+    "CheckpointOptions",
     "Flag",
     "RunConfig",
     "check_resolved",

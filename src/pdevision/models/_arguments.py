@@ -58,6 +58,19 @@ MAX_RATIO_ARGUMENT = 64  # mlp_ratio: a hidden width of 64 times the stage's is 
 POOL_TYPES = ("avg", "max", "avgmax", "catavgmax", "token", "map")  # the last two: timm's ViTs
 
 
+def check_rate(value: Any, name: str = "drop_path_rate") -> float:
+    """``value`` as a float where it is a drop probability (``drop_path_rate``: stochastic depth drops a block with
+    it), a number in [0, 1); else a :class:`ModelArgumentError` naming ``name`` (1 or more, a negative or a NaN rate
+    failed at the first training step). The model side's one check of such a rate: each constructor that takes one
+    calls it, and argument dicts (model arguments of a file, a checkpoint or ``--model-args``) reach it through the
+    constructor, built on the meta device before anything is allocated (:func:`check_model_size`); a timm model's
+    own dropout rates are checked by torch there. (The command line's ``--drop-path`` is checked where it enters,
+    by its flag's type.)"""
+    if not (is_finite_number(value) and 0 <= value < 1):
+        raise ModelArgumentError(f"{name}={value!r:.80} given must be a number in [0, 1) (a probability)")
+    return float(value)
+
+
 def check_model_values(args: Mapping[str, Any], source: str = "given") -> None:
     """A :class:`ModelArgumentError` naming the first argument whose value has the wrong sign, type or length for
     what its name says, before anything is built: ``num_classes`` an integer >= 0, ``in_chans`` >= 1, widths
@@ -73,9 +86,7 @@ def check_model_values(args: Mapping[str, Any], source: str = "given") -> None:
         raise bad("in_chans", "a positive number of input channels")
     if "global_pool" in args and args["global_pool"] not in POOL_TYPES:
         raise bad("global_pool", f"one of timm's pooling types {POOL_TYPES}")
-    for key, value in args.items():
-        if "drop" in key and key.endswith("_rate") and not (is_finite_number(value) and 0 <= value < 1):
-            raise bad(key, "a number in [0, 1) (a probability)")
+    for key, value in args.items():  # drop rates: the model's constructor (check_rate), torch's dropout for timm's
         if key == "mlp_ratio" and not (is_finite_number(value) and 0 < value <= MAX_RATIO_ARGUMENT):
             raise bad(key, f"a number above 0 and at most {MAX_RATIO_ARGUMENT} (a width multiplier)")
     for key, value in args.items():

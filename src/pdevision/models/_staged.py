@@ -15,6 +15,7 @@ from timm.models._features_fx import FeatureGraphNet
 from torch import nn
 
 from pdevision._values import is_integer_scalar
+from pdevision.models._arguments import check_rate
 from pdevision.models._weights import resolve_local_head
 
 
@@ -53,11 +54,8 @@ def stage_widths(
 
 
 def check_drop_path_rate(rate: Any, name: str = "drop_path_rate") -> float:
-    """``rate`` as a float; ``ValueError`` naming the argument unless it is a number in [0, 1) (stochastic depth
-    drops a block with this probability: 1 or more, a negative or a NaN rate fails at the first training step)."""
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (0.0 <= float(rate) < 1.0):
-        raise ValueError(f"{name} must be a number in [0, 1), got {rate!r}")
-    return float(rate)
+    """``rate`` as a float: the one check of a drop rate (:func:`~pdevision.models._arguments.check_rate`)."""
+    return check_rate(rate, name)
 
 
 def conv_out_size(size: int, times: int) -> int:

@@ -3,19 +3,31 @@ with its configuration (holding a :class:`~pdevision.engine.config.RunConfig`), 
 :class:`~pdevision.engine.task.Task`, its evaluation and prediction, and its command-line flags, registered in
 :mod:`pdevision.tasks.registry`, from which the ``pdevision`` command is built."""
 
-from pdevision.tasks import detect, restore, segment
+from pdevision.tasks import detect, export, restore, segment
 from pdevision.tasks.classify import commands as classify_commands
 from pdevision.tasks.pretrain import commands as pretrain_commands
-from pdevision.tasks.registry import ExtraCommand, TaskCommands, get_task, register, task_for_kind, tasks
+from pdevision.tasks.registry import (
+    Command,
+    TaskCommands,
+    commands,
+    get_task,
+    register,
+    register_command,
+    task_for_kind,
+    tasks,
+)
 
 __all__ = [
-    "ExtraCommand",
+    "Command",
     "TaskCommands",
     "classify_commands",
+    "commands",
     "detect",
+    "export",
     "get_task",
     "pretrain_commands",
     "register",
+    "register_command",
     "restore",
     "segment",
     "task_for_kind",

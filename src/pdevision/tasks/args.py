@@ -53,14 +53,18 @@ def add_config_arguments(
     ``flags``: what a task changes of a field's :class:`Flag` (field name -> ``Flag`` keywords, e.g. the choices of
     ``--head``, where the tasks that share a configuration differ)."""
     skip, shown, fill = set(skip), dict(defaults or {}), dict(fill or {})
-    groups: dict[str, argparse._ArgumentGroup] = {}
+    groups: dict[str, Any] = {"": p}
     for f in flag_fields(config):
         flag: Flag = dataclasses.replace(f.metadata["flag"], **(flags or {}).get(f.name, {}))
         title = _filled(flag.group, fill)
+        if flag.one_of is not None:  # exactly one of the set: argparse's required exclusive group
+            title = "one of: " + flag.one_of
+            if title not in groups:
+                groups[title] = p.add_mutually_exclusive_group(required=True)
         group = groups.get(title) or groups.setdefault(title, p.add_argument_group(title))
         name = flag_name(f)
         if name not in skip:
-            group.add_argument(name, **_flag_options(f, flag, fill, shown.get(name)))
+            group.add_argument(*flag.aliases, name, **_flag_options(f, flag, fill, shown.get(name)))
         if flag.off is not None and flag.off[0] not in skip:
             group.add_argument(flag.off[0], action="store_true", help=flag.off[2])
 
@@ -78,7 +82,8 @@ def _flag_options(f: Any, flag: Flag, fill: dict[str, str], shown: Any) -> dict[
     text = None if flag.help is None else _filled(flag.help, fill)
     if shown is not None:
         text = f"{text or ''} (default {shown})".strip()
-    kw: dict[str, Any] = {"dest": f.name, "help": text}
+    positional = not flag_name(f).startswith("-")
+    kw: dict[str, Any] = {"help": text} if positional else {"dest": f.name, "help": text}
     if isinstance(f.default, bool):
         kw["action"] = "store_false" if f.default else "store_true"
         return kw
@@ -86,6 +91,14 @@ def _flag_options(f: Any, flag: Flag, fill: dict[str, str], shown: Any) -> dict[
     if flag.nargs is not None:
         kw["nargs"] = flag.nargs
         kw["default"] = None if kw["default"] is None else list(kw["default"])
+    for key in ("const", "metavar"):
+        if getattr(flag, key) is not None:
+            kw[key] = getattr(flag, key)
+    if flag.required and not positional:
+        kw["required"] = True
+        del kw["default"]
+    if positional and flag.nargs not in ("?", "*"):
+        del kw["default"]  # a required positional argument
     if f.metadata["type"] is not None:
         kw["type"] = f.metadata["type"]
     if flag.choices is not None:

@@ -30,6 +30,39 @@ log = logging.getLogger(__name__)
 
 # keys of a run's config.json that no flag sets: the task's name (its flag is --task) and values derived from flags
 RECORDED_ONLY = frozenset({"task", "recipe_name", "recipe_values"})
+# keys that timm's train.py writes into its args.yaml and no pdevision command has: three of them name such a file
+TIMM_TRAIN_KEYS = frozenset(
+    {
+        "data_dir",
+        "train_split",
+        "initial_checkpoint",
+        "no_resume_opt",
+        "validation_batch_size",
+        "opt_eps",
+        "opt_betas",
+        "clip_mode",
+        "layer_decay",
+        "sched_on_updates",
+        "warmup_lr",
+        "cooldown_epochs",
+        "patience_epochs",
+        "decay_rate",
+        "train_interpolation",
+        "remode",
+        "recount",
+        "resplit",
+        "mixup_mode",
+        "model_ema_decay",
+        "log_interval",
+        "recovery_interval",
+        "checkpoint_hist",
+        "eval_metric",
+        "local_rank",
+        "use_multi_epochs_loader",
+        "log_wandb",
+        "experiment",
+    }
+)
 MAX_BYTES = 1 << 20  # a flag file is a few kilobytes; a larger one is not one
 MAX_DEPTH = MAX_JSON_DEPTH  # a flag's value is a list or a mapping of model arguments: two or three levels
 MAX_VALUES = 100_000
@@ -49,7 +82,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     text = file.read_text(encoding="utf-8", errors="replace")
     if file.suffix.lower() in (".yaml", ".yml"):
         try:
-            value = yaml.safe_load(text)
+            value = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
+        except RepeatedKeyError as exc:
+            raise UsageError(f"--config {path}: {exc}") from None
         except yaml.YAMLError as exc:
             raise UsageError(f"--config {path}: not YAML: {' '.join(str(exc).split())}") from None
         except RecursionError:  # PyYAML builds nested values recursively
@@ -59,6 +94,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             value = parse_json(text)
         except MetadataError as exc:
             raise UsageError(f"--config {path}: {exc}; YAML files end in .yaml or .yml") from None
+        try:  # the limits are checked: read once more, each mapping's keys seen in turn
+            json.loads(text, object_pairs_hook=_unique_pairs)
+        except RepeatedKeyError as exc:
+            raise UsageError(f"--config {path}: {exc}") from None
     if value is None:
         value = {}
     if not isinstance(value, dict):
@@ -69,6 +108,42 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if "task" in value and not isinstance(value["task"], str):
         raise UsageError(f"--config {path}: task must be a task name, got {value['task']!r:.80}")
     return value
+
+
+class RepeatedKeyError(ValueError):
+    """A mapping of a flag file names a key twice (the second value would silently win)."""
+
+    def __init__(self, key: Any) -> None:
+        super().__init__(f"key {key!r} is set twice (a file of flag values sets each key once)")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the mapping, refused where a key repeats."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RepeatedKeyError(key)
+        out[key] = value
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (YAML 1.2 forbids it; PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: merged keys may be set again
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+            except TypeError:  # an unhashable key: the safe loader says so
+                break
+            if repeated:
+                raise RepeatedKeyError(key)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _check_shape(value: Any, path: str | Path) -> None:
@@ -157,6 +232,12 @@ def config_defaults(
     task_fixed = {k: v for k, v in (task_defaults or {}).items() if k not in actions and k not in run_fields}
     fixed_defaults.update(task_fixed)
     run_fields |= set(task_fixed)
+    unknown = [key for key in values if key not in actions and key not in RECORDED_ONLY and key not in run_fields]
+    if len(TIMM_TRAIN_KEYS.intersection(unknown)) >= 3:  # timm's train.py wrote it: name all it holds at once
+        raise UsageError(
+            f"--config {source} is a timm train.py args file, not pdevision's flags; pdevision does not know its keys "
+            f"{', '.join(unknown)} (give those settings as pdevision flags: see --help)"
+        )
     out: dict[str, Any] = {}
     recorded: list[str] = []
     for key, value in values.items():
@@ -180,4 +261,4 @@ def config_defaults(
     return out
 
 
-__all__ = ["RECORDED_ONLY", "config_defaults", "load_config_file"]
+__all__ = ["RECORDED_ONLY", "TIMM_TRAIN_KEYS", "RepeatedKeyError", "config_defaults", "load_config_file"]

@@ -32,7 +32,6 @@ from pdevision.engine.runtime import resolve_device
 from pdevision.engine.task import Task
 from pdevision.errors import UsageError
 from pdevision.fastpath import on_device
-from pdevision.tasks import args as A
 from pdevision.tasks.registry import TaskCommands
 
 
@@ -243,20 +242,24 @@ def write_predictions(out: str | Path, results: list[Any]) -> None:
     (Path(out) / "predictions.json").write_text(json.dumps(results, indent=1))
 
 
+@dataclass
+class DensePredictOptions:
+    """``pdevision predict`` with a segmentation or detection checkpoint: its own flags."""
+
+    output: str = setting("runs/predict", V.output_folder, Flag(help="folder (default runs/predict)"))
+
+
 class DenseCommands(TaskCommands):
     """The flags segmentation and detection share (the fields of ``config_class``); subclasses set ``recipes``,
     ``heads``, the words of their help (``noun``, ``data_help``, ``img_size_help``) and ``predict``."""
 
     config_class: type[DenseConfig] = DenseConfig
+    predict_options: type = DensePredictOptions
     recipes: ClassVar[dict[str, DenseRecipe]] = {}
     heads: tuple[str, ...] = ()
     noun = "dense"
     data_help: str  # what --data names, e.g. "a mask folder (images/ and masks/ per split)"
     img_size_help: str  # what --img-size is, with its default
-    skip_flags: tuple[str, ...] = ()  # flags of DenseConfig the task does not take
-
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        A.add_config_arguments(p, self.config_class, self.skip_flags, fill=self.fill(), flags=self.flags())
 
     def fill(self) -> dict[str, str]:
         """The task's words in the group title and the help of the flags (the braces of :class:`DenseConfig`)."""
@@ -271,9 +274,6 @@ class DenseCommands(TaskCommands):
         """The task's choices of ``--head`` and ``--recipe``."""
         return {"head": {"choices": self.heads}, "recipe": {"choices": tuple(sorted(self.recipes))}}
 
-    def config(self, args: argparse.Namespace, run: RunConfig) -> DenseConfig:
-        return self.config_class(**A.task_fields(args, self.config_class), run=run)
-
     def report(self, s: dict[str, Any], config: DenseConfig) -> str:
         return (
             f"{s['model']} + {s['head']} on {s['data']}: {s['status']}, {s['epochs_run']} epochs in "
@@ -283,10 +283,6 @@ class DenseCommands(TaskCommands):
 
     def score(self, s: dict[str, Any]) -> str:
         raise NotImplementedError
-
-    @staticmethod
-    def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--output", type=V.output_folder, default="runs/predict", help="folder (default runs/predict)")
 
     def evaluate(self, args: argparse.Namespace) -> str:
         raise UsageError(
@@ -299,6 +295,7 @@ __all__ = [
     "EMBEDDED_EPOCHS",
     "DenseCommands",
     "DenseConfig",
+    "DensePredictOptions",
     "DenseRecipe",
     "DenseTask",
     "backbone_weights",

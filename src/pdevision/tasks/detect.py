@@ -21,6 +21,7 @@ Recipes (AdamW; the schedule is the loop's, warm-up then cosine):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,14 @@ from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
 from pdevision._optional import require, require_all
 from pdevision.data.dense import build_dense_datasets, check_scene_img_size, detection_collate
 from pdevision.engine import validators as V
+from pdevision.engine.config import Flag, setting
 from pdevision.engine.loop import fit
 from pdevision.models.dense import create_detection_model
 from pdevision.models.factory import check_model_args
 from pdevision.tasks.dense import (
     DenseCommands,
     DenseConfig,
+    DensePredictOptions,
     DenseRecipe,
     DenseTask,
     backbone_weights,
@@ -290,6 +293,13 @@ def _detect_image(
     return overlay, results
 
 
+@dataclass
+class DetectPredictOptions(DensePredictOptions):
+    """``pdevision predict`` with a detection checkpoint: its own flags."""
+
+    score_threshold: float = setting(0.5, V.fraction, Flag(help="lowest score kept (default 0.5)"))
+
+
 class DetectCommands(DenseCommands):
     name = "detect"
     requires = REQUIRES
@@ -301,16 +311,12 @@ class DetectCommands(DenseCommands):
     data_help = "a COCO folder (annotations/instances_<split>.json, images)"
     img_size_help = "detector's shorter side (default 128 on the scenes, 800 on COCO)"
 
-    def run(self, config: DenseConfig) -> dict[str, Any]:
-        return train(config)
+    task_class = DetectTask
 
     def score(self, s: dict[str, Any]) -> str:
         return f"best val box mAP {s['best_val_map']:.2f} (mAP50 {s['best_val_map50']:.2f})"
 
-    @staticmethod
-    def add_predict_arguments(p: Any) -> None:
-        DenseCommands.add_predict_arguments(p)
-        p.add_argument("--score-threshold", type=V.fraction, default=0.5, help="lowest score kept (default 0.5)")
+    predict_options = DetectPredictOptions
 
     def predict(self, args: Any) -> tuple[str, int]:
         meta = checkpoint_meta(args)

@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +48,16 @@ from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_classes, embedded_data_of
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError, label_names
+from pdevision.engine.config import Flag, setting
 from pdevision.engine.hub import EVAL_CROP_PCT, EVAL_INTERPOLATION, hub_config, model_card
 from pdevision.engine.modeling import load_checkpoint_model, min_input_size, model_from_meta
 from pdevision.errors import UsageError
+from pdevision.tasks.registry import Command, register_command
 
 __all__ = [
     "EXPORT_FORMATS",
     "PT2_METADATA",
-    "add_export_arguments",
+    "ExportOptions",
     "export_checkpoint",
     "export_metadata",
     "quantize_linears",
@@ -323,14 +326,23 @@ def export_checkpoint(
     return result
 
 
-def add_export_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", type=V.path, help="run or checkpoint folder, timm / HF folder, .pth.tar or .pth")
-    p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="onnx, pt2 (torch.export) or hub (timm)")
-    p.add_argument("--output", required=True, type=V.path, help="the file (onnx, pt2) or folder (hub); never replaced")
-    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization, accuracy before and after")
-    p.add_argument("--dynamic", action="store_true", help="dynamic batch, height and width (onnx, pt2)")
-    p.add_argument("--data", type=V.path, default=None, help="validation data for --int8 (default: the run's)")
-    p.add_argument("--val-split", type=V.open_fraction, default=0.2, help="validation fraction of a single folder")
+@dataclass
+class ExportOptions:
+    """``pdevision export``'s flags."""
+
+    checkpoint: str = setting(
+        None, V.path, Flag(name="checkpoint", help="run or checkpoint folder, timm / HF folder, .pth.tar or .pth")
+    )
+    format: str = setting(
+        None, None, Flag(help="onnx, pt2 (torch.export) or hub (timm)", choices=EXPORT_FORMATS, required=True)
+    )
+    output: str = setting(
+        None, V.path, Flag(help="the file (onnx, pt2) or folder (hub); never replaced", required=True)
+    )
+    int8: bool = setting(False, None, Flag(help="dynamic int8 quantization, accuracy before and after"))
+    dynamic: bool = setting(False, None, Flag(help="dynamic batch, height and width (onnx, pt2)"))
+    data: str | None = setting(None, V.path, Flag(help="validation data for --int8 (default: the run's)"))
+    val_split: float = setting(0.2, V.open_fraction, Flag(help="validation fraction of a single folder"))
 
 
 def run_export(args: argparse.Namespace) -> tuple[str, int]:
@@ -343,3 +355,7 @@ def run_export(args: argparse.Namespace) -> tuple[str, int]:
     if r["int8"]:
         line += f"\nint8: top-1 {r['top1_before']:.2f}% before, {r['top1_after']:.2f}% after on the validation data"
     return line, 0
+
+
+HELP = "export a checkpoint: ONNX, torch.export (.pt2) or a timm / Hugging Face folder; --int8 quantizes"
+register_command("export", Command(HELP, ExportOptions, run_export))

@@ -277,8 +277,7 @@ class SegmentCommands(DenseCommands):
     img_size_help = "training crop side (default 64)"
     skip_flags = ("--multi-scale",)  # detection's
 
-    def run(self, config: DenseConfig) -> dict[str, Any]:
-        return train(config)
+    task_class = SegmentTask
 
     def score(self, s: dict[str, Any]) -> str:
         return f"best val mIoU {s['best_val_miou']:.2f}"

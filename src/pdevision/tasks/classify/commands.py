@@ -6,22 +6,59 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import default_eval_output, resolve
-from pdevision.engine.config import RunConfig
-from pdevision.engine.loop import fit
+from pdevision.engine.config import Flag, setting
 from pdevision.errors import UsageError
 from pdevision.tasks import args as A
 from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
 from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
 from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
-from pdevision.tasks.export import add_export_arguments, run_export
-from pdevision.tasks.registry import ExtraCommand, TaskCommands, checkpoint_meta, register
+from pdevision.tasks.registry import TaskCommands, checkpoint_meta, register
 
 log = logging.getLogger(__name__)
+
+
+ROBUSTNESS = "corruption robustness (ImageNet-C corruptions, imagecorruptions package)"
+
+
+@dataclass
+class ClassifyEvalOptions:
+    """``pdevision eval`` of a classification checkpoint: its own flags."""
+
+    model: str | None = setting(None, None, Flag(help="model name (default: the one stored in the checkpoint)"))
+    data: str | None = setting(None, V.path, Flag(help="ImageFolder root or embedded set name (default: the run's)"))
+    batch_size: int = setting(64, V.batch, Flag())
+    corruptions: str | None = setting(
+        None, None, Flag(ROBUSTNESS, "'all' (default) or comma-separated names", nargs="?", const="all")
+    )
+    severities: str | None = setting(None, None, Flag(ROBUSTNESS, "comma-separated severities 1-5 (default: all five)"))
+    baseline: str | None = setting(
+        None, None, Flag(ROBUSTNESS, "checkpoint (or corruptions.json) that mCE is relative to")
+    )
+    max_images: int | None = setting(None, V.samples, Flag(ROBUSTNESS, "evaluate only the first N val images"))
+
+
+@dataclass
+class ClassifyPredictOptions:
+    """``pdevision predict`` with a classification checkpoint: its own flags."""
+
+    topk: int = setting(5, V.count, Flag())
+    json: bool = setting(
+        False, None, Flag(help="print the result as one JSON document on stdout (the per-image lines go to stderr)")
+    )
+    json_out: str | None = setting(
+        None,
+        V.new_file,
+        Flag(
+            help="also write the result as JSON to FILE (a new file: an existing one is never overwritten)",
+            metavar="FILE",
+        ),
+    )
 
 
 class ClassifyCommands(TaskCommands):
@@ -29,15 +66,10 @@ class ClassifyCommands(TaskCommands):
     requires = REQUIRES
     help = "image classification (default: vheat_micro on the embedded digits)"
     default_output = "runs/train"
-
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        A.add_config_arguments(p, ClassifyConfig)  # each field of ClassifyConfig with a Flag
-
-    def config(self, args: argparse.Namespace, run: RunConfig) -> ClassifyConfig:
-        return ClassifyConfig(**A.task_fields(args, ClassifyConfig), run=run)
-
-    def run(self, config: ClassifyConfig) -> dict[str, Any]:
-        return fit(ClassifyTask(config), config.run)
+    eval_options = ClassifyEvalOptions
+    predict_options = ClassifyPredictOptions
+    config_class = ClassifyConfig
+    task_class = ClassifyTask
 
     def report(self, s: dict[str, Any], config: ClassifyConfig) -> str:
         final = s["final"] or {}
@@ -47,21 +79,6 @@ class ClassifyCommands(TaskCommands):
             f"{s['train_images']} train / {s['val_images']} val images, "
             f"{len(s['skipped_images'])} unreadable skipped; run folder {config.run.output}"
         )
-
-    @staticmethod
-    def add_eval_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", default=None, help="model name (default: the one stored in the checkpoint)")
-        p.add_argument(
-            "--data", type=V.path, default=None, help="ImageFolder root or embedded set name (default: the run's)"
-        )
-        p.add_argument("--batch-size", type=V.batch, default=64)
-        g = p.add_argument_group("corruption robustness (ImageNet-C corruptions, imagecorruptions package)")
-        g.add_argument(
-            "--corruptions", nargs="?", const="all", default=None, help="'all' (default) or comma-separated names"
-        )
-        g.add_argument("--severities", default=None, help="comma-separated severities 1-5 (default: all five)")
-        g.add_argument("--baseline", default=None, help="checkpoint (or corruptions.json) that mCE is relative to")
-        g.add_argument("--max-images", type=V.samples, default=None, help="evaluate only the first N val images")
 
     def evaluate(self, args: argparse.Namespace) -> str:
         output = args.output or str(default_eval_output(resolve(args.checkpoint)))
@@ -96,22 +113,6 @@ class ClassifyCommands(TaskCommands):
             f"confusion matrix: {r['confusion_png']}"
         )
 
-    @staticmethod
-    def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--topk", type=V.count, default=5)
-        p.add_argument(
-            "--json",
-            action="store_true",
-            help="print the result as one JSON document on stdout (the per-image lines go to stderr)",
-        )
-        p.add_argument(
-            "--json-out",
-            type=V.new_file,
-            default=None,
-            metavar="FILE",
-            help="also write the result as JSON to FILE (a new file: an existing one is never overwritten)",
-        )
-
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
         results = predict_images(
             args.checkpoint, args.images, args.topk, args.device, errors="report", meta=checkpoint_meta(args)
@@ -137,11 +138,6 @@ class ClassifyCommands(TaskCommands):
             raise PartialFailure(output, f"{len(failed)} of {len(results)} images could not be read")
         return output, 0
 
-    def extra_commands(self) -> dict[str, ExtraCommand]:
-        # a backbone (classification or encoder) checkpoint as ONNX, torch.export or a timm / Hugging Face folder
-        help = "export a checkpoint: ONNX, torch.export (.pt2) or a timm / Hugging Face folder; --int8 quantizes"
-        return {"export": ExtraCommand(help, add_export_arguments, run_export)}
-
 
 class PartialFailure(UsageError):
     """Some inputs failed, the others were done: ``output`` is printed before the one-line error."""
@@ -153,4 +149,4 @@ class PartialFailure(UsageError):
 
 register(ClassifyCommands())
 
-__all__ = ["ClassifyCommands", "PartialFailure"]
+__all__ = ["ClassifyCommands", "ClassifyEvalOptions", "ClassifyPredictOptions", "PartialFailure"]

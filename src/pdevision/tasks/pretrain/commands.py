@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import checkpoint_kind, default_eval_output, read_meta, resolve
-from pdevision.engine.config import RunConfig
+from pdevision.engine.config import Flag, setting
 from pdevision.errors import UsageError
-from pdevision.tasks import args as A
 from pdevision.tasks.pretrain.config import PretrainConfig
 from pdevision.tasks.pretrain.knn import knn_evaluate
-from pdevision.tasks.pretrain.task import REQUIRES, pretrain
+from pdevision.tasks.pretrain.task import REQUIRES, PretrainTask
 from pdevision.tasks.registry import TaskCommands, checkpoint_meta, register
+
+
+@dataclass
+class PretrainEvalOptions:
+    """``pdevision eval`` of an encoder checkpoint (k-NN): its own flags."""
+
+    data: str | None = setting(None, V.path, Flag(help="ImageFolder root or embedded set name (default: the digits)"))
+    batch_size: int = setting(64, V.batch, Flag())
+    k: int = setting(20, V.samples, Flag(help="neighbours of the k-NN vote (default 20)"))
 
 
 class PretrainCommands(TaskCommands):
@@ -22,22 +31,15 @@ class PretrainCommands(TaskCommands):
     help = "self-supervised pretraining (QB-Heat or MAE) on photos; writes an encoder checkpoint"
     default_output = "runs/pretrain"
     kinds = ("pretrain", "encoder")
+    eval_options = PretrainEvalOptions
     config_class: type[PretrainConfig] = PretrainConfig  # its fields with a Flag are the task's flags
+    task_class = PretrainTask
     skip_run_flags = ("--warmup-epochs",)  # --warmup: a fraction of training
     run_flag_defaults: ClassVar[dict[str, Any]] = {
         "--epochs": 10,
         "--batch-size": 64,
         "--lr": "1e-3 x global batch / 64",
     }
-
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        A.add_config_arguments(p, self.config_class)  # each field of PretrainConfig with a Flag
-
-    def config(self, args: argparse.Namespace, run: RunConfig) -> PretrainConfig:
-        return self.config_class(**A.task_fields(args, self.config_class), run=run)
-
-    def run(self, config: PretrainConfig) -> dict[str, Any]:
-        return pretrain(config)
 
     def report(self, s: dict[str, Any], config: PretrainConfig) -> str:
         loss = "none" if s["final_loss"] is None else f"{s['final_loss']:.4f}"
@@ -46,14 +48,6 @@ class PretrainCommands(TaskCommands):
             f"({s['images_seen']} crops) in {s['seconds']:.0f} s; final loss {loss}; "
             f"encoder checkpoint {s['encoder']} (pdevision train --init-from {s['encoder']} [--linear-probe])"
         )
-
-    @staticmethod
-    def add_eval_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--data", type=V.path, default=None, help="ImageFolder root or embedded set name (default: the digits)"
-        )
-        p.add_argument("--batch-size", type=V.batch, default=64)
-        p.add_argument("--k", type=V.samples, default=20, help="neighbours of the k-NN vote (default 20)")
 
     def evaluate(self, args: argparse.Namespace) -> str:
         folder = resolve(args.checkpoint)  # any format: an encoder's timm folder or .pth too
@@ -76,4 +70,4 @@ class PretrainCommands(TaskCommands):
 
 register(PretrainCommands())
 
-__all__ = ["PretrainCommands"]
+__all__ = ["PretrainCommands", "PretrainEvalOptions"]
