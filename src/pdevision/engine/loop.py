@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
-from pdevision._optional import require, require_all
+from pdevision._optional import install_hint, installed, require
 from pdevision.engine.checkpoint import (
     NO_CHECKPOINT_YET,
     NO_SPACE_ERRNOS,
@@ -81,12 +81,13 @@ def fit(task: Task, run: RunConfig) -> dict[str, Any]:
     run summary (also in ``summary.json`` on rank 0). The settings are resolved here, once: the task
     (``task.run``, ``ctx.run``), the run state (:func:`build_state`) and ``config.json`` get the result."""
     run = resolve_run(run, task.run_defaults())
-    require_all([("matplotlib", "train")])  # curves.png at the end: stop before the run, not after it
     device = resolve_device(run.device)
     autocast(device, run.amp)  # an --amp this device cannot run fails here, before the run folder is touched
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
+    if info.is_main and not installed("matplotlib"):  # a run needs no plotting: curves.png only where it is
+        log.warning("curves.png will not be drawn: %s", install_hint("matplotlib", "train"))
     threads = torch.get_num_threads()
     if run.threads:  # fewer than the cores where other jobs share the CPU: oversubscribed threads wait on each other
         torch.set_num_threads(run.threads)
@@ -578,9 +579,10 @@ def _finish(
     if info.is_main:
         with _writing(ctx.run_dir / "summary.json", state):
             (ctx.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        if state.history:
+        if state.history and installed("matplotlib"):
             with _writing(ctx.run_dir / "curves.png", state):
                 _plot_curves(state.history, task.best_metric, ctx.run_dir / "curves.png")
+        if state.history:
             with _writing(ctx.run_dir, state):
                 task.finish(model, ctx.run_dir)
         if writer is not None:

@@ -15,7 +15,7 @@ from timm.utils import accuracy
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from pdevision._optional import require
+from pdevision._optional import install_hint, installed, require
 from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.embedded import embedded_classes, embedded_data_of
 from pdevision.engine import formats
@@ -204,9 +204,15 @@ def evaluate_checkpoint(
     if output is not None:
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)
-        _plot_confusion(matrix, classes, out / "confusion_matrix.png")
         (out / "eval.json").write_text(json.dumps({**result, "confusion_matrix": matrix.tolist()}, indent=2))
-        result["confusion_png"] = str(out / "confusion_matrix.png")
+        result["eval_json"] = str(out / "eval.json")
+        if installed("matplotlib"):
+            _plot_confusion(matrix, classes, out / "confusion_matrix.png")
+            result["confusion_png"] = str(out / "confusion_matrix.png")
+        else:
+            log.warning(
+                "confusion_matrix.png not drawn (the matrix is in eval.json): %s", install_hint("matplotlib", "train")
+            )
     return result
 
 
