@@ -38,6 +38,7 @@ from pdevision.engine.checkpoint import (
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
 from pdevision.engine.metadata import MetadataError
+from pdevision.engine.resume import recorded_config, restorable_settings
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
 from pdevision.errors import UsageError
 from pdevision.models import list_models, list_restoration_models
@@ -538,7 +539,7 @@ def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str], values:
     command = next((a for a in argv if not a.startswith("-")), None)
     if values is None:
         return
-    path = _config_path(argv)
+    path = _config_path(argv) or f"{_option_value(argv, '--resume')} (the resumed run's config.json)"
     sub = _innermost(parser, argparse.Namespace(command=command))
     task = values.get("task")
     given = "pretrain" if command == "pretrain" else _option_value(argv, "--task")
@@ -580,6 +581,10 @@ def _chosen(argv: list[str]) -> Chosen:
     if command in ("train", "pretrain"):
         path = _config_path(argv)
         values = load_config_file(path) if path else None
+        resume = _option_value(argv, "--resume")
+        if values is None and resume:  # a resumed run takes its recorded settings where no flag gives them
+            found = recorded_config(resume)
+            values = restorable_settings(found[0]) if found is not None else None
         name = _option_value(argv, "--task") if command == "train" else "pretrain"
         if name is None and values is not None:
             name = values.get("task")

@@ -29,7 +29,7 @@ from pdevision.errors import UsageError
 log = logging.getLogger(__name__)
 
 # keys of a run's config.json that no flag sets: the task's name (its flag is --task) and values derived from flags
-RECORDED_ONLY = frozenset({"task", "recipe_name", "recipe_values"})
+RECORDED_ONLY = frozenset({"task", "recipe_name", "recipe_values", "resumed"})
 MAX_BYTES = 1 << 20  # a flag file is a few kilobytes; a larger one is not one
 MAX_DEPTH = MAX_JSON_DEPTH  # a flag's value is a list or a mapping of model arguments: two or three levels
 MAX_VALUES = 100_000
