@@ -52,23 +52,25 @@ from pdevision.tasks.config_file import config_defaults, load_config_file
 from pdevision.viz.common import VizError
 
 
-def _models_rows(img_size: int | None, pattern: str = "") -> Iterator[str]:
+def _models_rows(img_size: int | None, pattern: str = "", released: bool = False) -> Iterator[str]:
     """The rows of the `models` table, each as soon as it is counted: parameters of models built on the meta device
-    (no memory, no initialisation), and GMACs at ``img_size`` (a forward of the folded model) when it is given."""
-    if img_size is None:
-        yield "| model | params (M) |"
-        yield "|---|---:|"
-    else:
-        yield f"| model | params (M) | GMACs at {img_size} (folded) |"
-        yield "|---|---:|---:|"
+    (no memory, no initialisation), and GMACs at ``img_size`` (a forward of the folded model) when it is given;
+    ``released``: a column of the pretrained tags with a file to load (``pretrained=True``)."""
+    head = ["model", "params (M)"] + ([f"GMACs at {img_size} (folded)"] if img_size is not None else [])
+    head += ["released weights (`pretrained=True`)"] if released else []
+    yield "| " + " | ".join(head) + " |"
+    yield "|---|---:|" + ("---:|" if img_size is not None else "") + ("---|" if released else "")
     for name in list_models(pattern):
         if img_size is None:
             with torch.device("meta"):  # parameters counted, none allocated
                 model = timm.create_model(name)
-            yield f"| {name} | {count_params(model) / 1e6:.2f} |"
+            cells = [name, f"{count_params(model) / 1e6:.2f}"]
         else:
             model = timm.create_model(name)
-            yield f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |"
+            cells = [name, f"{count_params(model) / 1e6:.2f}", f"{count_macs(model, img_size) / 1e9:.2f}"]
+        if released:
+            cells.append(", ".join(timm.list_pretrained(f"{name}.*")) or "-")
+        yield "| " + " | ".join(cells) + " |"
     restoration = _restoration_names(pattern)
     if restoration:
         yield ""
@@ -90,7 +92,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.img_size is not None and not args.macs:
         raise UsageError("--img-size is the resolution of the MAC count: it goes with --macs")
     img_size = (args.img_size or 224) if args.macs else None
-    for row in _models_rows(img_size, args.pattern):  # a row as soon as it is counted
+    for row in _models_rows(img_size, args.pattern, released=True):  # a row as soon as it is counted
         print(row, flush=True)
     return 0
 

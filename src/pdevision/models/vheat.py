@@ -27,7 +27,7 @@ from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, ConvStem, HeatConductionOperator, MixerBlock, run_block
 from pdevision.models._staged import StagedBackbone, check_drop_path_rate, feature_cfg, to_2tuple_size
-from pdevision.models._weights import default_cfg, resolve_local_head
+from pdevision.models._weights import check_release_offline, default_cfg, resolve_local_head
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
 
@@ -336,6 +336,7 @@ def checkpoint_filter_fn(state_dict: dict[str, Any], model: VHeat) -> dict[str, 
 def _create_vheat(variant: str, pretrained: bool = False, **kwargs: Any) -> VHeat:
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
     kwargs = resolve_local_head(pretrained, kwargs)
+    check_release_offline(variant, pretrained, kwargs)
     return build_model_with_cfg(
         VHeat,
         variant,
