@@ -102,8 +102,8 @@ def continued_config(
             f"{_flag(key)} out, or start a new run"
         )
     out = _plain(current)
-    if own_folder:
-        for key in ORIGIN | {"output"}:
+    if own_folder:  # (its output is where the folder is now: a run folder may have been moved)
+        for key in ORIGIN:
             if key in recorded:
                 out[key] = recorded[key]
     history = list(recorded.get(HISTORY, []))
