@@ -39,9 +39,15 @@ def test_models_without_macs_counts_parameters_on_the_meta_device(capsys: pytest
 
     assert main(["models", "*_micro"]) == 0
     rows = {r.split(" | ")[0][2:]: r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")}
-    assert rows["model"] == "| model | params (M) |"  # no GMACs column unless asked
+    assert rows["model"] == "| model | params (M) | released weights (`pretrained=True`) |"  # no GMACs unless asked
     for name in ("vheat_micro", "hcnet_micro", "pderesnet_micro", "waveformer_micro"):
-        assert rows[name] == f"| {name} | {count_params(timm.create_model(name)) / 1e6:.2f} |"  # as a real build
+        assert rows[name] == f"| {name} | {count_params(timm.create_model(name)) / 1e6:.2f} | - |"  # as a real build
+
+
+def test_models_shows_the_released_weights(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "vheat_t*"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| vheat_tiny ")]
+    assert len(rows) == 1 and rows[0].endswith(" | 30.85 | vheat_tiny.in1k |"), rows
 
 
 @pytest.mark.parametrize(

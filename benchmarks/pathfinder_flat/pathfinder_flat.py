@@ -37,11 +37,13 @@ from typing import Any
 import numpy as np
 import timm
 import torch
+from benchmarks.records import write_record, write_report
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from torch import nn
 
+from pdevision._files import replaced_atomically
 from pdevision.bench.measure import machine_description
 from pdevision.data.pathfinder import LRA_32, VERSION, PathfinderImages, dot_geometry, make_pathfinder
 from pdevision.models.pdeformer import FLAT_ARMS
@@ -297,9 +299,8 @@ def draw(split: str, n: int, workers: int, cache: Path | None) -> PathfinderImag
     drawn = make_pathfinder(SEED, split, n, CONFIG, workers=workers)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, **asdict(drawn))
-        os.replace(tmp, path)
+        with replaced_atomically(path) as tmp:
+            np.savez(tmp, **asdict(drawn))
     return drawn
 
 
@@ -356,12 +357,6 @@ def failures(record: dict[str, Any]) -> list[str]:
         if s["p_value"] < NOISE_P:
             fail.append(f"shortcut {name}: {100 * s['accuracy']:.1f}% on {s['n']} images is beyond binomial noise")
     return fail
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def report(record: dict[str, Any]) -> str:
@@ -456,13 +451,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check:
         record = check(args)
-        write_json(RECORD, record)
+        write_record(RECORD, record)
     elif not RECORD.exists():
         print(f"pathfinder_flat: no record at {RECORD.name}; run --check first", file=sys.stderr)
         return 2
     record = json.loads(RECORD.read_text())
     record["failures"] = failures(record)  # the conditions, from the recorded figures
-    REPORT.write_text(report(record))
+    write_report(REPORT, report(record))
     for line in record["failures"]:
         print(f"design check failed: {line}", file=sys.stderr)
     return 1 if record["failures"] else 0

@@ -28,10 +28,11 @@ from pdevision.bench.repeat import run_in_processes
 from pdevision.data import DataError
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta
-from pdevision.engine.config import Flag, setting
+from pdevision.engine.config import Flag, RunConfig, setting
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
 from pdevision.engine.metadata import MetadataError
+from pdevision.engine.resume import recorded_config, restorable_settings
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
 from pdevision.engine.save import NO_SPACE_ERRNOS, NoSpaceError, no_space_message
 from pdevision.errors import UsageError
@@ -62,23 +63,25 @@ from pdevision.viz.options import (
 )
 
 
-def _models_rows(img_size: int | None, pattern: str = "") -> Iterator[str]:
+def _models_rows(img_size: int | None, pattern: str = "", released: bool = False) -> Iterator[str]:
     """The rows of the `models` table, each as soon as it is counted: parameters of models built on the meta device
-    (no memory, no initialisation), and GMACs at ``img_size`` (a forward of the folded model) when it is given."""
-    if img_size is None:
-        yield "| model | params (M) |"
-        yield "|---|---:|"
-    else:
-        yield f"| model | params (M) | GMACs at {img_size} (folded) |"
-        yield "|---|---:|---:|"
+    (no memory, no initialisation), and GMACs at ``img_size`` (a forward of the folded model) when it is given;
+    ``released``: a column of the pretrained tags with a file to load (``pretrained=True``)."""
+    head = ["model", "params (M)"] + ([f"GMACs at {img_size} (folded)"] if img_size is not None else [])
+    head += ["released weights (`pretrained=True`)"] if released else []
+    yield "| " + " | ".join(head) + " |"
+    yield "|---|---:|" + ("---:|" if img_size is not None else "") + ("---|" if released else "")
     for name in list_models(pattern):
         if img_size is None:
             with torch.device("meta"):  # parameters counted, none allocated
                 model = timm.create_model(name)
-            yield f"| {name} | {count_params(model) / 1e6:.2f} |"
+            cells = [name, f"{count_params(model) / 1e6:.2f}"]
         else:
             model = timm.create_model(name)
-            yield f"| {name} | {count_params(model) / 1e6:.2f} | {count_macs(model, img_size) / 1e9:.2f} |"
+            cells = [name, f"{count_params(model) / 1e6:.2f}", f"{count_macs(model, img_size) / 1e9:.2f}"]
+        if released:
+            cells.append(", ".join(timm.list_pretrained(f"{name}.*")) or "-")
+        yield "| " + " | ".join(cells) + " |"
     restoration = _restoration_names(pattern)
     if restoration:
         yield ""
@@ -100,7 +103,7 @@ def cmd_models(args: argparse.Namespace) -> tuple[str, int]:
     if args.img_size is not None and not args.macs:
         raise UsageError("--img-size is the resolution of the MAC count: it goes with --macs")
     img_size = (args.img_size or 224) if args.macs else None
-    for row in _models_rows(img_size, args.pattern):  # a row as soon as it is counted
+    for row in _models_rows(img_size, args.pattern, released=True):  # a row as soon as it is counted
         print(row, flush=True)
     return "", 0
 
@@ -534,9 +537,13 @@ class _FirstPass(argparse.ArgumentParser):
         raise _FirstPassError(message)
 
 
+_ALL_BUT_RESUME = frozenset(f.name for f in dataclasses.fields(RunConfig)) - {"resume"}
+
+
 def _first_pass(argv: list[str]) -> argparse.Namespace:
     """The words of ``argv`` that choose the parser, read by argparse (``parse_known_args``: every other word is the
-    full parser's): ``train --task`` and ``--config``, ``pretrain --config``, ``eval`` / ``predict --checkpoint``
+    full parser's): ``train --task`` and ``--config``, ``train`` / ``pretrain --config`` and ``--resume``, ``eval`` /
+    ``predict --checkpoint``
     (their declarations: :mod:`pdevision.tasks.registry`) and ``--help``. Exact flags only: an abbreviation is
     refused after the full parse (:func:`main`)."""
     parser = _FirstPass(add_help=False, allow_abbrev=False)
@@ -550,6 +557,8 @@ def _first_pass(argv: list[str]) -> argparse.Namespace:
         p = sub.add_parser(name, add_help=False, allow_abbrev=False)
         p.add_argument("-h", "--help", action="store_true")  # the full parser answers it; nothing is read for it
         add_command_arguments(p, *options, flags={"checkpoint": {"required": False}})
+        if name in ("train", "pretrain"):  # --resume, as the run settings declare it
+            add_run_arguments(p, "", skip=_ALL_BUT_RESUME)
         p.set_defaults(task=None)  # given or not
     try:
         return parser.parse_known_args(argv)[0]
@@ -567,6 +576,7 @@ class Chosen:
     checkpoint_task: str = "classify"
     config_values: dict[str, Any] | None = None
     config_path: str | None = None
+    resumed: str | None = None  # the --resume whose recorded settings are the defaults (no --config given)
     given_task: str | None = None
     checkpoint_meta: dict[str, Any] | None = None
     checkpoint_path: str | None = None
@@ -584,13 +594,23 @@ def _choose(first: argparse.Namespace) -> Chosen:
         given = first.task if command == "train" else "pretrain"
         path = first.config
         values = load_config_file(path) if path and not first.help else None
+        resume = first.resume
+        if (
+            values is None and resume and not first.help
+        ):  # a resumed run takes its recorded settings where no flag gives them
+            found = recorded_config(resume)
+            values = restorable_settings(found[0]) if found is not None else None
         name = given
         if name is None and values is not None:
             name = values.get("task")
             if name is not None and name not in tasks():
                 raise UsageError(f"--config {path}: task {name!r} is not one of {', '.join(tasks())}")
         return Chosen(
-            train_task=name if name in tasks() else "classify", config_values=values, config_path=path, given_task=given
+            train_task=name if name in tasks() else "classify",
+            config_values=values,
+            config_path=path,
+            given_task=given,
+            resumed=resume if path is None else None,
         )
     if command in ("eval", "predict") and first.checkpoint and first.checkpoint.strip() and not first.help:
         path = first.checkpoint
@@ -617,9 +637,11 @@ def _task_defaults(sub: argparse.ArgumentParser) -> dict[str, Any]:
 
 
 def _apply_config_file(parser: argparse.ArgumentParser, command: str, chosen: Chosen) -> None:
-    """``train --config FILE`` / ``pretrain --config FILE``: the file's values (read once, by :func:`_choose`)
-    become the defaults of the command's flags, so those on the command line win."""
-    values, path = chosen.config_values, chosen.config_path
+    """``train --config FILE`` / ``pretrain --config FILE``, or ``--resume RUN`` alone (the run's recorded
+    settings): the values (read once, by :func:`_choose`) become the defaults of the command's flags, so those on the
+    command line win."""
+    values = chosen.config_values
+    path = chosen.config_path or f"{chosen.resumed} (the resumed run's config.json)"
     if values is None:
         return
     sub = _innermost(parser, argparse.Namespace(command=command))

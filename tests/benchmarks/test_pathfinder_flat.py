@@ -9,11 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmarks.pathfinder_flat import pathfinder_flat as pf
 from scipy import stats
-
-from tests.helpers import load_benchmark
-
-pf = load_benchmark("pathfinder_flat/pathfinder_flat.py")
 
 
 def _power(n: int, sd: float, alpha: float, one_sided: bool) -> float:
@@ -123,7 +120,7 @@ def test_the_report_is_the_records(tmp_path: Path, monkeypatch, capsys) -> None:
     record = json.loads(pf.RECORD.read_text())
     monkeypatch.setattr(pf, "RECORD", tmp_path / "r.json")
     monkeypatch.setattr(pf, "REPORT", tmp_path / "r.md")
-    pf.write_json(pf.RECORD, record)
+    pf.write_record(pf.RECORD, record)
     assert pf.main(["--report-only"]) == (1 if record["failures"] else 0)
     text = pf.REPORT.read_text()
     for arm, r in record["receptive_fields"].items():

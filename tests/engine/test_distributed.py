@@ -86,3 +86,65 @@ def test_single_process_carries_the_settings(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     info = init_distributed("cpu")
     assert not info.enabled and info.timeout_s == 42.0
+
+
+DDP_SCRIPT = r"""
+import os, sys
+import torch
+import pdevision.engine.loop as loop
+from pdevision.engine import RunConfig, Task, fit
+
+if os.environ.get("KEEP_LAYOUT"):  # the loop as it was: parameters left in the layout they were built with
+    loop.match_gradient_layout = lambda model: 0
+
+
+class Toy(Task):
+    name, best_metric, higher_is_better = "toy", "loss", False
+
+    def datasets(self):
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(16, 4, 6, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
+        return torch.utils.data.TensorDataset(x, y), None
+
+    def build_model(self):  # a depthwise convolution: its weight is both NCHW- and NHWC-contiguous
+        return torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, groups=4), torch.nn.Flatten(), torch.nn.Linear(64, 3))
+
+    def train_step(self, model, batch):  # a channels-last input, as vHeat's mixers give their convolutions
+        x, y = batch
+        return torch.nn.functional.cross_entropy(model(x.contiguous(memory_format=torch.channels_last)), y), {}
+
+    def evaluate(self, model, ctx):
+        return {}
+
+    def checkpoint_meta(self):
+        return {"model": "toy"}
+
+
+summary = fit(Toy(), RunConfig(output=sys.argv[1], epochs=1, batch_size=4, lr=0.01, device="cpu", progress=False))
+print("identical", summary["ranks_identical"], flush=True)
+"""
+
+
+@pytest.mark.parametrize("keep_layout", [False, True])
+def test_ddp_gives_no_grad_stride_warning(tmp_path: Path, keep_layout: bool) -> None:
+    """Two gloo ranks train a model with a depthwise convolution: no "Grad strides do not match bucket view
+    strides" warning (issue 55); with the parameters left as built, the warning is there (the test can fail)."""
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    base["MASTER_PORT"] = str(_free_port())
+    if keep_layout:
+        base["KEEP_LAYOUT"] = "1"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DDP_SCRIPT, str(tmp_path / "run")],
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert all("identical True" in out for out, _ in outputs)
+    warned = ["Grad strides do not match bucket view strides" in err for _, err in outputs]
+    assert warned == ([True, True] if keep_layout else [False, False])

@@ -402,6 +402,8 @@ def test_resume_of_non_finite_ema_weights_is_refused(
     run = _copy(runs["classify"], tmp_path)
     shutil.copy(run / "last" / "model.safetensors", run / "last" / "ema.safetensors")
     _poison(run / "last", "ema.safetensors")
+    config = json.loads((run / "config.json").read_text())  # as if trained with EMA: a resume keeps its settings
+    (run / "config.json").write_text(json.dumps({**config, "ema_decay": 0.9}))
     argv = _argv("classify", data, run)
     argv[argv.index("--epochs") + 1] = "3"
     assert _exit_code([*argv, "--resume", run, "--ema-decay", "0.9"]) == 2

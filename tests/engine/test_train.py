@@ -137,3 +137,28 @@ def test_grad_checkpointing_option(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     )
     summary = train(make(ClassifyConfig, grad_checkpointing=True, **FAST, output=str(tmp_path / "gc"), epochs=1))
     assert summary["epochs_run"] == 1 and calls == [True]
+
+
+NO_MATPLOTLIB = """
+import sys
+sys.modules["matplotlib"] = None  # as if not installed: the core install
+from pdevision.cli import main
+sys.exit(main(["train", "--output", sys.argv[1], "--epochs", "1", "--img-size", "32", "--batch-size", "32",
+               "--max-train-batches", "2", "--no-progress"]))
+"""
+
+
+def test_train_runs_without_matplotlib_and_says_so_in_one_line(tmp_path: Path) -> None:
+    """The core install trains: curves.png is drawn only where matplotlib is importable (issue 55)."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-c", NO_MATPLOTLIB, str(run)], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = [line for line in result.stderr.splitlines() if "matplotlib" in line]
+    assert said == ['curves.png will not be drawn: matplotlib is not installed; run: pip install "pdevision[train]"']
+    assert (run / "last" / "model.safetensors").is_file() and (run / "summary.json").is_file()
+    assert not (run / "curves.png").exists()

@@ -38,6 +38,7 @@ RUN_DEFAULTS: dict[str, Any] = {
 
 
 SCHEDULE = "run: schedule and optimiser (default: the task's recipe)"
+LOGGERS = ("wandb", "mlflow")  # the trackers --logger names (pdevision.engine.loggers)
 MACHINE = "run: precision, devices, resume, stopping"
 
 
@@ -182,6 +183,15 @@ class RunConfig:
     find_unused_parameters: bool | None = None
     progress: bool = setting(
         True, None, Flag(MACHINE, "no progress bar (shown only on a terminal)", name="--no-progress")
+    )
+    # micro-batches of batch_size whose gradients are summed into one update (the global batch is N times larger)
+    grad_accum_steps: int = setting(
+        1, V.positive_int, Flag(SCHEDULE, "gradient accumulation: one update per N batches (N x the batch)")
+    )
+    channels_last: bool = setting(False, None, Flag(MACHINE, "the model and its image batches in channels-last memory"))
+    # an experiment tracker given every logged scalar (pdevision.engine.loggers); its package is imported only then
+    logger: str | None = setting(
+        None, None, Flag(MACHINE, "also log to wandb or mlflow (their package, imported only then)", choices=LOGGERS)
     )
 
     def __post_init__(self) -> None:

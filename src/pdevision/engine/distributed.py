@@ -192,3 +192,22 @@ def exit_after_timeout(code: int) -> NoReturn:
         except RuntimeError:
             pass
     os._exit(code)
+
+
+def match_gradient_layout(model: torch.nn.Module) -> int:
+    """Give each 4-D parameter whose layout is both NCHW- and NHWC-contiguous (a depthwise convolution's weight, one
+    input channel per group: strides (9, 9, 3, 1) and (9, 1, 3, 1) are both contiguous for a 3x3 kernel) the
+    channels-last strides that the convolution's backward gives its gradient, the values unchanged; returns how many.
+
+    DDP's bucket views take a parameter's strides and compare its gradient's with them exactly, size-one dimensions
+    included, so those weights made every rank warn "Grad strides do not match bucket view strides" at its first
+    step. Called before the model is wrapped in DDP, and before an optimizer holds its parameters."""
+    count = 0
+    for p in model.parameters():
+        if p.dim() != 4 or not (p.is_contiguous() and p.is_contiguous(memory_format=torch.channels_last)):
+            continue
+        strides = torch.empty(p.shape, device="meta", memory_format=torch.channels_last).stride()
+        if p.stride() != strides:
+            p.data = torch.empty_strided(p.shape, strides, dtype=p.dtype, device=p.device).copy_(p.data)
+            count += 1
+    return count

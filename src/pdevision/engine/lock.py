@@ -1,20 +1,21 @@
 """An exclusive lock on a run folder, so two runs never write into one ``--output``.
 
-The lock is ``<run>/.lock``: an advisory ``flock`` on that file, which the kernel releases when the
-holder dies, and the holder's PID and host written in it for the message to a second run. A lock
+The lock is ``<run>/.lock``: an operating-system lock on that file (``filelock``'s descriptor lock: ``flock``
+on Unix, ``LockFileEx`` on Windows), which the system releases when the holder dies, and the holder's PID and
+host written in it for the message to a second run. A lock
 file left by a process that no longer runs (killed) is stale: it is taken over, with a warning
 naming the dead PID. On release the file is removed.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
 import os
 import socket
 from pathlib import Path
 from types import TracebackType
+
+from filelock import lock_descriptor, unlock_descriptor
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,11 @@ class RunLockedError(RuntimeError):
 
 
 def _read_holder(fd: int) -> str:
-    os.lseek(fd, 0, os.SEEK_SET)
-    return os.read(fd, 256).decode(errors="replace").strip()
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        return os.read(fd, 256).decode(errors="replace").strip()
+    except OSError:  # Windows: the byte range another process locked cannot be read
+        return ""
 
 
 class RunLock:
@@ -53,12 +57,13 @@ class RunLock:
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
+                locked = lock_descriptor(fd, blocking=False)
+            except OSError:
+                os.close(fd)
+                raise
+            if not locked:
                 holder = _read_holder(fd)
                 os.close(fd)
-                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
                 raise RunLockedError(
                     f"run folder {self.run_dir} is in use by another run ({holder or 'unknown process'}; "
                     f"lock file {self.path}): wait for it to finish or choose another --output"
@@ -90,9 +95,12 @@ class RunLock:
         if self._fd is None:
             return
         try:
+            os.ftruncate(self._fd, 0)  # empty: where the unlink below is refused (Windows), no stale holder is left
             self.path.unlink(missing_ok=True)  # while still holding the lock (see the inode check above)
+        except PermissionError:
+            pass
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            unlock_descriptor(self._fd)
             os.close(self._fd)
             self._fd = None
             for folder in self._created:  # a run that failed before writing anything leaves no empty folder

@@ -23,7 +23,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
-from pdevision._optional import require, require_all
+from pdevision._optional import install_hint, installed, require
 from pdevision.engine.checkpoint import (
     NO_CHECKPOINT_YET,
     CheckpointError,
@@ -52,9 +52,12 @@ from pdevision.engine.distributed import (
     all_reduce_sum,
     cleanup_distributed,
     init_distributed,
+    match_gradient_layout,
     parameters_identical_across_ranks,
 )
 from pdevision.engine.lock import LOCK_NAME, RunLock
+from pdevision.engine.loggers import RunLogger, TensorBoardLogger, check_tracker, make_logger
+from pdevision.engine.resume import continued_config, recorded_config
 from pdevision.engine.runtime import (
     EpochSampler,
     NonFiniteLossError,
@@ -73,17 +76,22 @@ from pdevision.fastpath import accelerate, fused_optimizer_supported
 log = logging.getLogger(__name__)
 
 
-def fit(task: Task, run: RunConfig) -> dict[str, Any]:
+def fit(task: Task, run: RunConfig, loggers: Sequence[RunLogger] = ()) -> dict[str, Any]:
     """Train ``task`` as ``run`` says (``None`` settings from the task's defaults, then the library's); returns the
     run summary (also in ``summary.json`` on rank 0). The settings are resolved here, once: the task
-    (``task.run``, ``ctx.run``), the run state (:func:`build_state`) and ``config.json`` get the result."""
+    (``task.run``, ``ctx.run``), the run state (:func:`build_state`) and ``config.json`` get the result.
+    ``loggers``: experiment trackers (:class:`~pdevision.engine.loggers.RunLogger`) that rank 0 gives every
+    scalar, besides the one ``run.logger`` names."""
     run = resolve_run(run, task.run_defaults())
-    require_all([("matplotlib", "train")])  # curves.png at the end: stop before the run, not after it
+    if run.logger is not None:  # its package: before the run, not after its first epoch
+        check_tracker(run.logger)
     device = resolve_device(run.device)
     autocast(device, run.amp)  # an --amp this device cannot run fails here, before the run folder is touched
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
+    if info.is_main and not installed("matplotlib"):  # a run needs no plotting: curves.png only where it is
+        log.warning("curves.png will not be drawn: %s", install_hint("matplotlib", "train"))
     threads = torch.get_num_threads()
     if run.threads:  # fewer than the cores where other jobs share the CPU: oversubscribed threads wait on each other
         torch.set_num_threads(run.threads)
@@ -91,7 +99,7 @@ def fit(task: Task, run: RunConfig) -> dict[str, Any]:
         check_writable_run_folder(Path(run.output))
     try:
         with RunLock(run.output, enabled=info.is_main):
-            return _fit(task, run, device, info)
+            return _fit(task, run, device, info, list(loggers))
     finally:
         torch.set_num_threads(threads)
         cleanup_distributed(info)
@@ -233,7 +241,7 @@ def _writing(path: Path, state: RunState | None = None) -> Iterator[None]:
         raise NoSpaceError(no_space_message(exc, path) + tail) from exc
 
 
-def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> dict[str, Any]:
+def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo, loggers: list[RunLogger]) -> dict[str, Any]:
     run_dir = Path(run.output)
     _check_run_folder(run_dir, task, run)
     assert run.batch_size is not None and run.epochs is not None  # resolved by fit
@@ -243,8 +251,11 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
     task.train_set, task.val_set = train_set, val_set
     run = _fit_batch_size(train_set, run, info)
     assert run.batch_size is not None
+    recorded = _continued_settings(task, run, run_dir, epoch=0)  # a changed setting is refused before the model
     ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn, run=run)
     model = task.build_model().to(device)
+    if run.channels_last:  # image batches follow in ctx.to_device
+        model = model.to(memory_format=torch.channels_last)
     if run.fused_kernels and device.type == "cpu":
         accelerate(model)  # float32 training: forward and gradient products on oneDNN (pdevision.fastpath)
     # The training's draws from Python's and NumPy's generators (augmentation, mixup) start from the seed, whatever
@@ -259,26 +270,31 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo) -> di
         raise UsageError(f"the training set ({len(train_set)} samples) does not fill one batch of {run.batch_size}")
     ctx.train_loader, ctx.steps_per_epoch = loader, steps
     task.prepare(model, ctx)  # before the EMA copy and the optimizer
+    if info.enabled:  # the gradients' layout is DDP's bucket views' (no stride warning at the first step)
+        match_gradient_layout(model)
     state = build_state(model, run, steps, info)
     if run.resume:
         state.restore(run.resume, info, task, run.epochs)
     train_model = _wrap(model, run, device, info)
-    writer = _start_run_folder(run_dir, task, run, info)
+    if recorded is not None:
+        recorded = _continued_settings(task, run, run_dir, state.epoch)
+    writer = _start_run_folder(run_dir, task, run, info, recorded)
+    loggers = _loggers(writer, loggers, run, run_dir, task) if info.is_main else []
     stop = run.epochs if run.stop_after_epochs is None else min(run.epochs, run.stop_after_epochs)
     out_of_time = _spent(state, run, info, device) >= 1.0
     ran = 0
     while state.epoch < stop and not out_of_time:
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(state.epoch)
-        logs, out_of_time = _train_epoch(task, train_model, loader, steps, state, run, ctx)
+        logs, out_of_time = _train_epoch(task, train_model, loader, steps, state, run, ctx, loggers, ran == 0)
         if logs is None:
             break
-        _end_epoch(task, model, state, logs, ctx, run, writer)
+        _end_epoch(task, model, state, logs, ctx, run, writer, loggers)
         ran += 1
     if run.resume and ran == 0 and info.is_main:
         _refresh_exports(task, model, state, run_dir)
     status = _status(state, run, out_of_time)
-    return _finish(task, model, state, status, ctx, writer, len(train_set))
+    return _finish(task, model, state, status, ctx, writer, len(train_set), loggers)
 
 
 def _train_loader(train_set: Dataset, run: RunConfig, info: DistInfo, collate_fn: Any) -> tuple[DataLoader, Any]:
@@ -323,7 +339,7 @@ def build_state(model: nn.Module, run: RunConfig, steps: int, info: DistInfo) ->
     ``run`` is resolved (:func:`~pdevision.engine.config.resolve_run`, as :func:`fit` does once); one with a setting
     still ``None`` that the resolution fills is a ``ValueError`` naming it, not a guess at the task's defaults."""
     check_resolved(run, "build_state")
-    lr = run.peak_lr(info.world_size)
+    lr = run.peak_lr(info.world_size * run.grad_accum_steps)  # the global batch of one update
     kwargs: dict[str, Any] = {}
     if run.opt.lower() in ("sgd", "momentum", "nesterov", "rmsprop", "rmsproptf", "lars", "nlars"):
         kwargs["momentum"] = run.momentum
@@ -340,7 +356,7 @@ def build_state(model: nn.Module, run: RunConfig, steps: int, info: DistInfo) ->
         min_lr=run.min_lr,
         warmup_lr=lr * run.warmup_lr_ratio,
         step_on_epochs=False,
-        updates_per_epoch=steps,
+        updates_per_epoch=math.ceil(steps / run.grad_accum_steps),
     )
     scaler = torch.amp.GradScaler("cuda", enabled=run.amp == "fp16")
     ema = ModelEmaV3(model, decay=run.ema_decay) if run.ema_decay else None
@@ -353,16 +369,49 @@ def _wrap(model: nn.Module, run: RunConfig, device: torch.device, info: DistInfo
     if info.enabled:
         ids = [device.index] if device.type == "cuda" else None
         train_model = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=run.find_unused_parameters)
-    if run.compile:
+    if run.compile:  # compiled at the first step: said before, and its time after (_train_epoch)
+        log.info("compiling the model with torch.compile at its first step ...")
         train_model = torch.compile(train_model)
     return train_model
 
 
-def _start_run_folder(run_dir: Path, task: Task, run: RunConfig, info: DistInfo) -> Any:
+def _settings(task: Task, run: RunConfig) -> dict[str, Any]:
+    """What ``config.json`` records of a run: the task's name and settings, then the run's."""
+    return {"task": task.name, **task.config_json(), **asdict(run)}
+
+
+def _continued_settings(task: Task, run: RunConfig, run_dir: Path, epoch: int) -> dict[str, Any] | None:
+    """The ``config.json`` of a resumed run (its recorded settings, a continuable change listed), or ``None`` when
+    ``run`` resumes nothing or a checkpoint outside a run folder; a setting that would change the run's meaning is
+    a :class:`UsageError` naming its flag."""
+    if not run.resume:
+        return None
+    found = recorded_config(run.resume)
+    if found is None:
+        return None
+    own = resumed_run_folder(run.resume)
+    own_folder = own is not None and own.resolve() == run_dir.resolve()
+    return continued_config(found[0], _settings(task, run), run.resume, own_folder, epoch)
+
+
+def _loggers(writer: Any, given: list[RunLogger], run: RunConfig, run_dir: Path, task: Task) -> list[RunLogger]:
+    """Rank 0's trackers: TensorBoard's per-update scalars (when it is installed), those given to :func:`fit`, and
+    the one ``run.logger`` names."""
+    out: list[RunLogger] = [TensorBoardLogger(writer)] if writer is not None else []
+    out += given
+    if run.logger is not None:
+        out.append(make_logger(run.logger, run_dir, _settings(task, run)))
+    return out
+
+
+def _start_run_folder(
+    run_dir: Path, task: Task, run: RunConfig, info: DistInfo, continued: dict[str, Any] | None = None
+) -> Any:
+    """``config.json`` (``continued``: a resumed run's, else the run's settings) and the TensorBoard writer."""
     if not info.is_main:
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = {"task": task.name, **task.config_json(), **asdict(run)}
+    resolved = continued if continued is not None else _settings(task, run)
     with _writing(run_dir / "config.json"):
         (run_dir / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
     try:
@@ -401,10 +450,19 @@ def _on_terminal() -> bool:
 
 
 def _train_epoch(
-    task: Task, train_model: nn.Module, loader: DataLoader, steps: int, state: RunState, run: RunConfig, ctx: RunContext
+    task: Task,
+    train_model: nn.Module,
+    loader: DataLoader,
+    steps: int,
+    state: RunState,
+    run: RunConfig,
+    ctx: RunContext,
+    loggers: list[RunLogger],
+    first_epoch: bool,
 ) -> tuple[dict[str, float] | None, bool]:
-    """One epoch of updates; returns the epoch means of the logs (``None`` when no step ran) and whether the time
-    budget ran out."""
+    """One epoch of updates (an update per ``run.grad_accum_steps`` batches); returns the epoch means of the logs
+    (``None`` when no step ran) and whether the time budget ran out. ``first_epoch``: this process's first, where
+    ``torch.compile`` compiles."""
     train_model.train()
     sums: dict[str, float] = {}
     seen, seconds, out_of_time = 0.0, 0.0, False
@@ -415,18 +473,31 @@ def _train_epoch(
     for step, batch in enumerate(loader):
         if step >= steps:
             break
-        if _set_schedule(state, run, steps, ctx.info, ctx.device):
+        if _set_schedule(state, run, math.ceil(steps / run.grad_accum_steps), ctx.info, ctx.device):
             out_of_time = True
             break
         batch = ctx.to_device(batch)
-        with ctx.autocast():
-            loss, logs = task.train_step(train_model, batch)
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(
-                f"non-finite training loss ({loss.item()}) at epoch {state.epoch + 1}, step {step + 1}; "
-                f"the run stopped; {state.intact()}"
-            )
-        _update(loss, state, run)
+        first, group = _accumulation_group(step, steps, run.grad_accum_steps)
+        if step == first:
+            state.optimizer.zero_grad(set_to_none=True)
+        applies = step == first + group - 1  # the group's last batch: the update
+        compiling = time.perf_counter() if run.compile and first_epoch and step == 0 else None
+        with _no_sync(train_model, not applies):
+            with ctx.autocast():
+                loss, logs = task.train_step(train_model, batch)
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(
+                    f"non-finite training loss ({loss.item()}) at epoch {state.epoch + 1}, step {step + 1}; "
+                    f"the run stopped; {state.intact()}"
+                )
+            state.scaler.scale(loss / group).backward()  # the group's mean, as one batch of group x the size
+        if compiling is not None:
+            log.info("compiled in %.1f s (the first step)", time.perf_counter() - compiling)
+        if applies:
+            _step(state, run)
+            scalars = {"train/step_loss": loss.item(), "train/lr": state.optimizer.param_groups[0]["lr"]}
+            for logger in loggers:
+                logger.log(scalars, state.num_updates)
         n = float(_batch_len(batch))
         for key, value in {"loss": loss.item(), **logs}.items():
             sums[key] = sums.get(key, 0.0) + float(value) * n
@@ -448,10 +519,24 @@ def _train_epoch(
     return logs, out_of_time
 
 
-def _update(loss: torch.Tensor, state: RunState, run: RunConfig) -> None:
-    """Backward (scaled for fp16), optional gradient-norm clipping, optimizer step, EMA update."""
-    state.optimizer.zero_grad(set_to_none=True)
-    state.scaler.scale(loss).backward()
+def _accumulation_group(step: int, steps: int, accum: int) -> tuple[int, int]:
+    """The first batch and the size of the group of ``accum`` batches (``--grad-accum-steps``) that batch ``step``
+    of an epoch of ``steps`` adds to; an epoch's last group may be smaller."""
+    first = step - step % accum
+    return first, min(accum, steps - first)
+
+
+def _no_sync(train_model: nn.Module, accumulating: bool) -> contextlib.AbstractContextManager:
+    """DDP's ``no_sync`` while a group's gradients accumulate (its all-reduce then runs once, at the update)."""
+    ddp = getattr(train_model, "_orig_mod", train_model)  # under torch.compile
+    if accumulating and isinstance(ddp, DistributedDataParallel):
+        return ddp.no_sync()
+    return contextlib.nullcontext()
+
+
+def _step(state: RunState, run: RunConfig) -> None:
+    """The update from the accumulated gradients (scaled for fp16): optional gradient-norm clipping, optimizer step,
+    EMA update."""
     if run.clip_grad:
         state.scaler.unscale_(state.optimizer)
         torch.nn.utils.clip_grad_norm_(state.model.parameters(), run.clip_grad)
@@ -482,6 +567,7 @@ def _end_epoch(
     ctx: RunContext,
     run: RunConfig,
     writer: Any,
+    loggers: list[RunLogger],
 ) -> None:
     """Validate (model and EMA), append the row, log it, check it is finite, save ``last/`` and ``best/``."""
     state.epoch += 1
@@ -506,6 +592,10 @@ def _end_epoch(
                 if key != "epoch" and isinstance(value, (int, float)):
                     writer.add_scalar(key, value, state.epoch)
             writer.flush()
+        scalars = {f"epoch/{k}": float(v) for k, v in row.items() if isinstance(v, (int, float))}
+        for logger in loggers:
+            if not isinstance(logger, TensorBoardLogger):  # the writer above has the rows
+                logger.log(scalars, state.num_updates)
     with task.saving(model, state.ema_module):
         extra = task.extra_state()
         exports = task.exports(model) if ctx.info.is_main else {}
@@ -553,7 +643,14 @@ def _status(state: RunState, run: RunConfig, out_of_time: bool) -> str:
 
 
 def _finish(
-    task: Task, model: nn.Module, state: RunState, status: str, ctx: RunContext, writer: Any, train_len: int
+    task: Task,
+    model: nn.Module,
+    state: RunState,
+    status: str,
+    ctx: RunContext,
+    writer: Any,
+    train_len: int,
+    loggers: list[RunLogger],
 ) -> dict[str, Any]:
     """``summary.json``, curves and the task's final artefacts (rank 0); returns the summary."""
     info = ctx.info
@@ -561,7 +658,9 @@ def _finish(
         "status": status,
         "epochs_run": len(state.history),
         "steps": state.num_updates,
-        "images_seen": state.num_updates * ctx.batch_size * info.world_size,
+        "images_seen": state.num_updates * ctx.batch_size * info.world_size * ctx.run.grad_accum_steps
+        if ctx.run is not None
+        else None,
         "seconds": state.elapsed,
         "best_metric": task.best_metric,
         "best": state.best,
@@ -575,11 +674,14 @@ def _finish(
     if info.is_main:
         with _writing(ctx.run_dir / "summary.json", state):
             (ctx.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        if state.history:
+        if state.history and installed("matplotlib"):
             with _writing(ctx.run_dir / "curves.png", state):
                 _plot_curves(state.history, task.best_metric, ctx.run_dir / "curves.png")
+        if state.history:
             with _writing(ctx.run_dir, state):
                 task.finish(model, ctx.run_dir)
+        for logger in loggers:
+            logger.close()
         if writer is not None:
             writer.close()
     return summary

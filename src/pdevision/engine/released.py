@@ -10,10 +10,8 @@ naming the tag, the URL and the cache path. The file is read with ``weights_only
 from __future__ import annotations
 
 import http.client
-import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 from timm.models._hub import download_cached_file
@@ -21,20 +19,9 @@ from timm.models._hub import download_cached_file
 from pdevision._files import not_a_regular_file
 from pdevision.engine.checkpoint import CheckpointError
 from pdevision.engine.runtime import one_line
+from pdevision.models._weights import cached_release, offline, release_advice
 
 __all__ = ["cached_release", "offline", "released_state"]
-
-_TRUE = ("1", "true", "yes", "on")
-
-
-def offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` asks for no downloads (the Hugging Face setting, honoured for every release)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
-
-
-def cached_release(url: str) -> Path:
-    """Where timm's cache keeps the file of ``url``."""
-    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(url).path)
 
 
 def _download(tag: str, url: str, file: Path, advice: str) -> None:
@@ -51,7 +38,7 @@ def _download(tag: str, url: str, file: Path, advice: str) -> None:
 def released_state(tag: str, url: str) -> dict[str, Any]:
     """The state dict of the released weights at ``url`` (tag ``tag``), from timm's cache, downloaded once."""
     file = cached_release(url)
-    advice = f"without a network, put the file {url} at {file}, or start from a local file with --init-from FILE"
+    advice = release_advice(url, file) + " with --init-from FILE"
     what = not_a_regular_file(file)
     if what is not None:
         raise CheckpointError(f"--pretrained {tag}: {file} in timm's cache is {what}, not a weights file")

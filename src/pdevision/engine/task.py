@@ -113,9 +113,13 @@ class RunContext:
         return DataLoader(dataset, batch_size=size, num_workers=self.workers, collate_fn=self.collate_fn)
 
     def to_device(self, batch: Any) -> Any:
-        """Tensors anywhere in tuples, lists and dicts moved to the device."""
+        """Tensors anywhere in tuples, lists and dicts moved to the device; image batches (4-D floating point) in
+        channels-last memory where the run says so (``--channels-last``)."""
         if isinstance(batch, torch.Tensor):
-            return batch.to(self.device, non_blocking=True)
+            batch = batch.to(self.device, non_blocking=True)
+            if self.run is not None and self.run.channels_last and batch.dim() == 4 and batch.is_floating_point():
+                batch = batch.contiguous(memory_format=torch.channels_last)
+            return batch
         if isinstance(batch, (list, tuple)):
             return type(batch)(self.to_device(b) for b in batch)
         if isinstance(batch, dict):

@@ -16,7 +16,7 @@ from torch import nn
 
 from pdevision._values import is_integer_scalar
 from pdevision.models._arguments import check_rate
-from pdevision.models._weights import resolve_local_head
+from pdevision.models._weights import check_release_offline, resolve_local_head
 
 
 def to_2tuple_size(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -157,10 +157,12 @@ def create_staged(
 ) -> Any:
     """The one factory of every staged family's registered models: timm's ``build_model_with_cfg`` for ``cls`` and
     the config ``variant``, with the family's ``filter_fn`` for foreign checkpoints, a trained head kept from a
-    local weights file (:func:`~pdevision.models._weights.resolve_local_head`) and NCHW ``features_only`` maps
-    for ``out_indices`` (:func:`feature_cfg`)."""
+    local weights file (:func:`~pdevision.models._weights.resolve_local_head`), released weights that cannot be
+    had offline refused in one line (:func:`~pdevision.models._weights.check_release_offline`) and NCHW
+    ``features_only`` maps for ``out_indices`` (:func:`feature_cfg`)."""
     out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
     kwargs = resolve_local_head(pretrained, kwargs)
+    check_release_offline(variant, pretrained, kwargs)  # offline and not cached: one line, not a download attempt
     return build_model_with_cfg(
         cls,
         variant,

@@ -5,13 +5,16 @@ file's classifier size so that a trained head is kept when weights load from a l
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from safetensors import safe_open
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models._builder import resolve_pretrained_cfg
 
 from pdevision._files import not_a_regular_file
 
@@ -38,6 +41,48 @@ def unwrap_state_dict(state_dict: dict[str, Any]) -> dict[str, torch.Tensor]:
         for k, v in state_dict.items()
         if isinstance(k, str) and isinstance(v, torch.Tensor)  # an integer key had no removeprefix
     }
+
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+class ReleasedWeightsUnavailableError(RuntimeError):
+    """Released weights asked for by name (``pretrained=True``) that cannot be had: offline, not in timm's cache."""
+
+
+def offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` asks for no downloads (the Hugging Face setting, honoured for every release)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def cached_release(url: str) -> Path:
+    """Where timm's cache keeps the file of ``url``."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(url).path)
+
+
+def release_advice(url: str, file: Path) -> str:
+    """What to do without a network: the same words in Python and on the command line."""
+    return f"without a network, put the file {url} at {file}, or start from a local file"
+
+
+def check_release_offline(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> None:
+    """Before timm tries a download: released weights asked for by name while ``HF_HUB_OFFLINE`` is set and their
+    file is not in timm's cache are a :class:`ReleasedWeightsUnavailableError` in one line (the command line's
+    words), not a download attempt and a long traceback."""
+    overlay = kwargs.get("pretrained_cfg_overlay") or {}
+    if not pretrained or not offline() or overlay.get("file") or overlay.get("state_dict"):
+        return
+    cfg = resolve_pretrained_cfg(variant, pretrained_cfg=kwargs.get("pretrained_cfg"), pretrained_cfg_overlay=overlay)
+    url = cfg.url if cfg is not None else None
+    if not url or cfg.file:
+        return
+    file = cached_release(url)
+    if not file.is_file():
+        tag = f"{variant}.{cfg.tag}" if cfg.tag else variant
+        raise ReleasedWeightsUnavailableError(
+            f"{tag}: HF_HUB_OFFLINE is set and {file} is not in timm's cache; {release_advice(url, file)} "
+            "(pretrained_cfg_overlay=dict(file=...))"
+        )
 
 
 def _file_num_classes(path: str) -> int | None:

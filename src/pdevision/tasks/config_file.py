@@ -29,7 +29,7 @@ from pdevision.errors import UsageError
 log = logging.getLogger(__name__)
 
 # keys of a run's config.json that no flag sets: the task's name (its flag is --task) and values derived from flags
-RECORDED_ONLY = frozenset({"task", "recipe_name", "recipe_values"})
+RECORDED_ONLY = frozenset({"task", "recipe_name", "recipe_values", "resumed"})
 # keys that timm's train.py writes into its args.yaml and no pdevision command has: three of them name such a file
 TIMM_TRAIN_KEYS = frozenset(
     {

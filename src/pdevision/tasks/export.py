@@ -45,13 +45,14 @@ from torch import nn
 from pdevision._files import inside_library_folder, replaced_atomically
 from pdevision._optional import MissingDependencyError
 from pdevision.data import build_datasets, eval_transform_for
-from pdevision.data.embedded import embedded_classes, embedded_data_of
+from pdevision.data.embedded import embedded_classes
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError, label_names
 from pdevision.engine.config import Flag, setting
 from pdevision.engine.hub import EVAL_CROP_PCT, EVAL_INTERPOLATION, hub_config, model_card
 from pdevision.engine.modeling import load_checkpoint_model, min_input_size, model_from_meta
 from pdevision.errors import UsageError
+from pdevision.tasks.classify.evaluate import run_data
 from pdevision.tasks.registry import Command, register_command
 
 __all__ = [
@@ -141,8 +142,7 @@ def _export_pt2(model: nn.Module, x: torch.Tensor, path: Path, dynamic: bool, ex
     torch.export.save(program, str(path), extra_files=extra)
 
 
-def _val_set(meta: dict[str, Any], data: str | None, val_split: float) -> Any:
-    source = data if data is not None else embedded_data_of(meta)
+def _val_set(meta: dict[str, Any], source: str | None, val_split: float) -> Any:
     if source is None:
         raise UsageError("--int8 reports accuracy on the checkpoint's validation data: name it with --data")
     known = embedded_classes(source)
@@ -291,6 +291,8 @@ def export_checkpoint(
     output = Path(output)
     _check_output(fmt, output, int8)
     model, meta, folder = load_checkpoint_model(checkpoint, ("classify", "encoder"), _build)  # plain: no CPU kernels
+    if int8:  # the run's own data unless --data names other data
+        data, val_split = run_data(folder, meta, data, val_split)
     val_set = _val_set(meta, data, val_split) if int8 else None
     size = int(meta["img_size"])
     if size < min_input_size(model):  # traced, the model's own message would show the shape as tensors

@@ -110,7 +110,7 @@ class ClassifyCommands(TaskCommands):
         return (
             f"{r['model']} on {r['images']} images: top-1 {r['top1']:.2f}%  top-5 {r['top5']:.2f}%  "
             f"loss {r['loss']:.4f}  {r['images_per_s']:.0f} img/s\nper-class top-1: {per_class}\n"
-            f"confusion matrix: {r['confusion_png']}"
+            f"confusion matrix: {r.get('confusion_png') or r['eval_json']}"
         )
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:

@@ -15,13 +15,15 @@ from timm.utils import accuracy
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from pdevision._optional import require
+from pdevision._optional import install_hint, installed, require
 from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
-from pdevision.data.embedded import embedded_classes, embedded_data_of
+from pdevision.data.embedded import embedded_classes, embedded_data_of, is_embedded
 from pdevision.engine.checkpoint import CheckpointError, label_names
 from pdevision.engine.distributed import DistInfo, all_reduce_sum
 from pdevision.engine.modeling import load_classifier
+from pdevision.engine.resume import recorded_data
 from pdevision.engine.runtime import autocast, resolve_device
+from pdevision.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +186,7 @@ def evaluate_checkpoint(
     if model_name is not None and model_name != meta.get("model"):
         raise CheckpointError(f"checkpoint {folder} holds a {meta.get('model')!r} model, not {model_name!r}")
     val_tf = eval_transform_for(meta)
-    data = data if data is not None else embedded_data_of(meta)
+    data, val_split = run_data(folder, meta, data, val_split)
     known = embedded_classes(data)
     if known is not None:  # before the set is drawn: minutes for Pathfinder
         _data_classes(folder, meta, known)
@@ -203,10 +205,34 @@ def evaluate_checkpoint(
     if output is not None:
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)
-        _plot_confusion(matrix, classes, out / "confusion_matrix.png")
         (out / "eval.json").write_text(json.dumps({**result, "confusion_matrix": matrix.tolist()}, indent=2))
-        result["confusion_png"] = str(out / "confusion_matrix.png")
+        result["eval_json"] = str(out / "eval.json")
+        if installed("matplotlib"):
+            _plot_confusion(matrix, classes, out / "confusion_matrix.png")
+            result["confusion_png"] = str(out / "confusion_matrix.png")
+        else:
+            log.warning(
+                "confusion_matrix.png not drawn (the matrix is in eval.json): %s", install_hint("matplotlib", "train")
+            )
     return result
+
+
+def run_data(folder: Path, meta: dict[str, Any], data: str | None, val_split: float) -> tuple[str | None, float]:
+    """The data (and validation fraction) to evaluate the checkpoint ``folder`` on: ``data`` where given, else the
+    folder its run trained on (``RUN/config.json``, with the run's split, so no training image is evaluated), else
+    the embedded set its metadata names (``None``: the digits)."""
+    if data is not None:
+        return data, val_split
+    recorded = recorded_data(folder, "classify")
+    if recorded is not None and not is_embedded(recorded[0]):
+        if not Path(recorded[0]).exists():
+            raise UsageError(
+                f"{folder.parent / 'config.json'} records the run's data {recorded[0]}, which is not here; "
+                "name the data with --data"
+            )
+        log.info("the run's data: %s (validation fraction %g; --data names other data)", *recorded)
+        return recorded
+    return embedded_data_of(meta), val_split
 
 
 @torch.no_grad()

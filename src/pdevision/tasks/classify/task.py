@@ -42,9 +42,10 @@ from pdevision.tasks.classify.evaluate import evaluate_model
 
 log = logging.getLogger(__name__)
 
-# optional packages (module, extra) that training and evaluation need: checked before a run starts. scikit-learn is
-# not among them: only a split of one folder (or the embedded sets) needs it, and asks for it where it splits
-REQUIRES = (("matplotlib", "train"),)  # curves, confusion matrix
+# optional packages (module, extra) that training and evaluation need: checked before a run starts. None: the figures
+# (curves, confusion matrix) are drawn only where matplotlib is installed, and scikit-learn is asked for only where
+# one folder (or an embedded set) is split
+REQUIRES: tuple[tuple[str, str], ...] = ()
 
 
 class ClassifyTask(Task):
