@@ -254,14 +254,11 @@ class HcNetLibrary(HcNet):
     docstring): vHeat's stem and downsampling, :class:`~pdevision.layers.MixerBlock` blocks with the mixer
     ``Linear -> HcL -> Linear`` and the RaL as MLP, LayerNorm. Stages run NHWC.
 
-    Takes :class:`HcNet`'s arguments and the options of its HcL and blocks:
-
-    Args:
-        parametrisation: ``"stable"`` (default) or ``"paper"`` (:class:`~pdevision.layers.HeatConductionLayer`).
-        boundary: ``"insulated"`` (default) or ``"zeros"``.
-        steps: explicit heat steps per HcL (1).
-        post_norm: normalise branch outputs instead of inputs (``False``).
-        layer_scale: initial value of per-channel branch scaling, ``None`` (default) for none.
+    Takes :class:`HcNet`'s arguments and, as keywords, the options of its HcL and blocks: ``parametrisation``,
+    ``"stable"`` (default) or ``"paper"`` (:class:`~pdevision.layers.HeatConductionLayer`); ``boundary``,
+    ``"insulated"`` (default) or ``"zeros"``; ``steps``, explicit heat steps per HcL (1); ``post_norm``, normalise
+    branch outputs instead of inputs (``False``); ``layer_scale``, the initial value of per-channel branch scaling,
+    ``None`` (default) for none.
     """
 
     stem_layer = ConvStem
