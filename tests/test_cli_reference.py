@@ -79,7 +79,11 @@ def test_the_console_script_answers_help_without_importing_torch(argv: list[str]
 def test_the_console_script_hands_every_other_command_to_the_cli() -> None:
     out = _launch("import sys, _pdevision_cli\nsys.exit(_pdevision_cli.main(['models', 'vheat_mi*']))")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[:3] == ["| model | params (M) |", "|---|---:|", "| vheat_micro | 2.12 |"]
+    assert out.stdout.splitlines()[:3] == [
+        "| model | params (M) | released weights (`pretrained=True`) |",
+        "|---|---:|---|",
+        "| vheat_micro | 2.12 | - |",
+    ]
     out = _launch("import sys, _pdevision_cli\nsys.exit(_pdevision_cli.main(['models', '--img-size', '64']))")
     assert out.returncode == 2 and "goes with --macs" in out.stderr
 

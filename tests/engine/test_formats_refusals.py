@@ -154,10 +154,11 @@ HUB_CASES = {
     "num-classes-bool": (_config(lambda c: c.update(num_classes=True)), "num_classes must be a whole number"),
     "num-classes-float": (_config(lambda c: c.update(num_classes=10.0)), "num_classes must be a whole number"),
     "num-classes-10e12": (_config(lambda c: c.update(num_classes=10**12)), "from 0 to 1,000,000, got 1000000000000"),
-    "num-classes-other": (_config(lambda c: c.update(num_classes=5)), "(10,) in the file, (5,) in the model"),
-    "labels-too-few": (_config(lambda c: c.update(label_names=["a", "b"])), None),
+    # the class names are checked against the classifier's count where they are read (before the weights)
+    "num-classes-other": (_config(lambda c: c.update(num_classes=5)), "label_names must be a list of 5 class names"),
+    "labels-too-few": (_config(lambda c: c.update(label_names=["a", "b"])), "label_names must be a list of 10 class"),
     "labels-as-dict": (_config(lambda c: c.update(label_names={str(i): str(i) for i in range(10)})), None),
-    "labels-nested": (_config(lambda c: c.update(label_names=[[1]] * 10)), None),
+    "labels-nested": (_config(lambda c: c.update(label_names=[[1]] * 10)), "label_names must be a list of 10 class"),
     "source-url-hub-file": (
         _config(lambda c: c["pretrained_cfg"].update(url="http://127.0.0.1:9/w.pth", hf_hub_id="timm/x", file="/x")),
         None,

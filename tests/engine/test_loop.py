@@ -166,15 +166,15 @@ def test_non_finite_weights_after_a_good_epoch_keep_the_good_checkpoint(
     from pdevision.tasks.classify import train
 
     out = tmp_path / "run"
-    original = loop_module._update
+    original = loop_module._step
 
-    def poisoned(loss, state, config):  # the last update of epoch 2 leaves NaN weights (its loss was finite)
-        original(loss, state, config)
+    def poisoned(state, config):  # the last update of epoch 2 leaves NaN weights (its loss was finite)
+        original(state, config)
         if state.num_updates == 4:
             with torch.no_grad():
                 next(state.model.parameters()).fill_(float("nan"))
 
-    monkeypatch.setattr(loop_module, "_update", poisoned)
+    monkeypatch.setattr(loop_module, "_step", poisoned)
     config = ClassifyConfig(
         img_size=32, run=RunConfig(output=str(out), epochs=3, batch_size=32, max_train_batches=2, progress=False)
     )

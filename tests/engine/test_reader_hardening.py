@@ -26,6 +26,9 @@ from pdevision.models._arguments import MAX_SIZE
 HEAD = {"head.fc.weight": torch.zeros(3, 8), "head.fc.bias": torch.zeros(3)}
 
 
+SIZE = "img_size|image size"  # a size in the model arguments, or the image size of the metadata
+
+
 def timm_file(folder: Path, **args: Any) -> Path:
     """A file of timm's train.py (``model_best.pth.tar``) whose ``args`` hold ``args`` over timm's defaults."""
     base = {"model": "vheat_micro", "img_size": None, "input_size": None, "mean": None, "std": None, "in_chans": None}
@@ -91,12 +94,12 @@ def test_label_names_that_fit_are_the_classes(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("make", "where"),
     [
-        (lambda d: hub_folder(d / "hub", model_args={"img_size": MAX_SIZE + 1}), "img_size"),
-        (lambda d: hub_folder(d / "hub", pretrained_cfg={"input_size": [3, 10**9, 10**9]}), "img_size"),
-        (lambda d: hub_folder(d / "hub", model_args={"img_size": [64, -1]}), "img_size"),
-        (lambda d: timm_file(d, img_size=MAX_SIZE + 1), "img_size"),
-        (lambda d: timm_file(d, input_size=[3, 10**12, 10**12]), "img_size"),
-        (lambda d: timm_file(d, img_size=True), "img_size"),
+        (lambda d: hub_folder(d / "hub", model_args={"img_size": MAX_SIZE + 1}), SIZE),
+        (lambda d: hub_folder(d / "hub", pretrained_cfg={"input_size": [3, 10**9, 10**9]}), SIZE),
+        (lambda d: hub_folder(d / "hub", model_args={"img_size": [64, -1]}), SIZE),
+        (lambda d: timm_file(d, img_size=MAX_SIZE + 1), SIZE),
+        (lambda d: timm_file(d, input_size=[3, 10**12, 10**12]), SIZE),
+        (lambda d: timm_file(d, img_size=True), SIZE),
         (lambda d: timm_file(d, in_chans=10**9), "in_chans"),
         (lambda d: timm_file(d, in_chans=2.5), "in_chans"),
     ],
@@ -109,7 +112,7 @@ def test_sizes_from_a_foreign_file_are_bounded_where_they_are_read(tmp_path: Pat
 def test_sizes_in_pdevision_metadata_are_bounded_where_they_are_read(tmp_path: Path) -> None:
     model = torch.nn.Linear(2, 2)
     save_checkpoint(tmp_path, "best", model, {"model": "vheat_micro", "kind": "classify", "img_size": 10**6})
-    with pytest.raises(CheckpointError, match="img_size must be an integer"):
+    with pytest.raises(CheckpointError, match="image size 1000000 in the checkpoint is not an integer from 1 to"):
         read_meta(tmp_path / "best")
 
 

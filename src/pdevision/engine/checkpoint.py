@@ -47,7 +47,7 @@ from pdevision._values import is_finite_number, is_int
 from pdevision.engine.metadata import MAX_METADATA_BYTES, MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models import FAMILIES, list_models
-from pdevision.models._arguments import MAX_CLASSES, MAX_SIZE
+from pdevision.models._arguments import MAX_CLASSES, MAX_SIZE, ModelArgumentError, check_model_args
 from pdevision.models._weights import HEAD_KEYS, unwrap_state_dict
 
 __all__ = [
@@ -362,9 +362,10 @@ def _timm_args(obj: dict[str, Any], file: Path) -> dict[str, Any]:
     args = obj.get("args")
     if isinstance(args, argparse.Namespace):
         args = vars(args)
+    keys = ("img_size", "input_size", "in_chans", "mean", "std")
     if not isinstance(args, dict):
-        return {}
-    found = {key: args.get(key) for key in ("img_size", "input_size", "in_chans", "mean", "std")}
+        return dict.fromkeys(keys)
+    found = {key: args.get(key) for key in keys}
     for key, value in found.items():
         if not _plain(value):
             raise CheckpointError(
@@ -384,11 +385,6 @@ def _timm_meta(obj: dict[str, Any], rows: int, file: Path) -> dict[str, Any]:
     meta = _foreign_meta(obj["arch"], rows, "timm", img_size=img_size)
     in_chans = args["in_chans"]
     if in_chans is not None and in_chans != 3:
-        if not (is_int(in_chans) and 1 <= in_chans <= MAX_SIZE):
-            raise CheckpointError(
-                f"checkpoint file {file}: its args.in_chans must be a whole number from 1 to {MAX_SIZE}, "
-                f"got {in_chans!r:.80}"
-            )
         meta["model_args"] = {"in_chans": in_chans}  # checked with the other model arguments
     for key in ("mean", "std"):
         value = args[key]
@@ -401,22 +397,31 @@ def _timm_meta(obj: dict[str, Any], rows: int, file: Path) -> dict[str, Any]:
 
 
 def _check_sizes(meta: dict[str, Any], file: str | Path) -> None:
-    """Bound the sizes a checkpoint's metadata gives, whatever its format, where they enter: the image size (an
-    integer, or a pair, from 1 to :data:`~pdevision.models._arguments.MAX_SIZE`, in the metadata and in the model
-    arguments) and the number of classes (0 to :data:`~pdevision.models._arguments.MAX_CLASSES`); the model
-    arguments' other integers are bounded by :func:`pdevision.models.factory.check_model_args`."""
-    args = meta.get("model_args") if isinstance(meta.get("model_args"), dict) else {}
-    for where, value in (("img_size", meta.get("img_size")), ("model_args.img_size", args.get("img_size"))):
-        parts = value if isinstance(value, (list, tuple)) else [value]
-        if value is not None and not (parts and all(is_int(v) and 0 < v <= MAX_SIZE for v in parts)):
-            raise CheckpointError(
-                f"checkpoint {file}: its {where} must be an integer (or a pair) from 1 to {MAX_SIZE}, got {value!r:.80}"
-            )
+    """Bound the sizes a checkpoint's metadata gives, whatever its format, where they enter: the model arguments
+    (:func:`pdevision.models._arguments.check_model_args`: plain values, integers bounded), the image size (an
+    integer, or a pair, from 1 to :data:`~pdevision.models._arguments.MAX_SIZE`) and the number of classes (0 to
+    :data:`~pdevision.models._arguments.MAX_CLASSES`)."""
+    if isinstance(meta.get("model_args"), dict):
+        try:
+            check_model_args(meta["model_args"], "in the checkpoint")
+        except ModelArgumentError as exc:
+            raise CheckpointError(f"checkpoint {file}: {exc}") from exc
+    value = meta.get("img_size")
+    if value is not None and not valid_image_size(value):
+        raise CheckpointError(
+            f"checkpoint {file}: image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE}"
+        )
     if "num_classes" in meta and meta["num_classes"] is not None and not _is_count(meta["num_classes"]):
         raise CheckpointError(
             f"checkpoint {file}: its num_classes must be a whole number from 0 to {MAX_CLASSES:,}, "
             f"got {meta['num_classes']!r:.80}"
         )
+
+
+def valid_image_size(value: Any) -> bool:
+    """Whether ``value`` is an image size: an integer, or a pair of them, from 1 to :data:`MAX_SIZE`."""
+    parts = value if isinstance(value, (list, tuple)) else [value]
+    return bool(parts) and all(is_int(v) and 0 < v <= MAX_SIZE for v in parts)
 
 
 def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:

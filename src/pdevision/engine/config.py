@@ -186,7 +186,7 @@ class RunConfig:
     )
     # micro-batches of batch_size whose gradients are summed into one update (the global batch is N times larger)
     grad_accum_steps: int = setting(
-        1, V.positive_int, Flag(SCHEDULE, "gradient accumulation: one update per N batches (N x the batch)")
+        1, V.count, Flag(SCHEDULE, "gradient accumulation: one update per N batches (N x the batch)")
     )
     channels_last: bool = setting(False, None, Flag(MACHINE, "the model and its image batches in channels-last memory"))
     # an experiment tracker given every logged scalar (pdevision.engine.loggers); its package is imported only then

@@ -21,7 +21,6 @@ import timm
 import torch
 from torch import nn
 
-from pdevision._values import is_int
 from pdevision.engine import released
 from pdevision.engine.checkpoint import (
     CheckpointError,
@@ -32,6 +31,7 @@ from pdevision.engine.checkpoint import (
     load_weights,
     read_meta,
     resolve,
+    valid_image_size,
 )
 from pdevision.fastpath import on_device
 from pdevision.models.factory import (
@@ -156,8 +156,7 @@ def checked_model_args(meta: dict[str, Any]) -> dict[str, Any]:
     # (None in the arguments: the model's default size; the metadata's own size has no default to fall back on)
     sizes = [args["img_size"]] if args.get("img_size") is not None else []
     for value in sizes + ([meta["img_size"]] if "img_size" in meta else []):
-        parts = value if isinstance(value, (list, tuple)) else [value]
-        if not (parts and all(is_int(v) and 0 < v <= MAX_SIZE for v in parts)):
+        if not valid_image_size(value):
             raise CheckpointError(f"image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE}")
     return args
 
