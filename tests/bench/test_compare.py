@@ -154,12 +154,13 @@ def test_bench_compile_failure_is_one_clear_error(
 ) -> None:
     import torch._inductor.config as inductor_config
 
-    # a machine without a C++ compiler: inductor's CPU code cannot be built (its caches are bypassed)
-    monkeypatch.setattr(inductor_config.cpp, "cxx", ("no-such-compiler-here",))
-    monkeypatch.setattr(inductor_config, "force_disable_caches", True)
+    # a machine without a C++ compiler: inductor's CPU code cannot be built (its caches are bypassed); set through
+    # inductor's own patch, which restores its config whole (a monkeypatched attribute broke later compiles)
     argv = ["bench", "--models", "resnet18", "--resolutions", "32", "--batch", "1", "--repeats", "1"]
     argv += ["--train-resolutions", "--no-operators", "--compile", "--out", str(tmp_path / "bench")]
-    assert main(argv) == 1  # the machine, not the arguments: "failed", not a usage error
+    with inductor_config.patch({"cpp.cxx": ("no-such-compiler-here",), "force_disable_caches": True}):
+        code = main(argv)
+    assert code == 1  # the machine, not the arguments: "failed", not a usage error
     err = capsys.readouterr().err
     assert "torch.compile of resnet18 failed" in err and "run without --compile" in err
     assert "Traceback" not in err

@@ -397,15 +397,16 @@ def _timm_meta(obj: dict[str, Any], rows: int, file: Path) -> dict[str, Any]:
 
 
 def _check_sizes(meta: dict[str, Any], file: str | Path) -> None:
-    """Bound the sizes a checkpoint's metadata gives, whatever its format, where they enter: the model arguments
-    (:func:`pdevision.models._arguments.check_model_args`: plain values, integers bounded), the image size (an
+    """Bound the sizes a checkpoint's metadata gives, whatever its format, where they enter: the image size and input
+    channels of the model arguments (:func:`pdevision.models._arguments.check_model_args`), the image size (an
     integer, or a pair, from 1 to :data:`~pdevision.models._arguments.MAX_SIZE`) and the number of classes (0 to
     :data:`~pdevision.models._arguments.MAX_CLASSES`)."""
-    if isinstance(meta.get("model_args"), dict):
-        try:
-            check_model_args(meta["model_args"], "in the checkpoint")
-        except ModelArgumentError as exc:
-            raise CheckpointError(f"checkpoint {file}: {exc}") from exc
+    args = meta.get("model_args") if isinstance(meta.get("model_args"), dict) else {}
+    try:  # the sizes only: the other arguments are checked where a model is built (engine.modeling), after the
+        # metadata has chosen the command's task
+        check_model_args({k: args[k] for k in ("img_size", "in_chans") if k in args}, "in the checkpoint")
+    except ModelArgumentError as exc:
+        raise CheckpointError(f"checkpoint {file}: {exc}") from exc
     value = meta.get("img_size")
     if value is not None and not valid_image_size(value):
         raise CheckpointError(
