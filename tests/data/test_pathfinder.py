@@ -103,8 +103,8 @@ def test_size_dtype_balance_and_distractors(drawn) -> None:
 
 
 def test_determinism_by_seed_and_index() -> None:
-    a = make_pathfinder(3, "val", 300, CFG)
-    b = make_pathfinder(3, "val", 300, CFG)
+    a = make_pathfinder(3, "val", 100, CFG)
+    b = make_pathfinder(3, "val", 100, CFG)
     np.testing.assert_array_equal(a.images, b.images)
     np.testing.assert_array_equal(a.paths, b.paths)
     # image i does not depend on how many are asked for
@@ -154,9 +154,9 @@ def test_rendering_in_groups_changes_no_image(size: int, monkeypatch) -> None:
 def test_splits_are_disjoint() -> None:
     digests = {}
     for split in ("train", "val", "test"):
-        images = make_pathfinder(0, split, 200, CFG).images
+        images = make_pathfinder(0, split, 100, CFG).images
         digests[split] = {hashlib.sha256(im.tobytes()).hexdigest() for im in images}
-        assert len(digests[split]) == 200  # no repeats inside a split either
+        assert len(digests[split]) == 100  # no repeats inside a split either
     assert not digests["train"] & digests["val"]
     assert not digests["train"] & digests["test"]
     assert not digests["val"] & digests["test"]
