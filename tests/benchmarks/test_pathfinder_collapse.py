@@ -24,6 +24,7 @@ def test_the_spread_is_zero_for_one_image_repeated_and_not_for_different_images(
     assert [m for _, m in same["stages"]] == pytest.approx([m for _, m in varied["stages"]], rel=0.5)
 
 
+@pytest.mark.slow  # the archived study's run machinery: the study is closed, its record tests stay fast
 def test_a_checkpoint_gets_a_trained_and_a_step_0_row(tmp_path, capsys) -> None:
     model = pc.pf.build(ARGS)
     meta = {"model": pc.pf.MODEL, "model_args": ARGS, "classes": ["no", "yes"], "kind": "classify", "img_size": 32}

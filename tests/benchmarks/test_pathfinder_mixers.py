@@ -301,6 +301,7 @@ def test_one_real_miniature_run(tmp_path) -> None:
     assert rec["final_val_top1"] == rec["curve"][-1]["val_top1"]
 
 
+@pytest.mark.slow  # the archived study's run machinery: the study is closed, its record tests stay fast
 def test_the_testbed_is_drawn_once_into_the_cache_before_any_run(tmp_path, monkeypatch) -> None:
     """The script draws all three splits, the blocks shared out over its workers, so that no two runs draw the same
     images side by side (the 14 / 8 training split took an hour); a run then loads them and draws nothing."""
@@ -334,6 +335,7 @@ def test_a_pilot_that_has_not_left_chance_stops_at_the_gate_and_one_that_has_goe
     assert json.loads((tmp_path / "passed" / "summary.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.slow  # the archived study's run machinery: the study is closed, its record tests stay fast
 def test_a_killed_script_leaves_no_worker_training(tmp_path) -> None:
     """The workers of a stopped script outlived it and trained on unrecorded (found in the third gate)."""
     import os
