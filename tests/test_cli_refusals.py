@@ -17,7 +17,7 @@ from PIL import Image
 from pdevision.cli import main
 from pdevision.data import DigitsDataset
 from pdevision.engine.checkpoint import read_meta
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.engine.save import save_checkpoint
 from tests.helpers import digit_folder
 
@@ -28,7 +28,7 @@ CLASSES = [str(i) for i in range(10)]
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder with a real (untrained) vheat_micro checkpoint for the digits at 32 px."""
     out = tmp_path_factory.mktemp("hardening") / "run"
-    model = build_model("vheat_micro", num_classes=10, img_size=32)
+    model = create_model("vheat_micro", num_classes=10, img_size=32)
     cfg = timm.data.resolve_data_config({}, model=model)
     meta = {
         "model": "vheat_micro",
@@ -110,7 +110,7 @@ def test_eval_writes_beside_the_checkpoint_not_into_it(run: Path, digits: Path, 
     result = json.loads((run / "eval-best" / "eval.json").read_text())
     assert result["images"] == 10 and (run / "eval-best" / "confusion_matrix.png").is_file()
     assert str(run / "eval-best") in capsys.readouterr().out
-    model = build_model("vheat_micro", num_classes=10, img_size=32)
+    model = create_model("vheat_micro", num_classes=10, img_size=32)
     save_checkpoint(run, "best", model, read_meta(run / "best"))  # the next save of best/
     assert (run / "eval-best" / "eval.json").is_file()
 

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from pdevision.cli import main
 from pdevision.engine.config import RunConfig, check_run
-from pdevision.models.factory import build_model
+from pdevision.models.factory import create_model
 
 CLASSES = [str(i) for i in range(10)]
 META = {
@@ -33,7 +33,7 @@ META = {
 def _checkpoint(folder: Path, meta: dict, state: dict[str, torch.Tensor] | None = None) -> Path:
     if state is None:
         torch.manual_seed(0)
-        state = build_model("vheat_micro", num_classes=10, img_size=32).state_dict()
+        state = create_model("vheat_micro", num_classes=10, img_size=32).state_dict()
     folder.mkdir(parents=True)
     save_file(
         {k: v.contiguous() for k, v in state.items()},
@@ -148,7 +148,7 @@ PDEFORMER = {**META, "model": "pdeformer_micro", "model_args": {"mixer": "wave",
 
 def _pdeformer_state() -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
-    return build_model("pdeformer_micro", num_classes=10, **PDEFORMER["model_args"]).state_dict()
+    return create_model("pdeformer_micro", num_classes=10, **PDEFORMER["model_args"]).state_dict()
 
 
 def test_a_crafted_pdeformer_checkpoint_predicts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -190,7 +190,7 @@ def test_a_patch_stem_checkpoint_without_its_stem_argument_is_one_line(
     """A pdeformer_micro trained before the conv stem became the default: the loader names the missing stem weights;
     the stem argument rebuilds it."""
     torch.manual_seed(0)
-    state = build_model("pdeformer_micro", num_classes=10, stem="patch", **PDEFORMER["model_args"]).state_dict()
+    state = create_model("pdeformer_micro", num_classes=10, stem="patch", **PDEFORMER["model_args"]).state_dict()
     ckpt = _checkpoint(tmp_path / "old", PDEFORMER, state)
     err = _one_line_exit_2(["predict", "--checkpoint", str(ckpt), str(_image(tmp_path))], capsys)
     assert "stem.conv1.weight" in err, err

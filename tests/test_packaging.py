@@ -193,10 +193,10 @@ def test_every_runtime_extra_has_a_python_case() -> None:
 
 
 def _classifier_checkpoint(root: Path) -> Path:
-    from pdevision.engine.modeling import build_model
+    from pdevision.engine.modeling import create_model
     from pdevision.engine.save import save_checkpoint
 
-    model = build_model("vheat_micro", num_classes=10, img_size=32)
+    model = create_model("vheat_micro", num_classes=10, img_size=32)
     meta = {
         "model": "vheat_micro",
         "classes": [str(c) for c in range(10)],

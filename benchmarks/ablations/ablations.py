@@ -243,10 +243,10 @@ def run_folder(runs_dir: Path, key: str) -> Path:
 def check_row(row: dict[str, Any], img_size: int) -> str | None:
     """``None`` if the model accepts the row's training arguments, else why not (evaluation-only
     arguments are checked when the evaluation runs, so a shared training is not skipped for them)."""
-    from pdevision.models.factory import build_model
+    from pdevision.models.factory import create_model
 
     try:
-        build_model(row["model"], num_classes=10, img_size=img_size, **row.get("model_args", {}))
+        create_model(row["model"], num_classes=10, img_size=img_size, **row.get("model_args", {}))
     except (TypeError, ValueError, RuntimeError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None

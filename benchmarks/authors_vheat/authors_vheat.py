@@ -48,12 +48,12 @@ def load_authors_module(root: Path) -> Any:
 def build_pair(module: Any, img_size: int) -> tuple[torch.nn.Module, torch.nn.Module, float]:
     """(authors' vHeat-T folded, this library's vHeat-T with the same weights folded, max |logit difference|)."""
     from pdevision.bench.models import _folded
-    from pdevision.models.factory import build_model
+    from pdevision.models.factory import create_model
     from pdevision.models.vheat import checkpoint_filter_fn
 
     torch.manual_seed(0)
     theirs = module.vHeat(depths=[2, 2, 6, 2], dims=96, post_norm=False, img_size=img_size, infer_mode=True).eval()
-    ours = build_model("vheat_tiny", img_size=img_size).eval()
+    ours = create_model("vheat_tiny", img_size=img_size).eval()
     ours.load_state_dict(checkpoint_filter_fn(theirs.state_dict(), ours))
     theirs.infer_init()
     ours = _folded(ours, img_size, fused=False)

@@ -45,11 +45,11 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def backbone(name: str, size: tuple[int, int]) -> Any:
     """The folded model's ``forward_features``, built for ``size``."""
-    from pdevision.bench.models import build_for_bench
+    from pdevision.bench.models import create_for_bench
     from pdevision.models.factory import ModelNameError
 
     try:
-        model = build_for_bench(name, size, torch.device("cpu"))
+        model = create_for_bench(name, size, torch.device("cpu"))
     except ModelNameError as exc:
         raise SystemExit(f"dense_sizes: {exc}") from None
     if not hasattr(model, "forward_features"):

@@ -21,7 +21,7 @@ from benchmarks.records import add_report_only, command_line, machine_line, rewr
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import matmul_gflops, onednn_matmul_gflops
-from pdevision.bench.models import build_for_bench
+from pdevision.bench.models import create_for_bench
 from pdevision.fastpath import accelerate, reference_kernels
 from pdevision.fastpath.kernels import heat_filter_nhwc
 from pdevision.ops.dct import dct2, idct2
@@ -85,7 +85,7 @@ def models(rounds: int, quick: bool) -> list[str]:
         "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for name, res, batch in cases:
-        model = build_for_bench(name, res, torch.device("cpu"))
+        model = create_for_bench(name, res, torch.device("cpu"))
         x = torch.randn(batch, 3, res, res)
         for dtype in ("fp32", "bf16"):
             ac = dtype == "bf16"
@@ -121,9 +121,9 @@ def same_kernels_for_peers(rounds: int, quick: bool) -> list[str]:
         "|---:|---:|---|" + "---:|---:|" * len(peers),
     ]
     for res, batch in cases:
-        built = {"vheat_tiny": build_for_bench("vheat_tiny", res, torch.device("cpu"))}
+        built = {"vheat_tiny": create_for_bench("vheat_tiny", res, torch.device("cpu"))}
         for p in peers:
-            built[p] = build_for_bench(p, res, torch.device("cpu"))
+            built[p] = create_for_bench(p, res, torch.device("cpu"))
             fused_peer = copy.deepcopy(built[p])
             accelerate(fused_peer)
             built[p + " fused"] = fused_peer

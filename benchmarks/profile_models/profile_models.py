@@ -18,7 +18,7 @@ from benchmarks.records import add_report_only, command_line, machine_line, rewr
 from torch.profiler import profile
 
 import pdevision  # noqa: F401
-from pdevision.bench.models import build_for_bench
+from pdevision.bench.models import create_for_bench
 
 OUT = Path(__file__).with_suffix(".md")
 RECORD = Path(__file__).with_suffix(".json")
@@ -57,7 +57,7 @@ def categorise(name: str, shapes: list[list[int]] | None = None) -> str:
 
 
 def profile_model(name: str, res: int, batch: int, dtype: str = "fp32") -> dict[str, float]:
-    model = build_for_bench(name, res, torch.device("cpu"))
+    model = create_for_bench(name, res, torch.device("cpu"))
     x = torch.randn(batch, 3, res, res)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
         model(x)

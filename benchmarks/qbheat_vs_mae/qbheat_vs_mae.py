@@ -50,10 +50,10 @@ from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.crops import build_pretrain_dataset
 from pdevision.engine import RunConfig, save_checkpoint
 from pdevision.engine.checkpoint import load_weights, read_meta
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.models.mae import DEFAULT_MAE_ARGS, DEFAULT_MAE_MODEL
 from pdevision.tasks.classify import ClassifyConfig, train
-from pdevision.tasks.pretrain import PretrainConfig, build_pretrainer, pretrain
+from pdevision.tasks.pretrain import PretrainConfig, create_pretrainer, pretrain
 from pdevision.tasks.pretrain.figures import save_reconstruction_grid
 from pdevision.tasks.pretrain.knn import embed, knn_predict, load_encoder
 
@@ -117,7 +117,7 @@ def time_steps(keys: list[str], rounds: int, steps: int) -> dict[str, Any]:
     models, opts = {}, {}
     for key in keys:
         cfg = pretrain_config(key, 0, 4, Path("unused"), 1)
-        models[key] = build_pretrainer(cfg).train()
+        models[key] = create_pretrainer(cfg).train()
         opts[key] = torch.optim.AdamW(models[key].parameters(), lr=1e-4, betas=(0.9, 0.95))
     enc = models[keys[0]].encoder
     cfg = timm.data.resolve_data_config({}, model=enc)
@@ -147,7 +147,7 @@ def write_scratch_encoder(work: Path, model: str, args: dict[str, Any], seed: in
     if (folder / "encoder" / "model.safetensors").exists():
         return folder / "encoder"
     torch.manual_seed(seed)
-    net = build_model(model, num_classes=0, img_size=IMG, **args)
+    net = create_model(model, num_classes=0, img_size=IMG, **args)
     cfg = timm.data.resolve_data_config({}, model=net)
     meta = {
         "kind": "encoder",
@@ -338,7 +338,7 @@ def save_grid(work: Path, png: Path, seed: int) -> None:
         run = work / f"{key}_s{seed}"
         if not (run / "last" / "model.safetensors").exists():
             continue
-        net = build_pretrainer(pretrain_config(key, seed, 4, work, 1))
+        net = create_pretrainer(pretrain_config(key, seed, 4, work, 1))
         net.load_state_dict(load_weights(run / "last"))
         meta = read_meta(run / "encoder")
         m, s = torch.tensor(meta["mean"]).view(1, 3, 1, 1), torch.tensor(meta["std"]).view(1, 3, 1, 1)

@@ -24,7 +24,7 @@ from timm.utils.model import reparameterize_model
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import inference_fn, interleaved_medians, steady_allocator
-from pdevision.bench.models import build_for_bench
+from pdevision.bench.models import create_for_bench
 from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
 
 OUT = Path(__file__).with_suffix(".md")
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.batch, 3, args.img_size, args.img_size)
     with torch.inference_mode():
         same_output = torch.equal(timm_path(x), own_path(x))
-    models[f"{args.peer} (folded as `pdevision bench` folds a peer)"] = build_for_bench(
+    models[f"{args.peer} (folded as `pdevision bench` folds a peer)"] = create_for_bench(
         args.peer, args.img_size, torch.device("cpu")
     )
     fns = {k: inference_fn(m, x) for k, m in models.items()}

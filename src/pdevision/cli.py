@@ -37,7 +37,7 @@ from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_devic
 from pdevision.engine.save import NO_SPACE_ERRNOS, NoSpaceError, no_space_message
 from pdevision.errors import UsageError
 from pdevision.models import list_models, list_restoration_models
-from pdevision.models.factory import ModelArgumentError, ModelNameError, build_model
+from pdevision.models.factory import ModelArgumentError, ModelNameError, create_model
 from pdevision.models.restoration import create_restoration_model
 from pdevision.tasks import Command, TaskCommands, commands, get_task, task_for_kind, tasks
 from pdevision.tasks.args import add_run_arguments, is_rank0, run_config
@@ -181,7 +181,7 @@ def cmd_bench(args: argparse.Namespace) -> tuple[str, int]:
     if args.peers:
         models += [m for m in LARGER_PEERS[args.peers] if m not in models]
     # unknown names and sizes a model cannot take fail here, before any timing
-    built = {name: build_model(split_variant(name)[0]) for name in models}
+    built = {name: create_model(split_variant(name)[0]) for name in models}
     ours = {name: type(model).__module__.startswith("pdevision.") for name, model in built.items()}
     sizes = {*args.resolutions, *args.train_resolutions}
     for name, model in built.items():

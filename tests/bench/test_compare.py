@@ -66,24 +66,24 @@ def test_ratio_rows_pair_each_model_with_its_measured_peers() -> None:
 def test_bench_folds_pderesnet_and_the_peers_batchnorms() -> None:
     import torch
 
-    from pdevision.bench.models import build_for_bench
+    from pdevision.bench.models import create_for_bench
 
-    ours = build_for_bench("pderesnet_micro", 64, torch.device("cpu"))
+    ours = create_for_bench("pderesnet_micro", 64, torch.device("cpu"))
     assert ours.folded
-    peer = build_for_bench("resnet18", 64, torch.device("cpu"))
+    peer = create_for_bench("resnet18", 64, torch.device("cpu"))
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in peer.modules())
 
 
 def test_fused_peer_computes_the_peer_function_on_the_fused_kernels() -> None:
     import torch
 
-    from pdevision.bench.models import build_for_bench
+    from pdevision.bench.models import create_for_bench
     from pdevision.fastpath.modules import FusedLinear
 
     torch.manual_seed(0)
-    peer = build_for_bench("convnext_tiny", 64, torch.device("cpu"))
+    peer = create_for_bench("convnext_tiny", 64, torch.device("cpu"))
     torch.manual_seed(0)
-    fused = build_for_bench("convnext_tiny+fused", 64, torch.device("cpu"))
+    fused = create_for_bench("convnext_tiny+fused", 64, torch.device("cpu"))
     assert not any(isinstance(m, FusedLinear) for m in peer.modules())
     assert sum(isinstance(m, FusedLinear) for m in fused.modules()) > 10
     x = torch.randn(2, 3, 64, 64)
@@ -138,12 +138,12 @@ def test_bench_compile_measures_compiled_models_beside_eager(tmp_path: Path) -> 
 def test_compiled_bench_model_computes_the_folded_function() -> None:
     import torch
 
-    from pdevision.bench.models import build_for_bench
+    from pdevision.bench.models import create_for_bench
 
     torch.manual_seed(0)
-    eager = build_for_bench("vheat_micro", 32, torch.device("cpu"))
+    eager = create_for_bench("vheat_micro", 32, torch.device("cpu"))
     torch.manual_seed(0)
-    compiled = build_for_bench("vheat_micro+compiled", 32, torch.device("cpu"))
+    compiled = create_for_bench("vheat_micro+compiled", 32, torch.device("cpu"))
     x = torch.randn(1, 3, 32, 32)
     with torch.inference_mode():
         torch.testing.assert_close(compiled(x), eager(x), atol=1e-4, rtol=1e-4)
@@ -277,9 +277,9 @@ def test_the_mac_count_of_pdeformer_works_with_trainable_parameters() -> None:
     import torch
 
     from pdevision.bench.measure import macs_and_peak_memory
-    from pdevision.models.factory import build_model
+    from pdevision.models.factory import create_model
 
-    model = build_model("pdeformer_micro").eval()
+    model = create_model("pdeformer_micro").eval()
     x = torch.randn(2, 3, 32, 32)
     macs, _ = macs_and_peak_memory(model, x[:1], x, torch.device("cpu"))
     assert macs > 1e6 and all(p.requires_grad for p in model.parameters())

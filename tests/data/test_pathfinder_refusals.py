@@ -168,10 +168,10 @@ def test_eval_of_a_checkpoint_of_other_classes_on_pathfinder_is_refused_before_d
     """The 5,000 training and 1,000 validation images were drawn (140 s) before the classes were compared."""
     import torch
 
-    from pdevision.engine.modeling import build_model
+    from pdevision.engine.modeling import create_model
     from pdevision.engine.save import save_checkpoint
 
-    model = build_model("hcnet_micro", num_classes=10, img_size=32)
+    model = create_model("hcnet_micro", num_classes=10, img_size=32)
     meta = {"model": "hcnet_micro", "classes": [str(i) for i in range(10)], "img_size": 32, "data": "digits"}
     ckpt = save_checkpoint(tmp_path / "run", "best", model, {**meta, "model_args": {"img_size": 32}})
     pathfinder_arrays.cache_clear()

@@ -106,7 +106,7 @@ class Toy(Task):
         x, y = torch.randn(16, 4, 6, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
         return torch.utils.data.TensorDataset(x, y), None
 
-    def build_model(self):  # a depthwise convolution: its weight is both NCHW- and NHWC-contiguous
+    def create_model(self):  # a depthwise convolution: its weight is both NCHW- and NHWC-contiguous
         return torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, groups=4), torch.nn.Flatten(), torch.nn.Linear(64, 3))
 
     def train_step(self, model, batch):  # a channels-last input, as vHeat's mixers give their convolutions

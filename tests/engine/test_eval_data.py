@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pdevision.data.embedded import embedded_data_of
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.classify.evaluate import evaluate_checkpoint
 
@@ -24,7 +24,7 @@ def test_embedded_data_of_accepts_only_embedded_names() -> None:
 
 def _checkpoint(root: Path, data: str | None) -> Path:
     torch.manual_seed(0)
-    model = build_model("pderesnet_micro", num_classes=10, img_size=32)
+    model = create_model("pderesnet_micro", num_classes=10, img_size=32)
     meta = {
         "model": "pderesnet_micro",
         "classes": [str(c) for c in range(10)],

@@ -14,7 +14,7 @@ import timm
 import torch
 
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_format
-from pdevision.engine.modeling import build_model, load_classifier, load_into_model
+from pdevision.engine.modeling import create_model, load_classifier, load_into_model
 from pdevision.models.vheat import checkpoint_filter_fn
 from pdevision.tasks.classify.evaluate import evaluate_checkpoint
 from tests.helpers import digit_folder, exit_code
@@ -142,7 +142,7 @@ def test_predict_names_the_hub_folders_classes(foreign: dict[str, Path], digits:
 @pytest.mark.parametrize("fmt", ["hub", "timm", "authors"])
 def test_init_from_loads_every_format_exactly(fmt: str, foreign: dict[str, Path]) -> None:
     reference, meta, _ = load_classifier(foreign["run"])
-    model = build_model("vheat_micro", num_classes=10, img_size=64)
+    model = create_model("vheat_micro", num_classes=10, img_size=64)
     load_into_model(model, foreign[fmt], "vheat_micro", meta["classes"])
     for key, value in reference.state_dict().items():
         torch.testing.assert_close(model.state_dict()[key], value, rtol=0, atol=0)
@@ -155,7 +155,7 @@ def test_train_init_from_the_authors_file(foreign: dict[str, Path], digits: Path
 
 def test_a_file_of_another_model_is_refused(foreign: dict[str, Path]) -> None:
     with pytest.raises(CheckpointError, match="holds a 'vheat_micro' model, not 'hcnet_micro'"):
-        load_into_model(build_model("hcnet_micro", num_classes=10), foreign["timm"], "hcnet_micro", None)
+        load_into_model(create_model("hcnet_micro", num_classes=10), foreign["timm"], "hcnet_micro", None)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import timm
 import torch
 from safetensors.torch import load_file, save_file
 
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from tests.engine.test_formats import to_authors_layout
 from tests.helpers import exit_code
 
@@ -29,7 +29,7 @@ CLASSES = [str(i) for i in range(10)]
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model("vheat_micro", num_classes=10, img_size=32).eval()
+    return create_model("vheat_micro", num_classes=10, img_size=32).eval()
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +323,7 @@ def test_a_one_channel_timm_file_predicts_with_one_mean_for_its_channel(
 ) -> None:
     """A timm file of a grey model (``in_chans`` 1, mean and std at timm's defaults) was refused: ImageNet's three
     means for one channel."""
-    grey = build_model("vheat_micro", num_classes=10, img_size=32, in_chans=1)
+    grey = create_model("vheat_micro", num_classes=10, img_size=32, in_chans=1)
     path = tmp_path / "model_best.pth.tar"
     torch.save(_timm(grey.state_dict(), img_size=32, in_chans=1), path)
     _assert_outcome(*_predict(path, image, capsys), None, image)

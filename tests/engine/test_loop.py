@@ -215,18 +215,18 @@ def test_compiled_training_runs(tmp_path: Path, model: str) -> None:
 def _trained_model(argv: list[str]) -> torch.nn.Module:
     """Run ``pdevision train`` and return the model object the loop trained (recorded as the task builds it)."""
     seen: list[torch.nn.Module] = []
-    original = ClassifyTask.build_model
+    original = ClassifyTask.create_model
 
     def spy(self):  # records the model the loop then trains
         model = original(self)
         seen.append(model)
         return model
 
-    ClassifyTask.build_model = spy
+    ClassifyTask.create_model = spy
     try:
         assert main(argv) == 0
     finally:
-        ClassifyTask.build_model = original
+        ClassifyTask.create_model = original
     return seen[0]
 
 

@@ -19,7 +19,7 @@ from pdevision.engine.checkpoint import CheckpointError, parse_checkpoint_metada
 from pdevision.engine.metadata import MAX_JSON_DEPTH, MAX_METADATA_BYTES, MetadataError, json_depth, parse_json
 from pdevision.engine.modeling import model_from_meta
 from pdevision.engine.save import save_checkpoint
-from pdevision.models.factory import build_model
+from pdevision.models.factory import create_model
 
 
 def test_json_depth_counts_brackets_outside_strings() -> None:
@@ -88,7 +88,7 @@ LONG = settings(
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("meta")
-    model = build_model("vheat_micro", num_classes=2)
+    model = create_model("vheat_micro", num_classes=2)
     meta = {"model": "vheat_micro", "classes": ["a", "b"], "kind": "classify", "model_args": {}, "img_size": 32}
     folder = save_checkpoint(root, "best", model, meta)
     image = root / "photo.png"

@@ -9,7 +9,7 @@ import torch
 
 import pdevision.viz.common
 from pdevision.engine.checkpoint import CheckpointError
-from pdevision.engine.modeling import build_model, load_classifier
+from pdevision.engine.modeling import create_model, load_classifier
 from pdevision.engine.save import save_checkpoint
 from pdevision.fastpath import is_accelerated
 
@@ -18,7 +18,7 @@ from pdevision.fastpath import is_accelerated
 def classifier(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
     """A run folder with an untrained hcnet_micro classifier of three classes at 32 px, and the model saved."""
     out = tmp_path_factory.mktemp("modeling") / "run"
-    model = build_model("hcnet_micro", num_classes=3, img_size=32).eval()
+    model = create_model("hcnet_micro", num_classes=3, img_size=32).eval()
     meta = {"model": "hcnet_micro", "classes": ["a", "b", "c"], "img_size": 32, "model_args": {"img_size": 32}}
     save_checkpoint(out, "best", model, meta)
     return out, model
@@ -38,7 +38,7 @@ def test_load_classifier_gives_the_saved_model_plain_or_on_the_kernels(classifie
 
 
 def test_load_classifier_refuses_another_kind(tmp_path: Path) -> None:
-    model = build_model("hcnet_micro", num_classes=0, img_size=32)
+    model = create_model("hcnet_micro", num_classes=0, img_size=32)
     save_checkpoint(tmp_path, "best", model, {"model": "hcnet_micro", "kind": "encoder", "img_size": 32})
     with pytest.raises(CheckpointError, match=r"is a encoder checkpoint .*this takes classify checkpoints"):
         load_classifier(tmp_path)

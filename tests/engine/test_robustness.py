@@ -12,7 +12,7 @@ import torch
 from pdevision.cli import main
 from pdevision.data import DigitsDataset, eval_transform_for
 from pdevision.data.corruptions import CORRUPTIONS, corrupt
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.classify.robustness import (
     evaluate_corruptions,
@@ -27,7 +27,7 @@ N = 8
 
 def _checkpoint(root: Path, seed: int) -> tuple[Path, torch.nn.Module, dict]:
     torch.manual_seed(seed)
-    model = build_model("vheat_micro", num_classes=10, img_size=SIZE)
+    model = create_model("vheat_micro", num_classes=10, img_size=SIZE)
     meta = {
         "model": "vheat_micro",
         "classes": [str(c) for c in range(10)],

@@ -31,7 +31,7 @@ class Classify(Task):
         data = torch.utils.data.TensorDataset(torch.randn(*shape, generator=g), torch.randint(0, 3, (32,), generator=g))
         return data, data
 
-    def build_model(self):
+    def create_model(self):
         torch.manual_seed(0)
         if self.conv:
             return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(16, 3))

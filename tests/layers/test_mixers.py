@@ -21,7 +21,7 @@ from pdevision.layers.mixers import (
     mixer_fve,
 )
 from pdevision.layers.spectral import spectral_filter
-from pdevision.models.factory import ModelArgumentError, build_model
+from pdevision.models.factory import ModelArgumentError, create_model
 from pdevision.ops.heat import resize_spectrum
 
 PDE = [HeatMixer, WaveMixer, HcLMixer, HyperbolicMixer]
@@ -224,7 +224,7 @@ def test_hcl_mixer_takes_hcnets_k_modes() -> None:
 def test_bad_mixer_options_are_one_model_argument_error(args: dict) -> None:
     """What every task and command builds through: one line naming the argument, exit 2 at the CLI."""
     with pytest.raises(ModelArgumentError) as info:
-        build_model("pdeformer_micro", num_classes=2, **args)
+        create_model("pdeformer_micro", num_classes=2, **args)
     assert "\n" not in str(info.value) and next(iter(set(args) - {"mixer"})) in str(info.value)
 
 

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from pdevision.models import list_models, list_restoration_models
-from pdevision.models.factory import MAX_STEP_ARGUMENT, ModelArgumentError, build_model, min_input_size
+from pdevision.models.factory import MAX_STEP_ARGUMENT, ModelArgumentError, create_model, min_input_size
 from pdevision.models.pdeformer import MIXERS
 from pdevision.models.restoration import create_restoration_model
 
@@ -41,22 +41,22 @@ from pdevision.models.restoration import create_restoration_model
 )
 def test_a_bad_model_argument_is_named_before_anything_is_built(name: str, args: dict, expected: str) -> None:
     with pytest.raises(ValueError) as info:  # ModelArgumentError is one; the command line's exit 2
-        build_model(name, **args)
+        create_model(name, **args)
     assert expected in str(info.value) and "\n" not in str(info.value)
 
 
 def test_an_option_of_another_mixer_names_only_what_the_model_does_not_take() -> None:
     """The message listed ['hcl_steps', 'mixer', 'num_classes'], two of which the model takes."""
     with pytest.raises(ModelArgumentError) as info:
-        build_model("pdeformer_micro", num_classes=3, mixer="heat", hcl_steps=2)
+        create_model("pdeformer_micro", num_classes=3, mixer="heat", hcl_steps=2)
     message = str(info.value)
     assert "pdeformer_micro with mixer='heat' does not take the arguments ['hcl_steps']" in message
     assert "'num_classes'" not in message.split("(")[0] and "'mixer'" not in message.split("(")[0]
-    assert build_model("pdeformer_micro", num_classes=3, mixer="hcl", hcl_steps=2) is not None
+    assert create_model("pdeformer_micro", num_classes=3, mixer="hcl", hcl_steps=2) is not None
 
 
 def test_the_largest_iteration_count_still_builds_and_runs() -> None:
-    model = build_model("pdeformer_micro", num_classes=2, mixer="hcl", hcl_steps=MAX_STEP_ARGUMENT).eval()
+    model = create_model("pdeformer_micro", num_classes=2, mixer="hcl", hcl_steps=MAX_STEP_ARGUMENT).eval()
     with torch.no_grad():
         assert model(torch.randn(1, 3, 32, 32)).shape == (1, 2)
 
@@ -143,7 +143,7 @@ def _fuzz_models(names: list[str], data: st.DataObject) -> None:
         if k == "dims"
     ):
         args["dims"] = 8  # a valid large width runs too slowly for a fuzz case; the size bound is tested apart
-    _outcome(lambda: build_model(name, **args), args)
+    _outcome(lambda: create_model(name, **args), args)
 
 
 def _fuzz_restoration(names: list[str], data: st.DataObject) -> None:
@@ -191,7 +191,7 @@ def test_a_pooling_type_the_head_cannot_take_is_one_model_argument_error(pool: o
     """Found by the long fuzz run: ``global_pool=-1`` reached timm as an AttributeError, ``"0"`` as an
     AssertionError, ``""`` built a model whose head failed at the first batch."""
     with pytest.raises(ModelArgumentError, match="global_pool"):
-        build_model("vheat_micro", global_pool=pool)
+        create_model("vheat_micro", global_pool=pool)
 
 
 @pytest.mark.parametrize(
@@ -200,4 +200,4 @@ def test_a_pooling_type_the_head_cannot_take_is_one_model_argument_error(pool: o
 def test_a_rate_or_ratio_out_of_range_names_itself(key: str, value: object) -> None:
     """Found by the long fuzz run: these reached torch as a TypeError, reported as an argument the model lacks."""
     with pytest.raises(ModelArgumentError, match=key):
-        build_model("vheat_micro", **{key: value})
+        create_model("vheat_micro", **{key: value})

@@ -42,8 +42,8 @@ def test_model_arguments_reach_the_constructors_one_check(name: str) -> None:
     """The argument checker of files and ``--model-args`` has no rule of its own for drop rates (it had a regex on
     argument names): the constructor's check refuses the value, before any memory is allocated."""
     from pdevision.models._arguments import check_model_args
-    from pdevision.models.factory import ModelArgumentError, build_model
+    from pdevision.models.factory import ModelArgumentError, create_model
 
     assert check_model_args({"drop_path_rate": 2.0}) == {"drop_path_rate": 2.0}  # not its check
     with pytest.raises(ModelArgumentError, match=r"drop_path_rate=2.0 given must be a number in \[0, 1\)"):
-        build_model(name, drop_path_rate=2.0)
+        create_model(name, drop_path_rate=2.0)

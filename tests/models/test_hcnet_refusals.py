@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pdevision.models.factory import build_model
+from pdevision.models.factory import create_model
 from pdevision.models.hcnet import HcNet, checkpoint_filter_fn
 from tests.helpers import exit_code
 
@@ -53,7 +53,7 @@ BAD_ARGUMENTS = {
 def test_a_bad_argument_of_the_authors_layout_is_one_line_naming_it(case: str) -> None:
     args, message = BAD_ARGUMENTS[case]
     with pytest.raises((ValueError, TypeError)) as caught:
-        build_model("hcnet_micro", num_classes=10, **args)
+        create_model("hcnet_micro", num_classes=10, **args)
     assert message in str(caught.value) and "\n" not in str(caught.value), caught.value
 
 
@@ -63,7 +63,7 @@ def test_a_bad_argument_of_the_authors_layout_is_one_line_naming_it(case: str) -
     ids=["defaults", "three-stages", "no-filter", "fixed-k"],
 )
 def test_arguments_at_the_edges_build_a_model_that_runs(args: dict) -> None:
-    model = build_model("hcnet_micro", num_classes=10, **args).eval()
+    model = create_model("hcnet_micro", num_classes=10, **args).eval()
     assert type(model) is HcNet
     with torch.no_grad():
         out = model(torch.randn(2, 3, 32, 32))
@@ -75,7 +75,7 @@ def test_arguments_at_the_edges_build_a_model_that_runs(args: dict) -> None:
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model("hcnet_micro", num_classes=10).eval()
+    return create_model("hcnet_micro", num_classes=10).eval()
 
 
 def _authors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -126,7 +126,7 @@ def test_the_authors_names_in_every_wrapping_load_exactly(wrap: str, model: torc
         }
     else:
         state = authors if wrap == "plain" else {wrap: authors, "epoch": 3}
-    fresh = build_model("hcnet_micro", num_classes=10)
+    fresh = create_model("hcnet_micro", num_classes=10)
     fresh.load_state_dict(checkpoint_filter_fn(state, fresh))
     for key, value in model.state_dict().items():
         torch.testing.assert_close(fresh.state_dict()[key], value, rtol=0, atol=0)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from pdevision.models import list_models, list_restoration_models
-from pdevision.models.factory import MAX_PARAMETERS, UnsafeModelArgumentError, build_model, check_model_size
+from pdevision.models.factory import MAX_PARAMETERS, UnsafeModelArgumentError, check_model_size, create_model
 from pdevision.models.restoration import create_restoration_model
 
 
@@ -35,7 +35,7 @@ def test_every_restoration_model_builds_on_the_meta_device(name: str) -> None:
 def test_the_bound_counts_what_the_arguments_ask_for_together() -> None:
     # each width is within its own bound (16384); the model they make is 480 billion parameters
     with pytest.raises(UnsafeModelArgumentError, match=r"vheat_micro with dims=16384 would have 479\.6 billion"):
-        build_model("vheat_micro", num_classes=10, img_size=64, dims=16384)
+        create_model("vheat_micro", num_classes=10, img_size=64, dims=16384)
     with pytest.raises(
         UnsafeModelArgumentError, match=r"vheatir_micro with embed_dim=16384, img_size=32 would have 15\.9"
     ):
@@ -46,11 +46,11 @@ def test_the_bound_counts_what_a_large_input_asks_for() -> None:
     """vHeat's frequency embeddings grow with the square of the input: at 16384 px vheat_micro has 1.0 billion
     parameters and vHeatIR 17 billion, with no model argument at all (a size a checkpoint's metadata may hold)."""
     with pytest.raises(UnsafeModelArgumentError, match=r"vheat_micro with img_size=16384 would have 1\.0 billion"):
-        build_model("vheat_micro", num_classes=10, img_size=16384)
+        create_model("vheat_micro", num_classes=10, img_size=16384)
     with pytest.raises(UnsafeModelArgumentError, match=r"vheatir_micro with img_size=16384 would have 17\.2 billion"):
         create_restoration_model("vheatir_micro", 3, 16384, {})
-    assert _count(build_model("vheat_micro", num_classes=10, img_size=64)) < MAX_PARAMETERS
-    assert _count(build_model("vheat_micro", num_classes=10, img_size=64, dims=8)) < MAX_PARAMETERS
+    assert _count(create_model("vheat_micro", num_classes=10, img_size=64)) < MAX_PARAMETERS
+    assert _count(create_model("vheat_micro", num_classes=10, img_size=64, dims=8)) < MAX_PARAMETERS
 
 
 def test_a_build_that_fails_on_the_meta_device_is_left_to_the_real_build() -> None:

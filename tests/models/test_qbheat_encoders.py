@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from pdevision.models import MAE, QBHeat
-from pdevision.models.factory import build_model
+from pdevision.models.factory import create_model
 from pdevision.models.qbheat_encoders import vit_block_tokens
 
 VIT = "vit_tiny_patch16_224"
@@ -77,7 +77,7 @@ def test_unusable_encoders_are_one_line_errors() -> None:
         QBHeat(_NoFeatures(), **SMALL)
     with pytest.raises(ValueError, match=r"ViT with 16x16 patches: QB-Heat's --stride must be its patch size"):
         QBHeat(VIT, encoder_args={"depth": 1}, **SMALL)
-    built_elsewhere = build_model(VIT, num_classes=0, img_size=32, **VIT_ARGS)
+    built_elsewhere = create_model(VIT, num_classes=0, img_size=32, **VIT_ARGS)
     with pytest.raises(ValueError, match=r"built for a 4x4 patch grid, not the 64 px image's 8x8"):
         QBHeat(built_elsewhere, **SMALL)
     qb = QBHeat(VIT, encoder_args=VIT_ARGS, **SMALL)

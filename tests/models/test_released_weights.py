@@ -113,10 +113,10 @@ def test_smp_encoder_weights_load_the_release(cached_release: Path) -> None:
 
 def test_train_pretrained_path_loads_the_release_into_a_built_model(cached_release: Path) -> None:
     """``pdevision train --pretrained``'s loader: the release into a model the task built (here with 3 classes)."""
-    from pdevision.engine.modeling import build_model, load_released, released_tag
+    from pdevision.engine.modeling import create_model, load_released, released_tag
 
     ref = torch.load(REF, weights_only=True)
-    model = build_model("vheat_tiny", num_classes=3, **_micro_args()).eval()
+    model = create_model("vheat_tiny", num_classes=3, **_micro_args()).eval()
     assert load_released(model, "vheat_tiny") == "vheat_tiny.in1k" == released_tag("vheat_tiny")
     with torch.no_grad():
         torch.testing.assert_close(

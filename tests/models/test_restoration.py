@@ -115,10 +115,10 @@ def test_restoration_registry_builds_the_models_and_timms_does_not_list_them() -
 
 
 def test_building_a_restoration_net_as_a_backbone_names_the_restoration_path() -> None:
-    from pdevision.models.factory import ModelNameError, build_model
+    from pdevision.models.factory import ModelNameError, create_model
 
     with pytest.raises(ModelNameError, match=r"'vheatir_micro' is a restoration model .*--task denoise"):
-        build_model("vheatir_micro")
+        create_model("vheatir_micro")
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

@@ -23,7 +23,7 @@ class Regress(Task):
         data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
         return data, data
 
-    def build_model(self):
+    def create_model(self):
         return torch.nn.Linear(8, 1)
 
     def train_step(self, model, batch):

@@ -11,7 +11,7 @@ import pytest
 import timm
 import torch
 
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.export import export_checkpoint, quantize_linears
 from tests.helpers import exit_code
@@ -30,7 +30,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for name in FAMILIES:
         torch.manual_seed(0)
-        model = build_model(name, num_classes=10, img_size=SIZE).eval()
+        model = create_model(name, num_classes=10, img_size=SIZE).eval()
         cfg = timm.data.resolve_data_config({}, model=model)
         meta = {
             "model": name,
@@ -98,7 +98,7 @@ def test_onnx_int8_is_smaller_close_and_reports_accuracy(
 @pytest.mark.parametrize("name", FAMILIES)
 def test_torch_ao_dynamic_quantization_of_every_family(name: str) -> None:
     torch.manual_seed(0)
-    model = build_model(name, num_classes=10, img_size=SIZE).eval()
+    model = create_model(name, num_classes=10, img_size=SIZE).eval()
     quantized = quantize_linears(model)
     assert any("quantized" in type(m).__module__ for m in quantized.modules())
     x = torch.randn(2, 3, SIZE, SIZE)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.engine.save import save_checkpoint
 from tests.helpers import exit_code
 
@@ -23,7 +23,7 @@ CLASSES = [str(i) for i in range(10)]
 
 def _save(root: Path, name: str, size: int = 32, fold: bool = False, **meta: object) -> Path:
     torch.manual_seed(0)
-    model = build_model(name, num_classes=0 if meta.get("kind") == "encoder" else 10, img_size=size).eval()
+    model = create_model(name, num_classes=0 if meta.get("kind") == "encoder" else 10, img_size=size).eval()
     if fold:
         model.reparameterize()
     base = {"model": name, "kind": "classify", "classes": CLASSES, "img_size": size, "model_args": {"img_size": size}}

@@ -14,9 +14,9 @@ from pdevision.cli import build_parser, main
 from pdevision.data.crops import build_pretrain_dataset
 from pdevision.engine import RunConfig
 from pdevision.engine.checkpoint import read_meta
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.models.qbheat import resolve_max_rate
-from pdevision.tasks.pretrain import PretrainConfig, build_pretrainer, load_encoder, pretrain
+from pdevision.tasks.pretrain import PretrainConfig, create_pretrainer, load_encoder, pretrain
 
 VIT = "vit_tiny_patch16_224"
 VIT_ARGS = {"patch_size": 8, "depth": 2, "embed_dim": 64, "num_heads": 2, "global_pool": "avg"}
@@ -41,14 +41,14 @@ def test_tiny_pretraining_exports_an_encoder_that_fine_tunes(model: str, args: d
     meta = read_meta(tmp_path / "run" / "encoder")
     assert meta["model"] == model and meta["model_args"] == {**args, "img_size": 64}
     encoder, _ = load_encoder(tmp_path / "run" / "encoder")
-    fresh = build_model(model, num_classes=0, img_size=64, **args)
+    fresh = create_model(model, num_classes=0, img_size=64, **args)
     assert set(encoder.state_dict()) == set(fresh.state_dict())  # an ordinary backbone, no QB-Heat parts
     assert encoder(torch.randn(1, 3, 64, 64)).shape[0] == 1
 
 
 def test_published_form_through_the_config() -> None:
-    assert build_pretrainer(PretrainConfig(constraint="none", decoder_depth=1)).predictor.max_rate is None
-    assert build_pretrainer(PretrainConfig(decoder_depth=1)).predictor.max_rate == 0.25
+    assert create_pretrainer(PretrainConfig(constraint="none", decoder_depth=1)).predictor.max_rate is None
+    assert create_pretrainer(PretrainConfig(decoder_depth=1)).predictor.max_rate == 0.25
 
 
 def test_embedded_sets_as_pretraining_data() -> None:

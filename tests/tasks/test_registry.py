@@ -57,7 +57,7 @@ class ToyTask(Task):
         data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
         return data, data
 
-    def build_model(self) -> torch.nn.Module:
+    def create_model(self) -> torch.nn.Module:
         w = self.config.width
         return torch.nn.Sequential(torch.nn.Linear(8, w), torch.nn.ReLU(), torch.nn.Linear(w, 1))
 

@@ -409,11 +409,11 @@ def test_init_from_starts_from_a_restoration_checkpoint_of_the_same_network(run,
     from pdevision.tasks.restore import RestoreConfig, RestoreTask
 
     base = dict(task="dejpeg", quality=10, model_args=TINY, data=photos, patch_size=16, baselines=("noisy",))
-    model = RestoreTask(make(RestoreConfig, **base, init_from=f"{run}/best")).build_model()
+    model = RestoreTask(make(RestoreConfig, **base, init_from=f"{run}/best")).create_model()
     stored, _ = load_restoration_model(f"{run}/best")
     for (name, a), b in zip(model.state_dict().items(), stored.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
-    fresh = RestoreTask(make(RestoreConfig, **base)).build_model()
+    fresh = RestoreTask(make(RestoreConfig, **base)).create_model()
     pairs = zip(fresh.state_dict().values(), stored.state_dict().values(), strict=True)
     assert any(not torch.equal(a, b) for a, b in pairs)
     # other network arguments, or colour instead of grey: one line, exit 2

@@ -84,9 +84,9 @@ def test_erf_grows_with_kt_and_depends_only_on_kt() -> None:
 
 
 def test_compute_erf_on_a_model_gives_one_map_per_stage() -> None:
-    from pdevision.viz.common import build_named_model, model_transform, photo_images
+    from pdevision.viz.common import create_named_model, model_transform, photo_images
 
-    model = build_named_model("vheat_micro", 32)
+    model = create_named_model("vheat_micro", 32)
     images = photo_images(model_transform(model, 32), 2)[0]
     res = compute_erf(model, images, "vheat_micro")
     assert res.stages == ["stages.0", "stages.1", "stages.2", "stages.3"]

@@ -134,11 +134,11 @@ def test_the_checks_can_fail() -> None:
 def test_vheat_figures_of_a_one_pixel_stage(tmp_path: Path) -> None:
     """At 32 px the last stage of vheat_micro is 1x1: its decay map and radial profile keep whole-number index
     ticks and a readable frequency axis (checked on every saved figure)."""
-    from pdevision.viz.common import build_named_model
+    from pdevision.viz.common import create_named_model
     from pdevision.viz.heat import vheat_heat
 
     with record_saved_figures() as saved:
-        vheat_heat(build_named_model("vheat_micro", 32), tmp_path, times=(1.0,))
+        vheat_heat(create_named_model("vheat_micro", 32), tmp_path, times=(1.0,))
     assert len(saved) == 4 and all(problems == [] for _, problems in saved), [p for _, p in saved]
     radial = next(fig for fig, _ in saved if "k(|w|)" in fig.axes[0].get_title())
     assert radial.axes[-1].get_xlim()[1] >= 0.5

@@ -13,11 +13,11 @@ from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from torch import nn
 
 from pdevision.viz import gradcam_maps, reshape_transform, reshape_transform_for
-from pdevision.viz.common import build_named_model
+from pdevision.viz.common import create_named_model
 
 
 def test_nchw_models_get_no_reshape() -> None:
-    model = build_named_model("pderesnet_micro", 32, num_classes=5)
+    model = create_named_model("pderesnet_micro", 32, num_classes=5)
     assert model.output_fmt == "NCHW" and reshape_transform_for(model) is None
     assert reshape_transform_for(nn.Conv2d(1, 1, 1)) is None
 
@@ -56,7 +56,7 @@ def _numpy_gradcam(model: nn.Module, layer: nn.Module, x: torch.Tensor, classes:
 @pytest.mark.parametrize("name", ["vheat_micro", "hcnet_micro", "pderesnet_micro"])
 def test_pytorch_grad_cam_with_reshape_transform_equals_numpy_gradcam(name: str) -> None:
     torch.manual_seed(0)
-    model = build_named_model(name, 32, num_classes=5, **({"zero_init_last": False} if "pderesnet" in name else {}))
+    model = create_named_model(name, 32, num_classes=5, **({"zero_init_last": False} if "pderesnet" in name else {}))
     x = torch.randn(2, 3, 32, 48)  # non-square, H/W at every stage differ from the channel counts
     classes = [1, 3]
     rt = reshape_transform(model)
@@ -76,6 +76,6 @@ def test_pytorch_grad_cam_with_reshape_transform_equals_numpy_gradcam(name: str)
 
 
 def test_reshape_transform_refuses_a_layer_that_is_not_a_stage_map() -> None:
-    model = build_named_model("vheat_micro", 32, num_classes=5)
+    model = create_named_model("vheat_micro", 32, num_classes=5)
     with pytest.raises(ValueError, match=r"expects \(batch, height, width, channels\) stage outputs, got \(2, 5\)"):
         reshape_transform(model)(torch.zeros(2, 5))

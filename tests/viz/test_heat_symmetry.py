@@ -12,13 +12,13 @@ import torch
 
 from pdevision.cli import main
 from pdevision.viz import heat_figures, symmetry_figures
-from pdevision.viz.common import VizError, build_named_model, model_transform, photo_images
+from pdevision.viz.common import VizError, create_named_model, model_transform, photo_images
 from pdevision.viz.heat import pderesnet_point_response, point_source, vheat_diffusivity
 from tests.helpers import randomise_bn_and_kernels
 
 
 def test_vheat_heat_figures_and_point_source_physics(tmp_path: Path) -> None:
-    model = build_named_model("vheat_micro", 64)
+    model = create_named_model("vheat_micro", 64)
     numbers = heat_figures(model, None, tmp_path, times=(0.5, 1.0, 2.0, 4.0))
     for name in ("vheat_diffusivity", "vheat_radial", "vheat_decay", "vheat_point_source"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0
@@ -37,7 +37,7 @@ def test_vheat_heat_figures_and_point_source_physics(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["hcnet_micro", "hcnet_library_micro"])
 def test_hcnet_k_and_stencils_respect_the_maximum_principle(tmp_path: Path, name: str) -> None:
     """The authors' step (alpha in [0, 1], fixed mean stencil) and the library's stable parametrisation."""
-    model = build_named_model(name, 32)
+    model = create_named_model(name, 32)
     images = photo_images(model_transform(model, 32), 3)[0]
     numbers = heat_figures(model, images, tmp_path)
     assert (tmp_path / "hcnet_k.png").exists() and (tmp_path / "hcnet_stencils.png").exists()
@@ -50,7 +50,7 @@ def test_hcnet_k_and_stencils_respect_the_maximum_principle(tmp_path: Path, name
 
 def test_pderesnet_point_response_stays_within_one_stencil(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    model = randomise_bn_and_kernels(build_named_model("pderesnet_micro", 64)).eval()
+    model = randomise_bn_and_kernels(create_named_model("pderesnet_micro", 64)).eval()
     images = photo_images(model_transform(model, 64), 2)[0]
     resp = pderesnet_point_response(model, images)
     assert len(resp) == sum(model.depths)
@@ -64,12 +64,12 @@ def test_pderesnet_point_response_stays_within_one_stencil(tmp_path: Path) -> No
 
 def test_heat_rejects_other_families(tmp_path: Path) -> None:
     with pytest.raises(VizError, match="vHeat, HcNet and PDE-ResNet"):
-        heat_figures(build_named_model("resnet18", 32), torch.zeros(1, 3, 32, 32), tmp_path)
+        heat_figures(create_named_model("resnet18", 32), torch.zeros(1, 3, 32, 32), tmp_path)
 
 
 def test_heat_refuses_a_waveformer_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A WaveFormer is a VHeat with a wave operator: it has no diffusivity to show (it used to fail inside)."""
-    model = build_named_model("waveformer_micro", 32)
+    model = create_named_model("waveformer_micro", 32)
     with pytest.raises(VizError, match="vHeat, HcNet and PDE-ResNet models, got WaveFormer"):
         heat_figures(model, None, tmp_path / "fig")
     assert not (tmp_path / "fig").exists()
@@ -80,7 +80,7 @@ def test_heat_refuses_a_waveformer_clearly(tmp_path: Path, capsys: pytest.Captur
 
 def test_symmetry_figure_logits_difference(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    model = randomise_bn_and_kernels(build_named_model("pderesnet_micro", 32, activation="none")).eval()
+    model = randomise_bn_and_kernels(create_named_model("pderesnet_micro", 32, activation="none")).eval()
     images = photo_images(model_transform(model, 32), 4)[0]
     numbers = symmetry_figures(model, images, tmp_path, steps=10)
     assert numbers["groups"] == ["monomial"] * 4
@@ -97,5 +97,5 @@ def test_symmetry_figure_logits_difference(tmp_path: Path) -> None:
 
 def test_symmetry_rejects_other_families(tmp_path: Path) -> None:
     with pytest.raises(VizError, match="PDE-ResNet"):
-        symmetry_figures(build_named_model("vheat_micro", 32), torch.zeros(1, 3, 32, 32), tmp_path)
+        symmetry_figures(create_named_model("vheat_micro", 32), torch.zeros(1, 3, 32, 32), tmp_path)
     assert not np.any([p.suffix == ".png" for p in tmp_path.iterdir()])

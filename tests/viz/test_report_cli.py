@@ -14,7 +14,7 @@ from PIL import Image
 
 from pdevision.cli import main
 from pdevision.engine import RunConfig
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.classify import ClassifyConfig, train
 from tests.viz.figure_checks import record_saved_figures
@@ -140,7 +140,7 @@ def test_cli_bad_input_is_one_line(run: Path, tmp_path: Path, capsys: pytest.Cap
     _one_line_error(capsys, code, "cannot read image")
     vheat = tmp_path / "vheat"
     meta = {"model": "vheat_micro", "classes": list("0123456789"), "img_size": 32, "model_args": {"img_size": 32}}
-    model = build_model("vheat_micro", num_classes=10, img_size=32)
+    model = create_model("vheat_micro", num_classes=10, img_size=32)
     save_checkpoint(vheat, "best", model, {**meta, "mean": [0.5] * 3, "std": [0.25] * 3})
     code = main(["viz", "symmetry", "--checkpoint", str(vheat), "--output", str(tmp_path / "x")])
     _one_line_error(capsys, code, "needs a PDE-ResNet")

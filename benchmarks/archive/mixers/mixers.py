@@ -317,13 +317,13 @@ def analyse(results: dict[str, Any], table: list[dict[str, Any]], lrs: tuple[flo
 
 def throughput(table: list[dict[str, Any]], batch: int = 64, repeats: int = 7) -> dict[str, Any]:
     """Inference and training-step images/s of every row at the training size, each model prepared as
-    ``pdevision bench`` prepares it (:func:`~pdevision.bench.models.build_for_bench`: folded for inference; fused
+    ``pdevision bench`` prepares it (:func:`~pdevision.bench.models.create_for_bench`: folded for inference; fused
     linear layers for training, as the loop builds it), all rows interleaved in this process (random weights,
     float32, 2 threads)."""
     import torch
 
     from pdevision.bench.measure import inference_fn, interleaved_medians, train_step_fn
-    from pdevision.bench.models import build_for_bench
+    from pdevision.bench.models import create_for_bench
 
     torch.set_num_threads(2)
     size, dev = BUDGET["img_size"], torch.device("cpu")
@@ -332,7 +332,7 @@ def throughput(table: list[dict[str, Any]], batch: int = 64, repeats: int = 7) -
     for kind, make in (("inference", inference_fn), ("train", train_step_fn)):
         fns = {}
         for row in table:
-            model = build_for_bench(row["model"], size, dev, train=kind == "train", model_args=row["model_args"])
+            model = create_for_bench(row["model"], size, dev, train=kind == "train", model_args=row["model_args"])
             fns[row["name"]] = make(model, x)
         times = interleaved_medians(fns, dev, repeats=repeats, warmup=2)
         out[f"{kind}_images_per_s"] = {k: batch / v["median"] for k, v in times.items()}

@@ -34,7 +34,7 @@ from pdevision.bench.measure import (
     steady_allocator,
     train_step_fn,
 )
-from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, build_for_bench, is_compiled, split_variant
+from pdevision.bench.models import COMPILED, DEFAULT_PEERS, FUSED, create_for_bench, is_compiled, split_variant
 from pdevision.bench.operators import operator_benchmark, tokens_label
 from pdevision.errors import UsageError
 
@@ -177,7 +177,7 @@ def run_bench(
     probes = {name: {p["img_size"]: p for p in probe_model(name, sizes, dev)} for name in plain}
     for res in resolutions:
         b = batch or default_batch(res)
-        built = {name: build_for_bench(name, res, dev) for name in models}
+        built = {name: create_for_bench(name, res, dev) for name in models}
         x = torch.randn(b, 3, res, res, device=dev)
         for dt in dtypes:
             autocast = AUTOCAST[dt]
@@ -187,7 +187,7 @@ def run_bench(
             train_times: dict[str, dict[str, float]] = {}
             if res in train_resolutions:
                 # a +fused peer trains exactly as the peer does (the fused kernels serve no-grad inference only)
-                trained = {n: build_for_bench(n, res, dev, train=True) for n in models if split_variant(n)[0] == n}
+                trained = {n: create_for_bench(n, res, dev, train=True) for n in models if split_variant(n)[0] == n}
                 train_times = interleaved_medians(
                     {n: train_step_fn(m, x, autocast) for n, m in trained.items()}, dev, repeats=repeats
                 )

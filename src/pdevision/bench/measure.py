@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pdevision.bench.models import build_for_bench
+from pdevision.bench.models import create_for_bench
 from pdevision.fastpath.kernels import fused_optimizer_supported, onednn_available, onednn_mm
 from pdevision.ops.dct import tally_fft_flops
 
@@ -247,7 +247,7 @@ def _probe(args: dict[str, Any]) -> list[dict[str, float]]:
     device = torch.device(args["device"])
     results = []
     for img_size, batch in args["sizes"]:
-        model = build_for_bench(args["model"], img_size, device)
+        model = create_for_bench(args["model"], img_size, device)
         x = torch.randn(batch, 3, img_size, img_size, device=device)
         macs, peak = macs_and_peak_memory(model, x[:1], x, device)  # MACs of one image, memory of the batch
         results.append({"img_size": img_size, "batch": batch, "peak_mib": peak / 2**20, "macs": macs})

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from pdevision.fastpath import accelerate
-from pdevision.models.factory import build_model, fold_for_inference
+from pdevision.models.factory import create_model, fold_for_inference
 
 FUSED = "+fused"  # a peer's name with this suffix: its modules on this library's CPU kernels (fastpath)
 COMPILED = "+compiled"  # any model's name with this suffix (last): its folded form through torch.compile
@@ -68,7 +68,7 @@ def compile_for_inference(model: nn.Module) -> nn.Module:
     return torch.compile(model, dynamic=False)
 
 
-def build_for_bench(
+def create_for_bench(
     name: str,
     img_size: int,
     device: torch.device,
@@ -86,7 +86,7 @@ def build_for_bench(
     With ``train``, every model (ours and the peers) is on the kernels on the CPU, as the training loop builds it.
     ``model_args`` go to the model's constructor (``pdeformer_micro``'s ``mixer``, say)."""
     base, fused = split_variant(name)
-    model = build_model(base, img_size=img_size, **(model_args or {})).to(device)
+    model = create_model(base, img_size=img_size, **(model_args or {})).to(device)
     if train:
         if device.type == "cpu":  # as the training loop does (RunConfig.fused_kernels): float32 products on oneDNN
             accelerate(model)

@@ -4,7 +4,7 @@ checkpoint-to-model path), distributed set-up, locks. Nothing here knows a parti
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.config import RunConfig, resolve_run
 from pdevision.engine.loop import fit
-from pdevision.engine.modeling import ModelNameError, build_model, load_checkpoint_model, load_classifier
+from pdevision.engine.modeling import ModelNameError, create_model, load_checkpoint_model, load_classifier
 from pdevision.engine.runtime import NonFiniteLossError
 from pdevision.engine.save import save_checkpoint
 from pdevision.engine.state import RunState
@@ -18,8 +18,8 @@ __all__ = [
     "RunContext",
     "RunState",
     "Task",
-    "build_model",
     "checkpoint_kind",
+    "create_model",
     "fit",
     "load_checkpoint_model",
     "load_classifier",

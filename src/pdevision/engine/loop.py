@@ -253,7 +253,7 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo, logge
     assert run.batch_size is not None
     recorded = _continued_settings(task, run, run_dir, epoch=0)  # a changed setting is refused before the model
     ctx = RunContext(device, info, run.amp, run.batch_size, run.workers, run_dir, task.collate_fn, run=run)
-    model = task.build_model().to(device)
+    model = task.create_model().to(device)
     if run.channels_last:  # image batches follow in ctx.to_device
         model = model.to(memory_format=torch.channels_last)
     if run.fused_kernels and device.type == "cpu":

@@ -38,20 +38,20 @@ from pdevision.models.factory import (
     MAX_SIZE,
     ModelArgumentError,
     ModelNameError,
-    build_model,
     check_image_size,
     check_model_args,
     check_model_name,
+    create_model,
     min_input_size,
 )
 
 __all__ = [
     "ModelNameError",
-    "build_model",
     "check_finite_weights",
     "check_image_size",
     "checked_model_args",
     "classifier_from_meta",
+    "create_model",
     "load_checkpoint_model",
     "load_classifier",
     "load_into_model",
@@ -242,7 +242,7 @@ def model_from_meta(meta: dict[str, Any], num_classes: int, name: str | None = N
     img_size = args.pop("img_size", meta.get("img_size"))
     args.pop("drop_path_rate", None)
     try:
-        model = build_model(name, num_classes=num_classes, img_size=img_size, **args)
+        model = create_model(name, num_classes=num_classes, img_size=img_size, **args)
     except (TypeError, ModelNameError) as exc:  # an argument the model's constructor does not take
         raise CheckpointError(
             f"model arguments {sorted(args)} in the checkpoint do not fit {name} ({' '.join(str(exc).split())}); "

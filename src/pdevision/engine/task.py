@@ -7,7 +7,7 @@ A task says only what differs between classification, pretraining, restoration, 
   the loop calls it first, once, on every rank. An optional ``collate_fn`` attribute is passed to the loaders.
   An iterable train set (a stream of shards) splits itself across ranks and workers and has ``set_epoch(epoch)``
   and ``__len__`` (samples per rank); a map-style one is sampled by the loop (same order on resume).
-* ``build_model()`` -> the model to train, on the CPU; called after ``datasets()``.
+* ``create_model()`` -> the model to train, on the CPU; called after ``datasets()``.
 * ``train_step(model, batch)`` -> ``(loss, logs)``: ``batch`` is already on the device (tensors anywhere in
   tuples, lists, dicts), ``model`` may be wrapped (DDP, ``torch.compile``), autocast is on. ``loss`` is the scalar
   tensor to minimise, ``logs`` a dict of floats (batch means), averaged over the epoch into ``train_<key>``.
@@ -48,7 +48,7 @@ Minimal example (a regression task; ``fit`` does the rest)::
             data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
             return data, data
 
-        def build_model(self):
+        def create_model(self):
             return torch.nn.Linear(8, 1)
 
         def train_step(self, model, batch):
@@ -150,7 +150,7 @@ class Task:
     def datasets(self) -> tuple[Dataset, Dataset | None]:
         raise NotImplementedError
 
-    def build_model(self) -> nn.Module:
+    def create_model(self) -> nn.Module:
         raise NotImplementedError
 
     def train_step(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:

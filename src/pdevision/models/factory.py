@@ -26,10 +26,10 @@ from pdevision.models._arguments import (
 )
 from pdevision.models.restoration import is_restoration_model
 
-LARGE_INPUT = 1024  # above this side, build_model counts the parameters first (vHeat's FVEs grow with the input)
+LARGE_INPUT = 1024  # above this side, create_model counts the parameters first (vHeat's FVEs grow with the input)
 
 
-def build_model(
+def create_model(
     name: str, num_classes: int | None = None, img_size: int | tuple[int, int] | None = None, **kwargs: Any
 ) -> nn.Module:
     """``timm.create_model`` for this library's models and timm's, never with pretrained weights: passes
@@ -141,11 +141,11 @@ __all__ = [
     "ModelArgumentError",
     "ModelNameError",
     "UnsafeModelArgumentError",
-    "build_model",
     "check_image_size",
     "check_model_args",
     "check_model_name",
     "check_model_size",
+    "create_model",
     "fold_for_inference",
     "min_input_size",
 ]

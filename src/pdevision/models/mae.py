@@ -19,7 +19,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from pdevision.layers.decoder import TokenDecoder, reconstruction_loss, to_pixels
-from pdevision.models.factory import build_model
+from pdevision.models.factory import create_model
 
 # ~1.8M parameters: the size of vheat_micro (1.87M)
 DEFAULT_MAE_MODEL = "vit_tiny_patch16_224"
@@ -61,7 +61,7 @@ class MAE(nn.Module):
         self.encoder_name = encoder if isinstance(encoder, str) else type(encoder).__name__
         self.encoder_args = dict(encoder_args or {})
         if isinstance(encoder, str):
-            encoder = build_model(encoder, num_classes=0, img_size=img_size, **self.encoder_args)
+            encoder = create_model(encoder, num_classes=0, img_size=img_size, **self.encoder_args)
         if not isinstance(encoder, VisionTransformer):
             raise ValueError(
                 f"MAE needs a timm VisionTransformer encoder (e.g. {DEFAULT_MAE_MODEL}), got {self.encoder_name!r}"

@@ -36,7 +36,7 @@ from torch import nn
 
 from pdevision.layers.decoder import build_decoder, reconstruction_loss, to_pixels
 from pdevision.layers.heat_extrapolator import HeatExtrapolator
-from pdevision.models.factory import build_model, min_input_size
+from pdevision.models.factory import create_model, min_input_size
 from pdevision.models.qbheat_encoders import block_features, encoder_kind
 
 log = logging.getLogger(__name__)
@@ -76,14 +76,14 @@ def create_encoder(name: str, img_size: int, block_size: int, encoder_args: dict
     place in the image, :func:`pdevision.models.qbheat_encoders.vit_block_tokens`); other models with a
     ``dynamic_img_size`` switch get ``dynamic_img_size=True``. Returns it and its arguments."""
     args = dict(encoder_args)
-    encoder = build_model(name, num_classes=0, img_size=img_size, **args)
+    encoder = create_model(name, num_classes=0, img_size=img_size, **args)
     if (
         block_size != img_size
         and not isinstance(encoder, VisionTransformer)
         and getattr(encoder, "dynamic_img_size", None) is False
     ):
         args["dynamic_img_size"] = True
-        encoder = build_model(name, num_classes=0, img_size=img_size, **args)
+        encoder = create_model(name, num_classes=0, img_size=img_size, **args)
     return encoder, args
 
 

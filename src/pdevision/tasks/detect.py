@@ -154,7 +154,7 @@ class DetectTask(DenseTask):
         self.category_ids = [int(to_cat[i + 1]) for i in range(len(self.classes))] if to_cat else None
         return splits
 
-    def build_model(self) -> nn.Module:
+    def create_model(self) -> nn.Module:
         return create_detection_model(
             self.config.model,
             len(self.classes),

@@ -151,7 +151,7 @@ class SegmentTask(DenseTask):
         )
         return self._take_data(data)
 
-    def build_model(self) -> nn.Module:
+    def create_model(self) -> nn.Module:
         return create_segmentation_model(
             self.config.model,
             len(self.classes),

@@ -23,7 +23,7 @@ from pdevision.engine.modeling import load_classifier
 from pdevision.engine.runtime import resolve_device
 from pdevision.viz.common import (
     VizError,
-    build_named_model,
+    create_named_model,
     family,
     folder_images,
     load_image_files,
@@ -105,7 +105,7 @@ def erf(
         sources[label] = source
         log.info("ERF of %s in %.1f s", label, time.perf_counter() - start)
     for name in models:
-        model = build_named_model(name, img_size, **_nonzero_branches(name)).to(dev)
+        model = create_named_model(name, img_size, **_nonzero_branches(name)).to(dev)
         x, source = _images_for_named(model, img_size, data, images)
         start = time.perf_counter()
         init = "random init" + (", branches not zeroed" if _nonzero_branches(name) else "")
@@ -179,7 +179,7 @@ def heat(
         name = meta["model"]
     else:
         assert model is not None
-        net = build_named_model(model, img_size)
+        net = create_named_model(model, img_size)
         weights, name = "random init", model
     kind = family(net)
     if kind not in HEAT_FAMILIES:

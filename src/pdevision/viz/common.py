@@ -18,7 +18,7 @@ from pdevision._optional import require
 from pdevision.data import ImageReadError, build_datasets, eval_transform_for, open_rgb
 from pdevision.data.datasets import scan_folder
 from pdevision.engine.metadata import MetadataError, parse_json
-from pdevision.engine.modeling import build_model
+from pdevision.engine.modeling import create_model
 from pdevision.models.hcnet import HcNet
 from pdevision.models.pderesnet import PDEResNet
 from pdevision.models.vheat import VHeat
@@ -198,13 +198,13 @@ def load_image_files(paths: Sequence[str | Path], transform) -> torch.Tensor:
     return torch.stack(out)
 
 
-def build_named_model(name: str, img_size: int, **kwargs: Any) -> nn.Module:
+def create_named_model(name: str, img_size: int, **kwargs: Any) -> nn.Module:
     """A randomly initialised model by name (ours or timm's; no download), eval mode, for ``img_size``
     inputs. Swin gets a window that divides its stride-32 map when 7 does not."""
     if name.startswith("swin") and "window_size" not in kwargs and (img_size // 32) % 7:
         side = max(1, img_size // 32)
         kwargs["window_size"] = next(w for w in (4, 2, 1) if side % w == 0)
-    return build_model(name, img_size=img_size, **kwargs).eval()
+    return create_model(name, img_size=img_size, **kwargs).eval()
 
 
 def stage_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -27,9 +27,9 @@ from pdevision.data.shards import is_shard_folder, shard_datasets
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta, resolve_checkpoint
 from pdevision.engine.distributed import DistInfo
 from pdevision.engine.modeling import (
-    build_model,
     check_image_size,
     checked_model_args,
+    create_model,
     load_into_model,
     load_released,
     released_tag,
@@ -105,7 +105,7 @@ class ClassifyTask(Task):
         """Transforms from the recipe at the model's resolution and normalisation, then the data sets."""
         config, cfg = self.config, self.cfg
         recipe = dataclasses.replace(RECIPES[config.recipe], **{k: cfg[k] for k in RECIPE_TASK_FIELDS})
-        probe = build_model(config.model, num_classes=1, img_size=self.img_size, **self.model_args)
+        probe = create_model(config.model, num_classes=1, img_size=self.img_size, **self.model_args)
         data_cfg = timm.data.resolve_data_config({}, model=probe)
         self.img_size = self.img_size or int(data_cfg["input_size"][-1])
         check_image_size(probe, self.img_size)
@@ -117,9 +117,9 @@ class ClassifyTask(Task):
         self.sizes = tuple(getattr(d, "count", None) or len(d) for d in (train_set, val_set))  # shards: all ranks
         return train_set, val_set
 
-    def build_model(self) -> nn.Module:
+    def create_model(self) -> nn.Module:
         config, cfg = self.config, self.cfg
-        model = build_model(config.model, num_classes=len(self.classes), img_size=self.img_size, **self.model_args)
+        model = create_model(config.model, num_classes=len(self.classes), img_size=self.img_size, **self.model_args)
         if self.init_meta is not None:
             reset_head = config.reset_head or self.from_encoder
             load_into_model(model, config.init_from, config.model, self.classes, reset_head, self.init_meta)

@@ -151,19 +151,19 @@ class PretrainConfig:
         return self.model or "vheat_micro", dict(self.model_args)
 
 
-def build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
+def create_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
     """The QB-Heat or MAE model that :func:`pretrain` trains. A plain ``ValueError`` of its constructor (a size,
     stride or block its encoder cannot take) is a :class:`~pdevision.errors.UsageError`: every argument it
     checks is one of the user's settings."""
     try:
-        return _build_pretrainer(config)
+        return _create_pretrainer(config)
     except ValueError as exc:
         if type(exc) is not ValueError:  # already a named error (model name, model arguments, usage)
             raise
         raise UsageError(str(exc)) from exc
 
 
-def _build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
+def _create_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
     name, args = config.encoder()
     common = dict(
         img_size=config.img_size,
@@ -196,4 +196,4 @@ def _build_pretrainer(config: PretrainConfig) -> QBHeat | MAE:
     raise ValueError(f"pretraining method must be one of {METHODS}, got {config.method!r}")
 
 
-__all__ = ["METHODS", "PretrainConfig", "build_pretrainer"]
+__all__ = ["METHODS", "PretrainConfig", "create_pretrainer"]

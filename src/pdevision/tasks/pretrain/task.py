@@ -26,7 +26,7 @@ from pdevision.engine.checkpoint import CheckpointError, load_weights
 from pdevision.engine.loop import fit
 from pdevision.engine.task import RunContext, Task
 from pdevision.errors import UsageError
-from pdevision.tasks.pretrain.config import METHODS, PretrainConfig, build_pretrainer
+from pdevision.tasks.pretrain.config import METHODS, PretrainConfig, create_pretrainer
 from pdevision.tasks.pretrain.figures import save_reconstruction_grid
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class PretrainTask(Task):
 
     def datasets(self) -> tuple[Dataset, None]:
         config = self.config
-        self.model = build_pretrainer(config)  # its normalisation sets the crops' transform
+        self.model = create_pretrainer(config)  # its normalisation sets the crops' transform
         data_cfg = timm.data.resolve_data_config({}, model=self.model.encoder)
         self.mean, self.std = list(data_cfg["mean"]), list(data_cfg["std"])
         dataset = build_pretrain_dataset(
@@ -87,7 +87,7 @@ class PretrainTask(Task):
             )
         return dataset, None
 
-    def build_model(self) -> nn.Module:
+    def create_model(self) -> nn.Module:
         return self.model
 
     def prepare(self, model: nn.Module, ctx: RunContext) -> None:

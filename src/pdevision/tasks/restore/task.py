@@ -180,7 +180,7 @@ class RestoreTask(Task):
         if diff:
             raise CheckpointError(f"--init-from {config.init_from} holds another network: {'; '.join(diff)}")
 
-    def build_model(self) -> nn.Module:
+    def create_model(self) -> nn.Module:
         c = self.config
         model = create_restoration_model(c.model, MODES[self.mode], c.patch_size, c.model_args)
         if c.init_from is not None:
