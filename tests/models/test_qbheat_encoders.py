@@ -1,6 +1,6 @@
 """QB-Heat on other encoders: the ViT that MAE pretrains (block tokens as a feature grid) and a timm ConvNet
 (resnet18); shapes, positions, gradients and refused encoders. (Pretraining them through the library and the
-command line: tests/ssl/test_pretrain_encoders.py.)"""
+command line: tests/tasks/pretrain/test_pretrain_encoders.py.)"""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from pdevision.engine import fit
 from pdevision.engine import validators as V
 from pdevision.engine.config import SCHEDULE, Flag, RunConfig, check_run, flag_fields, setting
 from pdevision.tasks.args import add_run_arguments, run_config
-from tests.tasks.test_base import Regress
+from tests.engine.test_task import Regress
 
 
 @dataclass

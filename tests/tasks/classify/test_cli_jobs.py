@@ -64,7 +64,7 @@ def test_predict_json_is_the_whole_of_stdout(run_dir: Path, tmp_path: Path, caps
 def test_predict_json_pipes_into_json_tool(run_dir: Path, tmp_path: Path) -> None:
     """`pdevision predict --json ... | python -m json.tool`, as a user runs it."""
     path = _digit_png(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
     cmd = [sys.executable, "-m", "pdevision.cli", "predict", "--checkpoint", str(run_dir), "--json", str(path)]
     predicted = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     tool = subprocess.run(

@@ -247,7 +247,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(photos, tmp_path) -> None:
     args = ["train", "--task", "denoise", "--data", photos, "--patch-size", "16", "--model-args", json.dumps(TINY),
             "--patches-per-epoch", "16", "--batch-size", "8", "--epochs", "12", "--baselines", "noisy",
             "--output", str(out), "--no-progress"]  # fmt: skip
-    src = str(Path(__file__).resolve().parents[2] / "src")
+    src = str(Path(__file__).resolve().parents[3] / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "pdevision.cli", *args], env=env, stderr=subprocess.DEVNULL)
     epoch, deadline = 0, time.monotonic() + 300
