@@ -16,7 +16,8 @@ Row groups (``--rows GROUP [GROUP ...]``, default all but ``robustness``):
 * ``vheat_resolution``: evaluation only: the ``k from FVE`` trainings evaluated at 1x, 1.5x and 2x the
   training size with the FVE resize rules ``interp``, ``pad`` and the authors' downstream rule.
 * ``hcnet_k``, ``hcnet_filter``, ``hcnet_param``: HcNet's ``k`` (fixed / learnable / input-dependent),
-  RA filter on/off (parameter-matched), ``stable`` vs ``paper`` parametrisation, ``layout="paper"``.
+  RA filter on/off (parameter-matched), ``stable`` vs ``paper`` parametrisation, on this library's reconstruction
+  ``hcnet_library_micro`` (the rows were recorded on it), and ``hcnet_paper_micro``.
 * ``pderesnet``: PDE-ResNet Table 1 rows on ``pderesnet_micro`` (``table1_row``: relu@all,
   hardtanh/hardball/softball@ds, no ws, no ws x6, Eqs. 4-6, Eq. 7 no ws x6).
 * ``families``: the micro families against resnet18, convnext_atto and a small Swin.
@@ -106,45 +107,49 @@ GROUPS: dict[str, dict[str, Any]] = {
         ],
     },
     "hcnet_k": {
-        "title": "HcNet: how k is obtained (hcnet_micro; HcNet paper Table 5)",
+        "title": "HcNet: how k is obtained (hcnet_library_micro; HcNet paper Table 5)",
         "claim": "HcNet Table 5: an input-dependent k improves accuracy significantly over a fixed k and one "
         "learnable k per layer (the bundled text gives no numbers).",
         "expected": ["input-dependent k (default)", "one learnable k per layer", "fixed k"],
         "expected_best_only": True,
         "rows": [
-            {"name": "input-dependent k (default)", "model": "hcnet_micro", "model_args": {}},
-            {"name": "one learnable k per layer", "model": "hcnet_micro", "model_args": {"k_mode": "learnable"}},
-            {"name": "fixed k", "model": "hcnet_micro", "model_args": {"k_mode": "fixed"}},
+            {"name": "input-dependent k (default)", "model": "hcnet_library_micro", "model_args": {}},
+            {
+                "name": "one learnable k per layer",
+                "model": "hcnet_library_micro",
+                "model_args": {"k_mode": "learnable"},
+            },
+            {"name": "fixed k", "model": "hcnet_library_micro", "model_args": {"k_mode": "fixed"}},
         ],
     },
     "hcnet_filter": {
-        "title": "HcNet: the Refinement Approximation filter (hcnet_micro; HcNet paper Table 6)",
+        "title": "HcNet: the Refinement Approximation filter (hcnet_library_micro; HcNet paper Table 6)",
         "claim": "HcNet Table 6: with the same number of parameters, removing the depthwise filter lowers "
         "accuracy (the bundled text gives no numbers).",
         "expected": ["RA filter on (default)", "RA filter off (parameter-matched)"],
         "rows": [
-            {"name": "RA filter on (default)", "model": "hcnet_micro", "model_args": {}},
-            {"name": "RA filter off (parameter-matched)", "model": "hcnet_micro", "model_args": {"ra_filter": False}},
+            {"name": "RA filter on (default)", "model": "hcnet_library_micro", "model_args": {}},
+            {
+                "name": "RA filter off (parameter-matched)",
+                "model": "hcnet_library_micro",
+                "model_args": {"ra_filter": False},
+            },
         ],
     },
     "hcnet_param": {
-        "title": "HcNet: HcL parametrisation and layout (hcnet_micro; library choices, no paper table)",
-        "claim": "`stable` is this library's parametrisation, `paper` the paper's form; `layout=paper` follows "
+        "title": "HcNet: HcL parametrisation and layout (hcnet_library_micro, hcnet_paper_micro; library choices, "
+        "no paper table)",
+        "claim": "`stable` is this library's parametrisation, `paper` the paper's form; `hcnet_paper_micro` follows "
         "the paper's block and downsampling where it is specific.",
         "expected": None,
         "rows": [
-            # the library's reconstructions (recorded when layout="library" was the default; now the authors' is)
-            {
-                "name": "parametrisation=stable, layout=library (default)",
-                "model": "hcnet_micro",
-                "model_args": {"layout": "library"},
-            },
+            {"name": "parametrisation=stable (default)", "model": "hcnet_library_micro", "model_args": {}},
             {
                 "name": "parametrisation=paper",
-                "model": "hcnet_micro",
-                "model_args": {"layout": "library", "parametrisation": "paper"},
+                "model": "hcnet_library_micro",
+                "model_args": {"parametrisation": "paper"},
             },
-            {"name": "layout=paper", "model": "hcnet_micro", "model_args": {"layout": "paper"}},
+            {"name": "hcnet_paper_micro (the paper's layout)", "model": "hcnet_paper_micro", "model_args": {}},
         ],
     },
     "pderesnet": {
@@ -182,7 +187,7 @@ GROUPS: dict[str, dict[str, Any]] = {
         "expected": None,
         "rows": [
             {"name": "vheat_micro", "model": "vheat_micro", "model_args": {}},
-            {"name": "hcnet_micro", "model": "hcnet_micro", "model_args": {}},
+            {"name": "hcnet_library_micro", "model": "hcnet_library_micro", "model_args": {}},
             {"name": "pderesnet_micro", "model": "pderesnet_micro", "model_args": {}},
             {"name": "resnet18", "model": "resnet18", "model_args": {}},
             {"name": "convnext_atto", "model": "convnext_atto", "model_args": {}},

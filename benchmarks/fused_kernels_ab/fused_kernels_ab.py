@@ -22,7 +22,7 @@ from benchmarks.records import add_report_only, command_line, machine_line, rewr
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import matmul_gflops, onednn_matmul_gflops
 from pdevision.bench.models import create_for_bench
-from pdevision.fastpath import accelerate, reference_kernels
+from pdevision.fastpath import accelerate, no_fused_kernels
 from pdevision.fastpath.kernels import heat_filter_nhwc
 from pdevision.ops.dct import dct2, idct2
 
@@ -79,7 +79,7 @@ def models(rounds: int, quick: bool) -> list[str]:
     cases = [("vheat_tiny", 224, 8), ("hcnet_tiny", 224, 8), ("vheat_tiny", 768, 1)]
     cases += [] if quick else [("hcnet_tiny", 768, 1)]
     lines = [
-        "## Folded models: fused kernels against the reference path (same model object, `reference_kernels()`)",
+        "## Folded models: fused kernels against the reference path (same model object, `no_fused_kernels()`)",
         "",
         "| model | px | batch | dtype | reference ms | fused ms | speed-up | max abs logit diff |",
         "|---|---:|---:|---|---:|---:|---:|---:|",
@@ -95,7 +95,7 @@ def models(rounds: int, quick: bool) -> list[str]:
                     return model(x).float()
 
             def ref(run: Callable[[], torch.Tensor] = run) -> torch.Tensor:
-                with reference_kernels():
+                with no_fused_kernels():
                     return run()
 
             diff = (run() - ref()).abs().max().item()

@@ -220,7 +220,7 @@ def run_pretraining(key: str, seed: int, steps: int, work: Path, epochs: int) ->
     return summary
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=20.0, help="pretraining CPU seconds per method and seed")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -236,7 +236,7 @@ def main() -> None:
         "--long-ft", type=int, default=0, help="then fine-tune --long-ft-arms for this many full epochs (0: no)"
     )
     parser.add_argument("--long-ft-arms", nargs="+", default=["qbheat_vheat", "scratch_vheat"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
     work = Path(args.work)

@@ -447,7 +447,7 @@ def cost(args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -468,7 +468,7 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", type=int, default=[256, 512, 1024, 2048], help="--cost only")
     p.add_argument("--repeats", type=int, default=3, help="--cost only")
     p.add_argument("--swin-heads", type=int, default=SWIN_HEADS, help="--cost only")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.cost:
         print(cost(args))

@@ -28,7 +28,7 @@ from torch import nn
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench.measure import interleaved_medians, steady_allocator
 from pdevision.engine.validators import positive_int  # the CLI's check: a clear argparse error
-from pdevision.fastpath import accelerate, reference_kernels
+from pdevision.fastpath import accelerate, no_fused_kernels
 
 OUT = Path(__file__).with_suffix(".md")
 MODELS = ("vheat_tiny", "hcnet_tiny", "convnext_tiny", "swin_tiny_patch4_window7_224")
@@ -47,7 +47,7 @@ def step_fn(model: nn.Module, form: str, x: torch.Tensor, dtype: torch.dtype | N
     target = torch.zeros(x.shape[0], dtype=torch.long)
 
     def run() -> None:
-        with reference_kernels() if form != "kernels" else torch.enable_grad():
+        with no_fused_kernels() if form != "kernels" else torch.enable_grad():
             with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
                 loss = F.cross_entropy(model(x).float(), target)
             optimizer.zero_grad(set_to_none=True)

@@ -51,7 +51,8 @@ def test_shared_baselines_train_once() -> None:
                 keys.setdefault(row["model"], set()).add(ablations.train_key(row, 0, BUDGET))
     assert {m: len(k) for m, k in keys.items() if m.endswith("_micro")} == {
         "vheat_micro": 1,
-        "hcnet_micro": 1,
+        "hcnet_library_micro": 1,
+        "hcnet_paper_micro": 1,
         "pderesnet_micro": 1,
     }
     rows = ablations.GROUPS["pderesnet"]["rows"]

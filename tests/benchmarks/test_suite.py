@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from benchmarks.archive.bench_cpu import bench_cpu
 
 from benchmarks import records
 from pdevision.bench.compare import markdown_table
@@ -26,10 +31,8 @@ NOTES = {
     "archive/default_allocator/README.md",
     "archive/fastpath_split/notes.md",
 }
-# `pdevision bench` reports kept without their JSON, in the archive, said so in the index; and the archived report
-# that summarise.py makes from the records of six runs (before*/, after*/ beside it)
-NO_RECORD = {f"archive/default_allocator/{name}.md" for name in ("run1", "run2", "run3", "previous_record")}
-NO_RECORD.add("archive/fastpath_split/results.md")
+# the archived report that summarise.py makes from the records of six runs (before*/, after*/ beside it)
+NO_RECORD = {"archive/fastpath_split/results.md"}
 REPORTS = sorted(
     p
     for p in BENCH.rglob("*.md")
@@ -59,6 +62,31 @@ def test_every_report_has_its_record() -> None:
     missing = [str(p.relative_to(BENCH)) for p in REPORTS if not p.with_suffix(".json").exists()]
     assert missing == []
     assert len(REPORTS) >= 40
+
+
+def test_every_report_only_makes_the_committed_report_again(tmp_path: Path) -> None:
+    """Each study's ``--report-only`` (and the archived fastpath_split's summary), run in a copy of the folder,
+    writes back every file byte for byte: no report drifts from its record."""
+    copy = tmp_path / "benchmarks"
+    shutil.copytree(BENCH, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    modules = [_module(p) for p in SCRIPTS if p.stem == p.parent.name and "--report-only" in p.read_text()]
+    modules += [_module(p) for p in SCRIPTS if "add_report_only(" in p.read_text() and _module(p) not in modules]
+    assert len(modules) >= 28 and "benchmarks.archive.bench_cpu.bench_cpu" in modules
+    code = (
+        "import contextlib, importlib, io, sys\n"
+        f"for name in {modules!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        "        importlib.import_module(name).main(['--report-only'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "src")]), "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    changed = [
+        str(p.relative_to(copy))
+        for p in sorted(copy.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.read_bytes() != (BENCH / p.relative_to(copy)).read_bytes()
+    ]
+    assert changed == []
 
 
 def test_no_script_reaches_another_by_sys_path_and_every_study_takes_report_only() -> None:
@@ -100,6 +128,15 @@ def test_a_report_made_of_blocks_is_its_record_rendered(record: Path) -> None:
 )
 def test_a_bench_report_is_its_record_rendered(record: Path) -> None:
     assert record.with_name("results.md").read_text() == markdown_table(json.loads(record.read_text()))
+
+
+def test_the_first_bench_record_is_rendered_in_its_own_columns() -> None:
+    """The archived first bench record predates the dtype and ratio columns: its own script renders it."""
+    folder = BENCH / "archive" / "bench_cpu"
+    record = json.loads((folder / "results.json").read_text())
+    assert (folder / "results.md").read_text() == bench_cpu.report(record)
+    record["rows"][0]["infer_img_s"] = 1.0  # the report follows its record
+    assert "| vheat_tiny | 224 | 8 | 30.9 | 4.6 | 1.00 |" in bench_cpu.report(record)
 
 
 def test_blocks_round_trip_tables_and_keep_irregular_tables_as_text() -> None:

@@ -1,6 +1,6 @@
 """The oneDNN kernels (inference, and float32 training of linear layers) compute the reference functions (scipy's DCT,
 F.linear and its gradients) and step aside where they must (autograd in inference kernels, autocast in training,
-reference_kernels, dispatch modes such as the FLOP counter)."""
+no_fused_kernels, dispatch modes such as the FLOP counter)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_reference_path_where_the_kernels_do_not_apply() -> None:
     x = torch.randn(4, 8)
     assert kernels.compute_dtype(x) is None  # autograd is recording
     with torch.inference_mode():
-        with kernels.reference_kernels():
+        with kernels.no_fused_kernels():
             assert kernels.compute_dtype(x) is None
         assert kernels.compute_dtype(x) is not None
         with FlopCounterMode(display=False):
@@ -97,7 +97,7 @@ def test_fused_conv2d_equals_autocast_conv_and_casts_the_weight_once() -> None:
 def _grads(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: str, reference: bool) -> list[torch.Tensor]:
     leaves = [t.detach().clone().requires_grad_(t.requires_grad) for t in (x, w, b) if t is not None]
     xl, wl, bl = leaves[0], leaves[1], (leaves[2] if b is not None else None)
-    with kernels.reference_kernels() if reference else torch.enable_grad():
+    with kernels.no_fused_kernels() if reference else torch.enable_grad():
         y = kernels.linear(xl, wl, bl, act)
     weight = torch.linspace(-1, 1, y.numel()).reshape(y.shape)  # a loss whose gradient is not constant
     (y * weight).sum().backward()
@@ -130,7 +130,7 @@ def test_float32_training_runs_on_onednn_with_the_reference_gradients(
 
 def test_training_kernel_steps_aside_where_it_must() -> None:
     x, w = torch.randn(4, 8), torch.randn(6, 8, requires_grad=True)
-    with kernels.reference_kernels():
+    with kernels.no_fused_kernels():
         assert "TrainingLinear" not in type(kernels.linear(x, w, None).grad_fn).__name__
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast's bf16 products are oneDNN's already
         assert kernels.linear(x, w, None).dtype == torch.bfloat16
@@ -181,7 +181,7 @@ def test_a_training_step_on_the_kernels_gives_the_reference_gradients(name: str)
     losses, grads = [], []
     for m, reference in ((model, True), (fast, False)):
         torch.manual_seed(1)  # the same stochastic depth, if any
-        with kernels.reference_kernels() if reference else torch.enable_grad():
+        with kernels.no_fused_kernels() if reference else torch.enable_grad():
             loss = F.cross_entropy(m.train()(x), y)
         assert (_graph_nodes(loss, "TrainingLinear") > 0) is not reference
         loss.backward()

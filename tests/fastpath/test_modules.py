@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pdevision.fastpath import accelerate, reference_kernels
+from pdevision.fastpath import accelerate, no_fused_kernels
 from pdevision.fastpath.kernels import onednn_available
 from pdevision.fastpath.modules import FUSED_FILTER_MIN_TOKENS, ChunkedMlp
 from pdevision.layers import HeatConductionOperator, MixerBlock
@@ -69,7 +69,7 @@ def test_folded_bf16_path_keeps_the_decay_cast_once_and_sees_new_values() -> Non
             return op(x).float()
 
     got = run()
-    with reference_kernels():
+    with no_fused_kernels():
         want = run()
     torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)  # bfloat16 rounding
     cached = op._cast_cache[(id(op.k_exp), torch.bfloat16)][2]
@@ -80,7 +80,7 @@ def test_folded_bf16_path_keeps_the_decay_cast_once_and_sees_new_values() -> Non
         op.k_exp.mul_(0.25)
     again = run()
     assert torch.equal(op._cast_cache[(id(op.k_exp), torch.bfloat16)][2], op.k_exp.to(torch.bfloat16))
-    with reference_kernels():
+    with no_fused_kernels():
         torch.testing.assert_close(again, run(), atol=0.05, rtol=0.02)
     assert not torch.allclose(again, got)
     old = op.k_exp
@@ -118,7 +118,7 @@ def test_accelerated_model_keeps_state_dict_and_logits(name: str) -> None:
         assert after.keys() == before.keys() and all(torch.equal(after[k], v) for k, v in before.items())
         with torch.inference_mode():
             want, got = plain(x), fast(x)
-            with reference_kernels():
+            with no_fused_kernels():
                 assert torch.equal(fast(x), want) or torch.allclose(fast(x), want, atol=1e-6)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 

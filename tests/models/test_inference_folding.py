@@ -10,7 +10,7 @@ import torch
 
 import pdevision  # noqa: F401  (registers the models)
 from pdevision.bench import count_macs
-from pdevision.fastpath import accelerate, reference_kernels
+from pdevision.fastpath import accelerate, no_fused_kernels
 from pdevision.fastpath.kernels import onednn_available
 from pdevision.fastpath.modules import FusedLinear
 from pdevision.models.factory import fold_for_inference
@@ -43,7 +43,7 @@ def test_folded_logits_match_unfolded_reference(name: str, img_size: int, kwargs
     accelerate(folded)
     with torch.inference_mode():
         got = folded(x)
-        with reference_kernels():
+        with no_fused_kernels():
             got_reference = folded(x)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
     torch.testing.assert_close(got_reference, want, rtol=0, atol=1e-4)

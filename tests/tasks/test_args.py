@@ -64,6 +64,7 @@ def test_every_run_flag_is_a_field_and_reads_back_into_it() -> None:
     assert dests == {f.name for f in flag_fields()} | {"no_ema"}
     given = run_config(p.parse_args(["--epochs", "7", "--reference-kernels", "--no-progress", "--amp", "bf16"]))
     assert (given.epochs, given.fused_kernels, given.progress, given.amp) == (7, False, False, "bf16")
+    assert run_config(p.parse_args(["--no-fused-kernels"])).fused_kernels is False  # the flag's name since 12/2026
     assert run_config(p.parse_args([])) == RunConfig(output="runs/t")  # no flag: every field's default
 
 

@@ -27,4 +27,4 @@ for round in $(seq 1 "$rounds"); do
     PYTHONPATH=$src .venv/bin/python -m pdevision.cli "${args[@]}" --out "$out"
   done
 done
-.venv/bin/python "$here/summarise.py"
+.venv/bin/python -m benchmarks.archive.fastpath_split.summarise

@@ -1,12 +1,18 @@
 """Summarise the before / after runs of ``run.sh`` into ``results.md``: each ratio of our models to their peers,
 per run, the spread within each side, and whether an after ratio is lower than every before ratio by more than the
 before runs' own spread. A model whose parameter count differs between the sides is another network there (HcNet-T
-became the authors' network after the split): its rows are marked so, not compared."""
+became the authors' network after the split): its rows are marked so, not compared.
+
+Run: ``python -m benchmarks.archive.fastpath_split.summarise --report-only`` (it measures nothing: the records are
+the six runs' ``results.json``)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+
+from benchmarks.records import add_report_only, write_report
 
 HERE = Path(__file__).parent
 SIDES = ("before", "after")
@@ -31,7 +37,10 @@ def _mark(key: tuple[str, str, int, str], before: list[float], after: list[float
     return "lower" if max(after) < min(before) - spread else ""
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_report_only(parser)
+    parser.parse_args(argv)  # with or without --report-only: the report of the six records, nothing measured
     runs = {side: sorted(HERE.glob(f"{side}[0-9]")) for side in SIDES}
     ratios = {side: [_ratios(r) for r in runs[side]] for side in SIDES}
     params = {side: _params(runs[side][0]) for side in SIDES}
@@ -62,9 +71,9 @@ def main() -> None:
         cells = " | ".join(f"{v:.2f}" for v in before + after)
         mark = _mark(key, before, after, params)
         lines.append(f"| {key[0]} | {key[1]} | {key[3]} | {key[2]} | {cells} | {change:.2f} | {mark} |")
-    (HERE / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(HERE / "results.md", "\n".join(lines))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -152,7 +152,8 @@ class RunConfig:
         Flag(
             MACHINE,
             "CPU: the plain PyTorch modules instead of the oneDNN training kernels (e.g. second derivatives)",
-            name="--reference-kernels",
+            name="--no-fused-kernels",
+            aliases=("--reference-kernels",),  # the flag's first name, documented before December 2026
         ),
     )
     seed: int = setting(0, V.seed, Flag(MACHINE))

@@ -11,7 +11,7 @@ parameter and the state dict::
     accelerate(model)  # the CPU kernels; same logits to float32 rounding
 
 The switch for the whole process is :func:`~pdevision.fastpath.kernels.set_fused_kernels` (and the context
-:func:`~pdevision.fastpath.kernels.reference_kernels`): with it off, an accelerated model runs its plain forward.
+:func:`~pdevision.fastpath.kernels.no_fused_kernels`): with it off, an accelerated model runs its plain forward.
 The training loop accelerates float32 CPU training (``RunConfig.fused_kernels``), ``pdevision bench`` the models it
 measures.
 """
@@ -22,7 +22,7 @@ import torch
 from timm.layers import Mlp
 from torch import nn
 
-from pdevision.fastpath.kernels import fused_optimizer_supported, reference_kernels, set_fused_kernels
+from pdevision.fastpath.kernels import fused_optimizer_supported, no_fused_kernels, set_fused_kernels
 from pdevision.fastpath.modules import ChunkedMlp, FusedConv2d, FusedLinear, fused_spectral_class
 from pdevision.layers import ConvDownsample, ConvStem, MixerBlock, RefinementActivation, SpectralOperator
 
@@ -30,8 +30,8 @@ __all__ = [
     "accelerate",
     "fused_optimizer_supported",
     "is_accelerated",
+    "no_fused_kernels",
     "on_device",
-    "reference_kernels",
     "set_fused_kernels",
 ]
 

@@ -15,7 +15,7 @@ The kernels run only where they compute the same function as the plain path: CPU
 float32 or bfloat16, no autograd recording, no tracing or dispatch mode (FLOP counters see the reference
 path), oneDNN available. With autograd, a float32 linear layer on the CPU (no autocast) runs its forward product
 and its input-gradient and weight-gradient products on oneDNN too (:func:`linear`; training). Everywhere else the
-callers take their plain path, and :func:`reference_kernels` forces it (to compare, or to rule the kernels out).
+callers take their plain path, and :func:`no_fused_kernels` forces it (to compare, or to rule the kernels out).
 Results agree with the plain path to float32 rounding (tested to 1e-4 on the logits of folded models, and on
 the gradients of a training step).
 """
@@ -45,7 +45,7 @@ def set_fused_kernels(enabled: bool) -> None:
 
 
 @contextlib.contextmanager
-def reference_kernels() -> Iterator[None]:
+def no_fused_kernels() -> Iterator[None]:
     """Within the block, every caller of this module takes its reference (plain PyTorch) path."""
     global _ENABLED
     previous, _ENABLED = _ENABLED, False

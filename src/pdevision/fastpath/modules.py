@@ -3,7 +3,7 @@
 Each is a subclass of the module it replaces, with the same parameters, buffers and state-dict keys, computing the
 same function; :func:`pdevision.fastpath.accelerate` swaps them in by changing a module's class, so nothing is copied
 and the model's weights stay shared. Where the kernels do not apply (autograd in bfloat16, another device, a trace, a
-dispatch mode, :func:`~pdevision.fastpath.kernels.reference_kernels`) each runs its parent's plain forward.
+dispatch mode, :func:`~pdevision.fastpath.kernels.no_fused_kernels`) each runs its parent's plain forward.
 """
 
 from __future__ import annotations
