@@ -7,8 +7,9 @@ a BASE entry: arguments that make a run stop early and cheaply after its flags a
 data folder or checkpoint), so valid values exercise the code up to that point without training.
 Hypothesis draws a family of values (a switch, a choice, an integer, a number, a text or path, a JSON dictionary,
 an unknown flag or command), then a flag of that family and one of the family's hostile values: the fast run is
-derandomized (the same draws every time, every family many times), the slow run draws more. The cases that found
-defects are explicit examples, run every time.
+derandomized (the same 200 draws every time, every family many times); the slow run draws until hypothesis has
+tried every case (about 1,100: the space is finite). The cases that found defects are explicit examples, run every
+time.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ FAST = settings(
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-LONG = settings(
+LONG = settings(  # more than the cases there are: hypothesis stops when it has tried each
     max_examples=3000,
     deadline=None,
     database=None,
