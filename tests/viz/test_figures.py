@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from matplotlib.image import AxesImage
 
 from pdevision.bench.compare import plot_results
 from pdevision.engine.loop import _plot_curves
@@ -56,7 +57,9 @@ def test_erf_figure(tmp_path: Path) -> None:
     res = ErfResult("vheat_micro", [f"stages.{i}" for i in range(4)], maps, "random init", shares, [(1.0, 1.0)] * 4)
     with record_saved_figures() as saved:
         plot_erf([res, res], tmp_path / "erf.png")
-    _one(saved)
+    shown = [im.get_array() for im in _one(saved).findobj(AxesImage)]
+    expected = [np.log10(np.maximum(m / m.max(), 1e-4)) for m in maps] * 2  # one row per result, a column a stage
+    assert len(shown) == 8 and all(np.allclose(s, e) for s, e in zip(shown, expected, strict=True))
 
 
 @pytest.mark.parametrize("classes", [[str(i) for i in range(10)], LONG_CLASSES, [f"c{i}" for i in range(40)]])
@@ -87,11 +90,19 @@ def test_training_curves(tmp_path: Path, epochs: int) -> None:
 
 
 def test_reconstruction_grid(tmp_path: Path) -> None:
-    x = torch.rand(2, 3, 16, 16)
-    panels = {m: {"visible": x, "prediction": x, "target": x} for m in ("QB-Heat", "MAE")}
+    x = torch.rand(6, 2, 3, 16, 16) * 2 - 1  # a different picture in every panel
+    panels = {
+        m: {"visible": x[2 * i], "prediction": x[2 * i + 1], "target": x[4 + i]}
+        for i, m in enumerate(("QB-Heat", "MAE"))
+    }
     with record_saved_figures() as saved:
         save_reconstruction_grid(panels, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25), tmp_path / "grid.png")
-    _one(saved)
+    fig = _one(saved)
+    # columns: each method's visible input and prediction, then the first method's target; a row per image
+    columns = [x[0], x[1], x[2], x[3], x[4]]
+    rgb = [(c * 0.25 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).numpy() for c in columns]
+    shown = [np.asarray(ax.get_images()[0].get_array()) for ax in fig.axes if ax.get_images()]
+    assert len(shown) == 10 and all(np.allclose(shown[r * 5 + c], rgb[c][r]) for r in range(2) for c in range(5))
 
 
 def test_bench_plots(tmp_path: Path) -> None:

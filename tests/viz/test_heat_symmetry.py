@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from matplotlib.figure import Figure
 
 from pdevision.cli import main
 from pdevision.viz import heat_figures, symmetry_figures
@@ -17,11 +21,34 @@ from pdevision.viz.heat import pderesnet_point_response, point_source, vheat_dif
 from tests.helpers import randomise_bn_and_kernels
 
 
+@contextmanager
+def saved_figures() -> Iterator[dict[str, Figure]]:
+    """The figures saved inside the block, by file name without its suffix."""
+    by_file: dict[str, Figure] = {}
+    original = Figure.savefig
+
+    def savefig(self: Figure, fname: Path, *args: Any, **kwargs: Any) -> Any:
+        by_file[Path(fname).stem] = self
+        return original(self, fname, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Figure, "savefig", savefig)
+        yield by_file
+
+
+def _images(fig: Figure) -> list[np.ndarray]:
+    return [np.asarray(im.get_array(), dtype=float) for ax in fig.axes for im in ax.get_images()]
+
+
 def test_vheat_heat_figures_and_point_source_physics(tmp_path: Path) -> None:
     model = create_named_model("vheat_micro", 64)
-    numbers = heat_figures(model, None, tmp_path, times=(0.5, 1.0, 2.0, 4.0))
-    for name in ("vheat_diffusivity", "vheat_radial", "vheat_decay", "vheat_point_source"):
-        assert (tmp_path / f"{name}.png").stat().st_size > 0
+    with saved_figures() as figures:
+        numbers = heat_figures(model, None, tmp_path, times=(0.5, 1.0, 2.0, 4.0))
+    assert set(figures) == {"vheat_diffusivity", "vheat_radial", "vheat_decay", "vheat_point_source"}
+    # one diffusivity map per block, one decay map per stage, one point-source frame per stage and time
+    assert len(_images(figures["vheat_diffusivity"])) == sum(model.depths)
+    assert len(_images(figures["vheat_decay"])) == len(model.stages)
+    assert len(_images(figures["vheat_point_source"])) == 4 * len(model.stages)
     stage = model.stages[0]
     (k,) = vheat_diffusivity(stage)[:1]
     assert k.shape == (16, 16, model.dims[0]) and (k >= 0).all()  # ReLU(Linear(FVE))
@@ -39,9 +66,13 @@ def test_hcnet_k_and_stencils_respect_the_maximum_principle(tmp_path: Path, name
     """The authors' step (alpha in [0, 1], fixed mean stencil) and the library's stable parametrisation."""
     model = create_named_model(name, 32)
     images = photo_images(model_transform(model, 32), 3)[0]
-    numbers = heat_figures(model, images, tmp_path)
-    assert (tmp_path / "hcnet_k.png").exists() and (tmp_path / "hcnet_stencils.png").exists()
+    with saved_figures() as figures:
+        numbers = heat_figures(model, images, tmp_path)
     assert len(numbers["layers"]) == sum(model.depths)
+    # hcnet_k: one box per layer, its median line at the layer's median k; hcnet_stencils: a 3x3 stencil per layer
+    medians = [line.get_ydata()[0] for line in figures["hcnet_k"].axes[0].lines if line.get_color() == "C1"]
+    assert medians == pytest.approx([layer["k_quantiles_10_50_90"][1] for layer in numbers["layers"]])
+    assert [im.shape for im in _images(figures["hcnet_stencils"])] == [(3, 3)] * sum(model.depths)
     for layer in numbers["layers"]:
         lo, _, hi = layer["k_quantiles_10_50_90"]
         assert 0 <= lo <= hi <= 1
@@ -57,9 +88,12 @@ def test_pderesnet_point_response_stays_within_one_stencil(tmp_path: Path) -> No
     # one Euler step: 3x3 derivatives, 1x1 matrices, point-wise products and activations
     assert all(r["support_radius"] is not None and r["support_radius"] <= 1 for r in resp)
     assert any(r["support_radius"] == 1 for r in resp)
-    numbers = heat_figures(model, images, tmp_path)
-    assert (tmp_path / "pderesnet_point_response.png").exists()
+    with saved_figures() as figures:
+        numbers = heat_figures(model, images, tmp_path)
     assert [b["support_radius_px"] for b in numbers["blocks"]] == [r["support_radius"] for r in resp]
+    # a crop of each block's response, scaled to its maximum
+    crops = _images(figures["pderesnet_point_response"])
+    assert len(crops) == len(resp) and all(c.max() == pytest.approx(1.0) for c in crops)
 
 
 def test_heat_rejects_other_families(tmp_path: Path) -> None:
@@ -82,16 +116,22 @@ def test_symmetry_figure_logits_difference(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = randomise_bn_and_kernels(create_named_model("pderesnet_micro", 32, activation="none")).eval()
     images = photo_images(model_transform(model, 32), 4)[0]
-    numbers = symmetry_figures(model, images, tmp_path, steps=10)
+    with saved_figures() as figures:
+        numbers = symmetry_figures(model, images, tmp_path, steps=10)
     assert numbers["groups"] == ["monomial"] * 4
     diff = numbers["logits_rel_diff"]
     assert diff["group element"] < 1e-4 and diff["sparsify"] < 1e-4
     # the weights did move while the function stayed
     assert numbers["shown_matrix_rel_change"]["group element"] > 0.1
-    assert (tmp_path / "symmetry_weights.png").exists() and (tmp_path / "symmetry_histograms.png").exists()
     hist = numbers["histograms"]
     assert set(hist) == {"folded", "group element", "sparsify"}
     assert sum(hist["folded"]["counts"]) == sum(hist["group element"]["counts"])
+    # the weights figure shows the matrix the numbers measure: folded, moved by the group element, sparsified
+    folded, moved, _ = _images(figures["symmetry_weights"])
+    change = np.linalg.norm(moved - folded) / np.linalg.norm(folded)
+    assert change == pytest.approx(numbers["shown_matrix_rel_change"]["group element"], rel=1e-6)
+    drawn = [list(s.get_data().values) for s in figures["symmetry_histograms"].axes[0].patches]
+    assert drawn == [hist[label]["counts"] for label in ("folded", "group element", "sparsify")]
     json.dumps(numbers)  # plain JSON
 
 
