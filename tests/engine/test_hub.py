@@ -68,6 +68,8 @@ def test_the_run_config_round_trip_and_other_tasks() -> None:
     assert written["model_args"] == {"img_size": 32} and written[GIVEN_MODEL_ARGS] == {"depths": [1]}
     assert run_settings(written) == settings
     assert run_config(settings, None) == settings == run_settings(settings)  # a task timm cannot rebuild, an old run
+    flags = {**settings, "pretrained_cfg": {}}  # a file of flag values is read whole unless it is timm's config.json
+    assert run_settings(flags) == flags
     with pytest.raises(ValueError, match="num_classes"):
         run_config({**settings, "num_classes": 2}, timm_keys)
 

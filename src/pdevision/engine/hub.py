@@ -120,7 +120,7 @@ def run_settings(recorded: dict[str, Any]) -> dict[str, Any]:
     """The run's settings in a ``RUN/config.json`` (:func:`run_config`): timm's keys left out, the run's
     ``--model-args`` back under its name. A file without timm's keys (another task's run, an older run) is all
     settings."""
-    if "pretrained_cfg" not in recorded:
+    if not {"architecture", "pretrained_cfg"} <= set(recorded):  # what timm needs of a config.json
         return dict(recorded)
     return {
         ("model_args" if key == GIVEN_MODEL_ARGS else key): value
