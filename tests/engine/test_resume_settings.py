@@ -45,6 +45,7 @@ def test_resume_alone_continues_the_run_as_recorded(runs: tuple[Path, Path], cap
     assert main(["train", "--resume", str(part / "last")]) == 0, capsys.readouterr().err
     assert _rows(part) == _rows(full) and len(_rows(full)) == 2
     assert _config(part) == _config(full)
+    assert _config(full)["pretrained_cfg"]["input_size"] == [3, 32, 32]  # timm's keys beside the settings
     assert json.loads((part / "config.json").read_text())["output"] == recorded["output"]
     for name in ("model.safetensors", "ema.safetensors"):
         a = safetensors.torch.load_file(str(full / "last" / name))

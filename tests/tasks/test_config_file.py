@@ -45,7 +45,8 @@ def test_yaml_values_and_the_command_line_wins(tmp_path: Path) -> None:
     recorded = json.loads((run / "config.json").read_text())
     assert recorded["seed"] == 7  # the command line over the file
     assert recorded["batch_size"] == 16 and recorded["img_size"] == 32 and recorded["progress"] is False
-    assert recorded["model_args"] == {"depths": [1, 1, 1, 1]}
+    assert recorded["given_model_args"] == {"depths": [1, 1, 1, 1]}  # --model-args; model_args is timm's
+    assert recorded["model_args"] == {"depths": [1, 1, 1, 1], "img_size": 32}
 
 
 @pytest.mark.parametrize(

@@ -186,7 +186,7 @@ def test_odd_but_valid_files_run_with_their_values(name: str, text: str | bytes,
     assert recorded["seed"] == (0 if name == "empty.yaml" else 4)
     assert recorded["task"] == ("segment" if "segment" in name else "classify")
     if name == "aliases.yaml":
-        assert recorded["model_args"] == {"depths": [1, 1, 1, 1]}
+        assert recorded["given_model_args"] == {"depths": [1, 1, 1, 1]}  # --model-args; model_args is timm's
 
 
 # the head of an args.yaml as timm's train.py writes it (yaml.safe_dump of its argparse namespace: keys sorted)

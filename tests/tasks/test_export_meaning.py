@@ -1,22 +1,26 @@
-"""Issue 55, items 3 and 5: a hub export that transformers' timm wrapper can build (no ``num_classes`` in
-``model_args``), with a model card, ordinary file modes and the right tags; ONNX and ``.pt2`` exports that carry the
+"""Issue 55, items 3 and 5: a hub export (and ``RUN/best``) that transformers reads, with a model card, ordinary file
+modes and the right tags; ONNX and ``.pt2`` exports that carry the
 class names and the preprocessing, read back here with onnx / onnxruntime and ``torch.export.load``."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import safetensors.torch
 import timm
 import torch
+import transformers
+from PIL import Image
 
 from pdevision.engine.save import save_checkpoint
+from pdevision.tasks.classify.evaluate import predict_images
 from pdevision.tasks.export import PT2_METADATA, export_checkpoint
 
 CLASSES = ["cat", "dog", "eel"]
@@ -43,23 +47,42 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-def test_the_hub_export_passes_the_checks_of_transformers_timm_wrapper(run: Path, tmp_path: Path) -> None:
-    """transformers builds ``timm.create_model(architecture, num_classes=num_labels, **model_args)`` from config.json
-    and loads model.safetensors into it: a ``num_classes`` in ``model_args`` was 'got multiple values'."""
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Three photos of random pixels, square and not (each pipeline resizes them its own way)."""
+    folder = tmp_path_factory.mktemp("photos")
+    rng = np.random.default_rng(0)
+    for i, (h, w) in enumerate([(32, 32), (40, 56), (61, 37)]):
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    return sorted(folder.iterdir())
+
+
+def test_transformers_loads_the_hub_export_and_run_best_as_pdevision_predicts(
+    run: Path, images: list[Path], tmp_path: Path, no_network: list[tuple]
+) -> None:
+    """transformers' ``AutoModelForImageClassification`` and ``pipeline`` (its timm wrapper: ``timm.create_model
+    (architecture, num_classes=num_labels, **model_args)``, a ``num_classes`` in ``model_args`` was 'got multiple
+    values') read the export and ``RUN/best`` offline: the same logits as timm, the same classes and probabilities as
+    ``pdevision predict``, and the model card's Python runs as written."""
     out = tmp_path / "hub"
     export_checkpoint(run, "hub", out)
-    config = json.loads((out / "config.json").read_text())
-    assert "num_classes" not in config.get("model_args", {})
-    assert config["num_classes"] == 3 and config["label_names"] == CLASSES
-    id2label = dict(enumerate(config["label_names"]))  # transformers' id2label from label_names
-    model = timm.create_model(
-        config["architecture"], pretrained=False, num_classes=len(id2label), **config.get("model_args", {})
-    )
-    model.load_state_dict(safetensors.torch.load_file(str(out / "model.safetensors")), strict=True)
-    cfg = config["pretrained_cfg"]
-    assert cfg["mean"] == META["mean"] and cfg["std"] == META["std"] and cfg["input_size"] == [3, 32, 32]
-    loaded = timm.create_model(f"local-dir:{out}", pretrained=True)
-    assert loaded.pretrained_cfg["label_names"] == CLASSES
+    reference = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
+    ours = predict_images(run, images, topk=3, device="cpu")
+    x = torch.randn(2, 3, 32, 32)
+    for folder in (out, run / "best"):
+        model = transformers.AutoModelForImageClassification.from_pretrained(folder).eval()
+        assert model.config.id2label == dict(enumerate(CLASSES))
+        with torch.no_grad():
+            assert torch.allclose(model(x).logits, reference(x), atol=1e-6)
+        classify = transformers.pipeline("image-classification", model=str(folder), top_k=3)
+        theirs = classify([str(p) for p in images])
+        for mine, their in zip(ours, theirs, strict=True):
+            assert their[0]["label"] == mine["top"][0][0]
+            assert {t["label"]: t["score"] for t in their} == pytest.approx(dict(mine["top"]), abs=1e-5)
+    card = (out / "README.md").read_text()
+    for block in re.findall(r"```python\n(.*?)```", card, flags=re.S):
+        exec(block.replace("PATH/TO/THIS/FOLDER", str(out)).replace('  # or "hf-hub:USER/REPO"', ""), {})
+    assert no_network == []
 
 
 def test_the_hub_export_has_a_model_card_ordinary_modes_and_its_training_tags(run: Path, tmp_path: Path) -> None:
@@ -82,6 +105,24 @@ def test_the_hub_export_has_a_model_card_ordinary_modes_and_its_training_tags(ru
     assert "- trained" in card
     everything = card + (out / "config.json").read_text()
     assert "untrained" not in everything
+    metrics = card[card.index("## Training data and metrics") :]
+    assert "- epochs: 7" in metrics and "- epoch (best epoch): 6" in metrics and "loss" not in metrics
+
+
+def test_a_checkpoint_from_outside_a_run_is_not_tagged_trained(tmp_path: Path) -> None:
+    """A checkpoint of no run (nothing says how it was made): tagged ``exported``, no data or metrics; one of a run
+    still training (no summary yet): ``trained``, with its epoch and the embedded set its metadata names."""
+    bare = save_checkpoint(tmp_path / "bare", "weights", timm.create_model("pderesnet_micro", num_classes=3), META)
+    export_checkpoint(bare, "hub", tmp_path / "bare-hub")
+    card = (tmp_path / "bare-hub" / "README.md").read_text()
+    assert "- exported" in card and "- trained" not in card and "Training data" not in card
+    run = tmp_path / "running"
+    meta = {**META, "epoch": 2, "data": "digits"}
+    save_checkpoint(run, "last", timm.create_model("pderesnet_micro", num_classes=3), meta)
+    (run / "config.json").write_text(json.dumps({"task": "classify", "data": None, "epochs": 9}))
+    export_checkpoint(run / "last", "hub", tmp_path / "running-hub")
+    card = (tmp_path / "running-hub" / "README.md").read_text()
+    assert "- trained" in card and "- data: digits" in card and "- this checkpoint: last, after epoch 2" in card
 
 
 def test_onnx_carries_class_names_and_preprocessing(run: Path, tmp_path: Path) -> None:

@@ -5,9 +5,11 @@ run state (optimizer through timm's factory, timm's cosine schedule, AMP scaler,
 epoch train, evaluate, log and save. The task (:class:`pdevision.tasks.base.Task`) supplies only what differs.
 
 Single process, or data parallel under ``torchrun`` (gloo on CPU, nccl on GPU). Rank 0 writes the run folder:
-``config.json``, ``metrics.csv`` (one row per epoch, rewritten from the history), TensorBoard events when
-tensorboard is installed, ``last/`` (resumable), ``best/`` (by the task's metric, model or EMA, finite values only),
-the task's exports (``encoder/``), ``summary.json`` and ``curves.png``. A non-finite loss, weight or validation
+``config.json`` (the settings; timm's keys beside them where timm can rebuild the model:
+:func:`pdevision.engine.hub.run_config`), ``metrics.csv`` (one row per epoch, rewritten from the history), TensorBoard
+events when tensorboard is installed, ``last/`` (resumable), ``best/`` (by the task's metric, model or EMA, finite
+values only) with its link ``best.safetensors`` (so that ``timm.create_model("local-dir:RUN")`` loads it), the task's
+exports (``encoder/``), ``summary.json`` and ``curves.png``. A non-finite loss, weight or validation
 metric stops the run with :class:`NonFiniteLossError` naming the checkpoint that is really intact; nothing
 non-finite is ever saved.
 """
@@ -55,6 +57,7 @@ from pdevision.engine.distributed import (
     match_gradient_layout,
     parameters_identical_across_ranks,
 )
+from pdevision.engine.hub import hub_config, run_config
 from pdevision.engine.lock import LOCK_NAME, RunLock
 from pdevision.engine.loggers import RunLogger, TensorBoardLogger, check_tracker, make_logger
 from pdevision.engine.resume import continued_config, recorded_config
@@ -67,7 +70,14 @@ from pdevision.engine.runtime import (
     seed_host_generators,
     write_metrics,
 )
-from pdevision.engine.save import NO_SPACE_ERRNOS, NoSpaceError, no_space_message, save_checkpoint
+from pdevision.engine.save import (
+    BEST_LINK,
+    NO_SPACE_ERRNOS,
+    NoSpaceError,
+    link_best,
+    no_space_message,
+    save_checkpoint,
+)
 from pdevision.engine.state import RunState
 from pdevision.engine.task import RunContext, Task
 from pdevision.errors import UsageError
@@ -113,7 +123,15 @@ def held_run(run_dir: Path) -> str | None:
 
 
 # what the loop writes into a run folder (a task adds its own: Task.run_files), and the save's own folders
-RUN_FILES = ("config.json", "metrics.csv", "metrics.csv.tmp", "summary.json", "curves.png", "tensorboard")
+RUN_FILES = (
+    "config.json",
+    BEST_LINK,
+    "metrics.csv",
+    "metrics.csv.tmp",
+    "summary.json",
+    "curves.png",
+    "tensorboard",
+)
 _SAVE_FOLDER = re.compile(r"^(last|best|encoder|\.(last|best|encoder)\.(old|tmp-.*))$")
 
 
@@ -278,7 +296,7 @@ def _fit(task: Task, run: RunConfig, device: torch.device, info: DistInfo, logge
     train_model = _wrap(model, run, device, info)
     if recorded is not None:
         recorded = _continued_settings(task, run, run_dir, state.epoch)
-    writer = _start_run_folder(run_dir, task, run, info, recorded)
+    writer = _start_run_folder(run_dir, task, run, info, recorded, model)
     loggers = _loggers(writer, loggers, run, run_dir, task) if info.is_main else []
     stop = run.epochs if run.stop_after_epochs is None else min(run.epochs, run.stop_after_epochs)
     out_of_time = _spent(state, run, info, device) >= 1.0
@@ -405,15 +423,17 @@ def _loggers(writer: Any, given: list[RunLogger], run: RunConfig, run_dir: Path,
 
 
 def _start_run_folder(
-    run_dir: Path, task: Task, run: RunConfig, info: DistInfo, continued: dict[str, Any] | None = None
+    run_dir: Path, task: Task, run: RunConfig, info: DistInfo, continued: dict[str, Any] | None, model: nn.Module
 ) -> Any:
-    """``config.json`` (``continued``: a resumed run's, else the run's settings) and the TensorBoard writer."""
+    """``config.json`` (``continued``: a resumed run's, else the run's settings; with timm's keys for ``model`` where
+    timm can rebuild it) and the TensorBoard writer."""
     if not info.is_main:
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = continued if continued is not None else _settings(task, run)
+    config = run_config(resolved, hub_config(model, {**task.checkpoint_meta(), "kind": task.name}))
     with _writing(run_dir / "config.json"):
-        (run_dir / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
+        (run_dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
@@ -600,6 +620,8 @@ def _end_epoch(
         extra = task.extra_state()
         exports = task.exports(model) if ctx.info.is_main else {}
         state.save(ctx.run_dir, meta, extra, ctx.info, best_module, exports)
+    if ctx.info.is_main and best_module is not None and (ctx.run_dir / "best" / "config.json").is_file():
+        link_best(ctx.run_dir)  # timm's local-dir:RUN (RUN/config.json holds timm's keys)
 
 
 def _best(task: Task, model: nn.Module, state: RunState, row: dict[str, Any]) -> tuple[nn.Module | None, float | None]:

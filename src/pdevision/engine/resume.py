@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pdevision.engine.checkpoint import CheckpointError, resumed_run_folder
+from pdevision.engine.hub import run_settings
 from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.errors import UsageError
 
@@ -34,8 +35,9 @@ HISTORY = "resumed"
 
 
 def recorded_config(resume: str | Path) -> tuple[dict[str, Any], Path] | None:
-    """The settings a run records (``RUN/config.json`` of the run folder that ``resume`` continues) and that file,
-    or ``None`` for a checkpoint outside a run folder (or a run folder without one)."""
+    """The settings a run records (``RUN/config.json`` of the run folder that ``resume`` continues, without timm's
+    keys: :func:`~pdevision.engine.hub.run_settings`) and that file, or ``None`` for a checkpoint outside a run folder
+    (or a run folder without one)."""
     try:
         folder = resumed_run_folder(resume)
     except CheckpointError:
@@ -49,7 +51,7 @@ def recorded_config(resume: str | Path) -> tuple[dict[str, Any], Path] | None:
         raise UsageError(f"--resume {resume}: the run's settings {path} cannot be read ({exc})") from None
     if not isinstance(values, dict):
         raise UsageError(f"--resume {resume}: the run's settings {path} are not a mapping")
-    return values, path
+    return run_settings(values), path
 
 
 def restorable_settings(recorded: dict[str, Any]) -> dict[str, Any]:

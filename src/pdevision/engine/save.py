@@ -11,6 +11,9 @@ Layout of ``<run>/<name>/`` (``name`` is ``last``, ``best`` or ``encoder``):
 * ``trainer.pt``: optimizer, scheduler, scaler, epoch, sampler position and RNG states, read back
   with ``torch.load(weights_only=True)``.
 
+Beside ``best/``, :func:`link_best` makes ``<run>/best.safetensors``, a relative link to ``best/model.safetensors``, so
+that ``timm.create_model("local-dir:RUN")`` loads the run's best weights (``RUN/config.json`` holds timm's keys).
+
 Save protocol (:func:`save_checkpoint`), with ``final = <run>/<name>`` and ``old = <run>/.<name>.old``:
 
 0. recover: if ``final`` is missing and ``old`` is complete (a save was interrupted between its two
@@ -47,10 +50,22 @@ from torch import nn
 
 from pdevision.engine.hub import HUB_CONFIG, hub_config_bytes
 
-__all__ = ["NO_SPACE_ERRNOS", "WRITTEN", "NoSpaceError", "no_space_message", "recover_checkpoint", "save_checkpoint"]
+__all__ = [
+    "BEST_LINK",
+    "NO_SPACE_ERRNOS",
+    "WRITTEN",
+    "NoSpaceError",
+    "link_best",
+    "no_space_message",
+    "recover_checkpoint",
+    "save_checkpoint",
+]
 
 log = logging.getLogger(__name__)
 
+# the run folder's link to its best weights (link_best)
+BEST_LINK = "best.safetensors"
+_BEST_TARGET = Path("best", "model.safetensors")
 # the files a save writes into a checkpoint folder: the next save deletes these and nothing else
 WRITTEN = ("model.safetensors", "ema.safetensors", HUB_CONFIG, "trainer.pt")
 
@@ -218,3 +233,35 @@ def _discard(old: Path, name: str) -> None:
         kept = old.parent / f"{name}-kept-{n}"
         os.replace(old, kept)
         log.warning("%s held files the save of %s did not write; they were moved to %s", old, name, kept)
+
+
+def link_best(run_dir: Path) -> bool:
+    """Make ``run_dir/best.safetensors`` a relative link to ``best/model.safetensors`` (once: the link follows each
+    save's new ``best/``, and moves with the folder), so that timm's ``local-dir:RUN`` finds the run's best weights
+    as the folder's one ``.safetensors`` file; whether the link is there.
+
+    Anything else of that name (a user's file, another link) is never replaced: a warning says so. Where links cannot
+    be made (Windows without the privilege to create them), a warning says that ``local-dir:RUN/best`` loads the
+    same weights; no copy is made, as it would go stale when ``best/`` is saved again."""
+    link = Path(run_dir) / BEST_LINK
+    if link.is_symlink() and Path(os.readlink(link)) == _BEST_TARGET:
+        return True
+    try:
+        os.symlink(_BEST_TARGET, link)  # never replaces: an existing name is FileExistsError
+    except FileExistsError:
+        log.warning(
+            "%s is not the run's link to best/model.safetensors and is left as it is; timm loads the run's "
+            "best weights with local-dir:%s",
+            link,
+            link.parent / "best",
+        )
+        return False
+    except OSError as exc:
+        log.warning(
+            "%s could not be made (%s); timm loads the run's best weights with local-dir:%s",
+            link,
+            exc.strerror or type(exc).__name__,
+            link.parent / "best",
+        )
+        return False
+    return True

@@ -23,6 +23,7 @@ import yaml
 
 from pdevision._files import not_a_regular_file
 from pdevision.engine.config import RunConfig
+from pdevision.engine.hub import run_settings
 from pdevision.engine.metadata import MAX_JSON_DEPTH, MetadataError, parse_json
 from pdevision.errors import UsageError
 
@@ -107,7 +108,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     _check_shape(value, path)
     if "task" in value and not isinstance(value["task"], str):
         raise UsageError(f"--config {path}: task must be a task name, got {value['task']!r:.80}")
-    return value
+    return run_settings(value)  # a run's config.json: its settings, without timm's keys beside them
 
 
 class RepeatedKeyError(ValueError):
