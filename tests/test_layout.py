@@ -1,6 +1,6 @@
 """The tests mirror ``src/pdevision`` (the rule is in CONTRIBUTING.md): every folder of tests/ names a package of
 the library or one of the groups outside it, is a package, and each test file in a package's folder uses that
-package (directly, through timm's registry, or through the command)."""
+package (directly, through timm's registry, or through the command). And every test checks something."""
 
 from __future__ import annotations
 
@@ -86,3 +86,36 @@ def test_the_checks_find_a_misplaced_file_and_a_stray_folder(tmp_path: Path) -> 
         "ssl/test_shards.py tests ['pdevision.data.shards'], nothing of pdevision.ssl",
     ]
     assert _stray(tmp_path) == ["ssl"]
+
+
+# calls that check: pytest's, numpy's and torch's comparisons, a library check that raises, a helper of the tests
+CHECKS = ("raises", "fail", "warns", "approx", "assert_close", "assert_allclose", "assert_array_equal")
+
+
+def _checks(test: ast.FunctionDef) -> bool:
+    for node in ast.walk(test):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.Raise) and "AssertionError" in ast.unparse(node):
+            return True
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in CHECKS or name.startswith(("_", "check", "assert")):
+                return True
+    return False
+
+
+def _unchecked(tests: Path) -> list[str]:
+    """Test functions with no assert, no pytest check and no call of a checking helper."""
+    found = []
+    for path in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and not _checks(node):
+                found.append(f"{path.relative_to(tests)}::{node.name}")
+    return found
+
+
+def test_every_test_checks_something(tmp_path: Path) -> None:
+    assert _unchecked(TESTS) == []
+    (tmp_path / "test_x.py").write_text("def test_runs():\n    run()\n\n\ndef test_checks():\n    assert run()\n")
+    assert _unchecked(tmp_path) == ["test_x.py::test_runs"]
