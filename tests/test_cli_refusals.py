@@ -198,7 +198,7 @@ def _parse_error(argv: list[str], capsys) -> str:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train", "--drop-path", "2"], "--drop-path: must be a number in [0.0, 1.0)"),
+        (["train", "--drop-path", "2"], "--drop-path: must be a number in [0, 1) (a probability), got '2'"),
         (["train", "--warmup-epochs", "-5"], "--warmup-epochs: must be an integer in [0, 100000]"),
         (["train", "--lr", "nan"], "--lr: must be a finite number"),
         (["pretrain", "--mask-ratio", "1"], "--mask-ratio: must be a number in (0.0, 1.0)"),

@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 from safetensors.torch import save_file
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from pdevision.cli import main
 from pdevision.engine.config import RunConfig, check_run
@@ -24,8 +25,8 @@ META = {
     "model_args": {"img_size": 32},
     "img_size": 32,
     "classes": CLASSES,
-    "mean": [0.485, 0.456, 0.406],
-    "std": [0.229, 0.224, 0.225],
+    "mean": list(IMAGENET_DEFAULT_MEAN),
+    "std": list(IMAGENET_DEFAULT_STD),
     "epoch": 1,
 }
 

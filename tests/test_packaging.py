@@ -193,6 +193,8 @@ def test_every_runtime_extra_has_a_python_case() -> None:
 
 
 def _classifier_checkpoint(root: Path) -> Path:
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
     from pdevision.engine.modeling import create_model
     from pdevision.engine.save import save_checkpoint
 
@@ -202,8 +204,8 @@ def _classifier_checkpoint(root: Path) -> Path:
         "classes": [str(c) for c in range(10)],
         "img_size": 32,
         "model_args": {"img_size": 32},
-        "mean": [0.485, 0.456, 0.406],
-        "std": [0.229, 0.224, 0.225],
+        "mean": list(IMAGENET_DEFAULT_MEAN),
+        "std": list(IMAGENET_DEFAULT_STD),
     }
     return save_checkpoint(root, "best", model, meta)
 

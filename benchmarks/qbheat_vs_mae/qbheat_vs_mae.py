@@ -43,6 +43,7 @@ from typing import Any
 
 import timm
 import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 import pdevision  # noqa: F401
 from benchmarks import records
@@ -329,7 +330,7 @@ def save_grid(work: Path, png: Path, seed: int) -> None:
 
     from pdevision.data.embedded import SceneClassification
 
-    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    mean, std = IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     scenes = SceneClassification(DATA, "val", IMG, T.Compose([T.ToTensor(), T.Normalize(mean, std)]))
     images = torch.stack([scenes[i][0] for i in range(6)])
     m0, s0 = torch.tensor(mean).view(1, 3, 1, 1), torch.tensor(std).view(1, 3, 1, 1)

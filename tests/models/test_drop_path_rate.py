@@ -5,6 +5,7 @@ the range; it used to be accepted and fail at the first training step. The const
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import timm
@@ -47,3 +48,20 @@ def test_model_arguments_reach_the_constructors_one_check(name: str) -> None:
     assert check_model_args({"drop_path_rate": 2.0}) == {"drop_path_rate": 2.0}  # not its check
     with pytest.raises(ModelArgumentError, match=r"drop_path_rate=2.0 given must be a number in \[0, 1\)"):
         create_model(name, drop_path_rate=2.0)
+
+
+@pytest.mark.parametrize("text", ["0", "0.5", "0.999", "1", "2", "-0.1", "nan", "inf", "half"])
+def test_the_flag_accepts_exactly_the_rates_the_model_accepts(text: str) -> None:
+    """``--drop-path``'s type calls the model side's check: one bound, one message, for the flag and the argument."""
+    import argparse
+
+    from pdevision.engine.validators import drop_rate
+    from pdevision.models.factory import RATE_EXPECTED, ModelArgumentError, check_rate
+
+    try:
+        expected = check_rate(float(text))
+    except (ValueError, ModelArgumentError):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"must be {RATE_EXPECTED}, got {text!r}")):
+            drop_rate(text)
+    else:
+        assert drop_rate(text) == expected == float(text)

@@ -22,7 +22,7 @@ from pdevision._files import inside_library_folder
 from pdevision._values import is_finite_number, is_int
 from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.errors import UsageError
-from pdevision.models.factory import MAX_SIZE, ModelArgumentError, check_model_args
+from pdevision.models.factory import MAX_SIZE, RATE_EXPECTED, ModelArgumentError, check_model_args, check_rate
 
 __all__ = [
     "Bounded",
@@ -32,6 +32,7 @@ __all__ = [
     "bounded",
     "count",
     "device",
+    "drop_rate",
     "epochs",
     "figure_side",
     "fraction",
@@ -122,9 +123,20 @@ def bounded(
 
 
 positive_int = Bounded(int, 1, expected="a positive integer")  # any count of at least one
+
+
+def drop_rate(text: str) -> float:
+    """A drop probability (``--drop-path``), by the model side's one check of it
+    (:func:`pdevision.models.factory.check_rate`), so the flag and the model argument accept the same rates."""
+    try:
+        return check_rate(float(text))
+    except ValueError:  # not a number, or outside [0, 1) (check_rate's ModelArgumentError is a ValueError)
+        raise argparse.ArgumentTypeError(f"must be {RATE_EXPECTED}, got {text!r}") from None
+
+
 fraction = bounded(float, 0.0, 1.0)  # a probability
 open_fraction = bounded(float, 0.0, 1.0, low_open=True, high_open=True)  # a share strictly between 0 and 1
-rate_below_one = bounded(float, 0.0, 1.0, high_open=True)  # a rate in [0, 1): drop rates, EMA decay, smoothing
+rate_below_one = bounded(float, 0.0, 1.0, high_open=True)  # a rate in [0, 1): EMA decay, label smoothing
 non_negative = bounded(float, 0.0)
 positive = bounded(float, 0.0, low_open=True)
 non_negative_int = bounded(int, 0)

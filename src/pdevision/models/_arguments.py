@@ -58,16 +58,19 @@ MAX_RATIO_ARGUMENT = 64  # mlp_ratio: a hidden width of 64 times the stage's is 
 POOL_TYPES = ("avg", "max", "avgmax", "catavgmax", "token", "map")  # the last two: timm's ViTs
 
 
+RATE_EXPECTED = "a number in [0, 1) (a probability)"  # what check_rate accepts, as its messages say it
+
+
 def check_rate(value: Any, name: str = "drop_path_rate") -> float:
     """``value`` as a float where it is a drop probability (``drop_path_rate``: stochastic depth drops a block with
     it), a number in [0, 1); else a :class:`ModelArgumentError` naming ``name`` (1 or more, a negative or a NaN rate
-    failed at the first training step). The model side's one check of such a rate: each constructor that takes one
-    calls it, and argument dicts (model arguments of a file, a checkpoint or ``--model-args``) reach it through the
-    constructor, built on the meta device before anything is allocated (:func:`check_model_size`); a timm model's
-    own dropout rates are checked by torch there. (The command line's ``--drop-path`` is checked where it enters,
-    by its flag's type.)"""
+    failed at the first training step). The one check of such a rate: each constructor that takes one calls it, and
+    argument dicts (model arguments of a file, a checkpoint or ``--model-args``) reach it through the constructor,
+    built on the meta device before anything is allocated (:func:`check_model_size`); a timm model's own dropout
+    rates are checked by torch there. The command line's ``--drop-path`` calls it where the flag enters (its type,
+    :func:`pdevision.engine.validators.drop_rate`)."""
     if not (is_finite_number(value) and 0 <= value < 1):
-        raise ModelArgumentError(f"{name}={value!r:.80} given must be a number in [0, 1) (a probability)")
+        raise ModelArgumentError(f"{name}={value!r:.80} given must be {RATE_EXPECTED}")
     return float(value)
 
 

@@ -15,7 +15,6 @@ from timm.models._features_fx import FeatureGraphNet
 from torch import nn
 
 from pdevision._values import is_integer_scalar
-from pdevision.models._arguments import check_rate
 from pdevision.models._weights import check_release_offline, resolve_local_head
 
 
@@ -51,11 +50,6 @@ def stage_widths(
     if any(not is_integer_scalar(d) or d < 1 for d in widths):
         raise ValueError(f"dims must be positive channel counts, got {widths!r}")
     return [int(d) for d in widths]
-
-
-def check_drop_path_rate(rate: Any, name: str = "drop_path_rate") -> float:
-    """``rate`` as a float: the one check of a drop rate (:func:`~pdevision.models._arguments.check_rate`)."""
-    return check_rate(rate, name)
 
 
 def conv_out_size(size: int, times: int) -> int:

@@ -16,6 +16,7 @@ from pdevision.models._arguments import (
     MAX_PARAMETERS,
     MAX_SIZE,
     MAX_STEP_ARGUMENT,
+    RATE_EXPECTED,
     ModelArgumentError,
     ModelNameError,
     UnsafeModelArgumentError,
@@ -23,6 +24,7 @@ from pdevision.models._arguments import (
     check_model_name,
     check_model_size,
     check_model_values,
+    check_rate,
 )
 from pdevision.models.restoration import is_restoration_model
 
@@ -138,6 +140,7 @@ __all__ = [
     "MAX_PARAMETERS",
     "MAX_SIZE",
     "MAX_STEP_ARGUMENT",
+    "RATE_EXPECTED",
     "ModelArgumentError",
     "ModelNameError",
     "UnsafeModelArgumentError",
@@ -145,6 +148,7 @@ __all__ = [
     "check_model_args",
     "check_model_name",
     "check_model_size",
+    "check_rate",
     "create_model",
     "fold_for_inference",
     "min_input_size",

@@ -82,7 +82,8 @@ from pdevision.layers.hcl import (
     matched_hidden,
     refinement_act_layer,
 )
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, create_staged, to_2tuple_size
+from pdevision.models._arguments import check_rate
+from pdevision.models._staged import StagedBackbone, create_staged, to_2tuple_size
 from pdevision.models._weights import default_cfg, unwrap_state_dict
 
 __all__ = ["HcNet", "HcNetLibrary", "HcNetPaper", "HcNetStage", "PatchStem", "checkpoint_filter_fn"]
@@ -184,7 +185,7 @@ class HcNet(StagedBackbone):
         if unknown:
             hint = f" ({_LAYOUT_MOVED})" if not self.block_options and _MOVED_OPTIONS & set(unknown) else ""
             raise TypeError(f"{type(self).__name__} got unexpected keyword argument(s): {unknown}{hint}")
-        drop_path_rate = check_drop_path_rate(drop_path_rate)
+        drop_path_rate = check_rate(drop_path_rate)
         for name, flag in (("ra_filter", ra_filter), ("ra_filter_matched", ra_filter_matched)):
             if not isinstance(flag, bool):  # the string "false" is true: the filter would be kept without a word
                 raise ValueError(f"{name} must be true or false, got {flag!r:.40}")

@@ -49,7 +49,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 from timm.models.metaformer import (
     Attention,
     GroupNorm1NoBias,
@@ -72,7 +72,8 @@ from pdevision.layers.mixers import (
     PointwiseMixer,
     WaveMixer,
 )
-from pdevision.models._weights import default_cfg, resolve_local_head
+from pdevision.models._staged import create_staged
+from pdevision.models._weights import default_cfg
 
 __all__ = ["FLAT_ARMS", "MIXERS", "PDE_MIXERS", "STEMS", "PDEFormer", "flat_mixer_args", "mixer_kwargs"]
 
@@ -227,24 +228,17 @@ def flat_mixer_args(mixer: str, dim: int) -> dict[str, Any]:
 
 
 def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> PDEFormer:
+    """The arguments MetaFormer cannot check itself (the mixer's name, per-stage widths, attention's heads), then the
+    staged families' one factory (``features_only`` through ``forward_intermediates``, as theirs)."""
     mixer_kwargs(mixer, {})  # an unknown mixer is refused before anything else
     depths = kwargs.get("depths", (1, 1, 3, 1))
-    out_indices = kwargs.pop("out_indices", tuple(range(len(depths))))
+    kwargs.setdefault("out_indices", tuple(range(len(depths))))  # the flat family has one stage
     kwargs["dims"] = dims = _stage_dims(kwargs.get("dims", 32), depths)
     if mixer == "attention":  # timm's Attention maps back to the stage's width: heads must tile it
         head_dim = kwargs.setdefault("head_dim", min(32, dims[0]))
         if not isinstance(head_dim, int) or head_dim < 1 or any(d % head_dim for d in dims):
             raise ValueError(f"attention needs widths that are multiples of head_dim={head_dim!r}, got dims {dims}")
-    kwargs = resolve_local_head(pretrained, kwargs)
-    model = build_model_with_cfg(
-        PDEFormer,
-        variant,
-        pretrained,
-        mixer=mixer,
-        feature_cfg=dict(flatten_sequential=True, out_indices=out_indices),
-        **kwargs,
-    )
-    return model
+    return create_staged(PDEFormer, variant, pretrained, mixer=mixer, **kwargs)
 
 
 default_cfgs = generate_default_cfgs(

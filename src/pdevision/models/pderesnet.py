@@ -59,7 +59,8 @@ from pdevision.layers.hyperbolic import (
     create_activation,
     init_hyperbolic_weights,
 )
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, check_image_batch, create_staged
+from pdevision.models._arguments import check_rate
+from pdevision.models._staged import StagedBackbone, check_image_batch, create_staged
 from pdevision.models._weights import default_cfg
 
 torch.fx.wrap("check_image_batch")  # a leaf of FX graphs (see pdevision.models._staged)
@@ -179,7 +180,7 @@ class PDEResNet(StagedBackbone):
     ) -> None:
         if kwargs:
             raise TypeError(f"PDEResNet got unexpected arguments: {sorted(kwargs)}")
-        drop_path_rate = check_drop_path_rate(drop_path_rate)
+        drop_path_rate = check_rate(drop_path_rate)
         if equation not in EQUATIONS:
             raise ValueError(f"equation must be one of {EQUATIONS}, got {equation!r}")
         if activation not in ACTIVATIONS:

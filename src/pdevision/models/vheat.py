@@ -26,7 +26,8 @@ from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.layers import ConvDownsample, ConvStem, HeatConductionOperator, MixerBlock, run_block
-from pdevision.models._staged import StagedBackbone, check_drop_path_rate, create_staged, to_2tuple_size
+from pdevision.models._arguments import check_rate
+from pdevision.models._staged import StagedBackbone, create_staged, to_2tuple_size
 from pdevision.models._weights import default_cfg, unwrap_state_dict
 from pdevision.ops.dct import DctMethod
 from pdevision.ops.heat import resize_spectrum
@@ -194,7 +195,7 @@ class VHeat(StagedBackbone):
     ) -> None:
         if kwargs:
             raise TypeError(f"VHeat got unexpected arguments: {sorted(kwargs)}")
-        drop_path_rate = check_drop_path_rate(drop_path_rate)
+        drop_path_rate = check_rate(drop_path_rate)
         if fve_resize not in ("interp", "pad", "downstream"):
             raise ValueError(f"fve_resize must be 'interp' or 'pad' or 'downstream', got {fve_resize!r}")
         super().__init__(in_chans, num_classes, global_pool, depths, dims, output_fmt="NHWC")

@@ -86,9 +86,7 @@ class DenseConfig:
     fve_resize: str | None = setting(  # vHeat: interp | pad | downstream
         None, None, Flag(DATA_AND_MODEL, "vHeat FVE rule", choices=("interp", "pad", "downstream"))
     )
-    drop_path: float | None = setting(
-        None, V.rate_below_one, Flag(DATA_AND_MODEL, "stochastic depth (default: model's)")
-    )
+    drop_path: float | None = setting(None, V.drop_rate, Flag(DATA_AND_MODEL, "stochastic depth (default: model's)"))
     init_from: str | None = setting(
         None, V.path, Flag(DATA_AND_MODEL, "backbone checkpoint (classification or encoder)")
     )

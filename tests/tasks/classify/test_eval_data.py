@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from pdevision.data.embedded import embedded_data_of
 from pdevision.engine.modeling import create_model
@@ -30,8 +31,8 @@ def _checkpoint(root: Path, data: str | None) -> Path:
         "classes": [str(c) for c in range(10)],
         "img_size": 32,
         "model_args": {"img_size": 32},
-        "mean": [0.485, 0.456, 0.406],
-        "std": [0.229, 0.224, 0.225],
+        "mean": list(IMAGENET_DEFAULT_MEAN),
+        "std": list(IMAGENET_DEFAULT_STD),
     }
     if data is not None:
         meta["data"] = data

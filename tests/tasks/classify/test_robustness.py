@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from pdevision.cli import main
 from pdevision.data import DigitsDataset, eval_transform_for
@@ -33,8 +34,8 @@ def _checkpoint(root: Path, seed: int) -> tuple[Path, torch.nn.Module, dict]:
         "classes": [str(c) for c in range(10)],
         "img_size": SIZE,
         "model_args": {"img_size": SIZE},
-        "mean": [0.485, 0.456, 0.406],
-        "std": [0.229, 0.224, 0.225],
+        "mean": list(IMAGENET_DEFAULT_MEAN),
+        "std": list(IMAGENET_DEFAULT_STD),
     }
     return save_checkpoint(root, "best", model, meta), model.eval(), meta
 

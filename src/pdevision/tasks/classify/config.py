@@ -82,9 +82,7 @@ class ClassifyConfig:
             choices=tuple(sorted(RECIPES)),
         ),
     )
-    drop_path: float | None = setting(
-        None, V.rate_below_one, Flag(DATA_AND_MODEL, "stochastic depth (default: model's)")
-    )
+    drop_path: float | None = setting(None, V.drop_rate, Flag(DATA_AND_MODEL, "stochastic depth (default: model's)"))
     grad_checkpointing: bool = setting(False, None, Flag(DATA_AND_MODEL))
     # weights to start from (fine-tuning); an encoder checkpoint gets a new head
     init_from: str | None = setting(None, V.path, Flag(DATA_AND_MODEL, "checkpoint to start from (fine-tuning)"))
