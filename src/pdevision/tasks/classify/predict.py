@@ -41,7 +41,7 @@ def shown_names(names: Sequence[str]) -> list[str]:
     :func:`~pdevision.tasks.classify.evaluate.display_label` shows them."""
     info = timm.data.ImageNetInfo()
     synsets = set(info.label_names())
-    if not names or not all(n in synsets for n in names):
+    if not names or not all(isinstance(n, str) and n in synsets for n in names):
         return [display_label(n) for n in names]
     described = [info.label_name_to_description(n) for n in names]
     twice = {d for d, count in Counter(described).items() if count > 1}
