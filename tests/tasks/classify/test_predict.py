@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import zlib
 from collections.abc import Callable
@@ -247,6 +248,16 @@ def test_the_progress_bar_is_drawn_on_a_terminal_only(run: Path, val: Path, monk
     monkeypatch.undo()
     assert main(["predict", "--checkpoint", str(run), "--batch-size", "8", str(val)]) == 0
     assert capsys.readouterr().err == ""  # not a terminal: no bar
+
+
+def test_a_closed_stdout_stops_the_stream_quietly(run: Path, val: Path) -> None:
+    """``pdevision predict val/ | head -1``: the reader gone, no traceback and no "Exception ignored" at exit."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "pdevision.cli", "predict", "--checkpoint", str(run), "--workers", "0", str(val)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # the reader is gone before the first line
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 141 and err.decode() == "", err.decode()
 
 
 def test_threads_set_torch_threads(run: Path, val: Path) -> None:

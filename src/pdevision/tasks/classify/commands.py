@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -141,17 +142,21 @@ class ClassifyCommands(TaskCommands):
         # images, the progress bar (on a terminal only: tqdm's disable=None), the summary with --json
         note = sys.stderr if args.json else sys.stdout
         results: list[dict[str, Any]] = []
-        with tqdm(total=len(predictions), unit="image", disable=None, leave=False, file=sys.stderr) as bar:
-            for r in predictions:
-                if args.json:
-                    _emit(json.dumps(r, ensure_ascii=False), sys.stdout)
-                if "error" in r:
-                    _emit(f"{r['image']}: FAILED: {r['error']}", sys.stderr)
-                elif not args.json:
-                    _emit(_line(r), sys.stdout)
-                if args.json_out is not None:
-                    results.append(r)
-                bar.update(1)
+        try:
+            with tqdm(total=len(predictions), unit="image", disable=None, leave=False, file=sys.stderr) as bar:
+                for r in predictions:
+                    if args.json:
+                        _emit(json.dumps(r, ensure_ascii=False), sys.stdout)
+                    if "error" in r:
+                        _emit(f"{r['image']}: FAILED: {r['error']}", sys.stderr)
+                    elif not args.json:
+                        _emit(_line(r), sys.stdout)
+                    if args.json_out is not None:
+                        results.append(r)
+                    bar.update(1)
+        except BrokenPipeError:  # stdout's reader is gone (`| head`): stop quietly, as a command SIGPIPE ends
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at the exit's flush
+            return "", 141
         lines = []
         if predictions.labelled:
             lines.append(
