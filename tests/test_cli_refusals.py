@@ -133,17 +133,19 @@ def test_predict_good_and_bad_images_reports_each_and_fails_at_the_end(
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8 not a jpeg")
     missing = tmp_path / "missing.png"
-    assert main(["predict", "--checkpoint", str(run), str(digit_png), str(bad), str(missing)]) == 2
+    assert main(["predict", "--checkpoint", str(run), str(digit_png), str(bad), str(missing)]) == 3
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
-    assert lines[0].startswith(f"{digit_png}: ") and "FAILED" not in lines[0]
-    assert lines[1].startswith(f"{bad}: FAILED: cannot read image")
-    assert lines[2].startswith(f"{missing}: FAILED: image {missing} does not exist")
-    assert "2 of 3 images could not be read" in _one_error_line(captured.err)
-    # with --json, stdout is still one JSON document, the failures in it; the error line stays on stderr
-    assert main(["predict", "--checkpoint", str(run), str(digit_png), str(bad), str(missing), "--json"]) == 2
+    assert len(lines) == 1 and lines[0].startswith(f"{digit_png}: ") and "FAILED" not in lines[0]
+    err = captured.err.strip().splitlines()
+    assert err[0].startswith(f"{bad}: FAILED: cannot read image")
+    assert err[1].startswith(f"{missing}: FAILED: image {missing} does not exist")
+    assert err[2] == "pdevision predict: 2 of 3 images could not be read" and len(err) == 3
+    # with --json, stdout is still JSON alone (a line per image, the failures among them); the lines of the failures
+    # and the count stay on stderr
+    assert main(["predict", "--checkpoint", str(run), str(digit_png), str(bad), str(missing), "--json"]) == 3
     captured = capsys.readouterr()
-    assert [("error" in r) for r in json.loads(captured.out)] == [False, True, True]
+    assert [("error" in json.loads(line)) for line in captured.out.splitlines()] == [False, True, True]
     assert "2 of 3 images could not be read" in captured.err.strip().splitlines()[-1]
 
 
@@ -153,10 +155,11 @@ def test_decompression_bomb_to_predict_is_one_line(
     bomb = tmp_path / "bomb.png"
     Image.new("L", (64, 64)).save(bomb)  # 4,096 pixels, over twice the limit set below
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
-    assert main(["predict", "--checkpoint", str(run), str(bomb)]) == 2
+    assert main(["predict", "--checkpoint", str(run), str(bomb)]) == 3
     captured = capsys.readouterr()
-    assert "too large to decode safely" in captured.out and "decompression bomb" in captured.out.lower()
-    _one_error_line(captured.err)
+    (line, count) = captured.err.strip().splitlines()
+    assert "too large to decode safely" in line and "decompression bomb" in line.lower() and "Traceback" not in line
+    assert count == "pdevision predict: 1 of 1 images could not be read"
 
 
 @pytest.mark.parametrize(("file", "command"), [("model.safetensors", "eval"), ("trainer.pt", "train")])

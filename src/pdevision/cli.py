@@ -516,12 +516,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    try:
-        text, code = args.task_commands.predict(args)
-    except PartialFailure as exc:  # the images that could be read are reported before the error
-        print(exc.output)
-        raise
-    print(text)
+    text, code = args.task_commands.predict(args)
+    if text:
+        print(text)
     return code
 
 
@@ -689,8 +686,9 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     return parser
 
 
-# what the user's input causes, each reported as one line with exit code 2; every other exception is the library's
-# fault: one line, exit code 1, its traceback with PDEVISION_TRACEBACK=1
+# what the user's input causes, each reported as one line with exit code 2; some inputs unreadable and the others
+# done (PartialFailure): exit code 3; every other exception is the library's fault: one line, exit code 1, its
+# traceback with PDEVISION_TRACEBACK=1
 USER_ERRORS = (
     UsageError,
     DataError,
@@ -729,6 +727,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         return int(args.func(args))
+    except PartialFailure as exc:  # some inputs could not be read (each named already), the others were done: exit 3
+        print(f"pdevision {args.command}: {one_line(exc)}", file=sys.stderr)
+        return 3
     except USER_ERRORS as exc:  # the user's input: one line, exit 2 (any other ValueError is a fault: exit 1)
         print(f"pdevision {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2

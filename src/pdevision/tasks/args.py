@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,24 @@ from pdevision.errors import UsageError
 
 
 def write_new_file(path: str | Path, text: str) -> None:
-    """Write ``text`` into a file that must not exist yet (created exclusively: one made meanwhile is not replaced)."""
+    """Write ``text`` into a file that must not exist yet, whole: written under a temporary name beside it, then
+    linked to its name in one step (a reader never sees half of it; a file made there meanwhile is not replaced).
+    Where the file system has no hard links, the file is created exclusively and written."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        with open(path, "x", encoding="utf-8") as f:
-            f.write(text)
+        tmp.write_text(text, encoding="utf-8")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here
+            with open(path, "x", encoding="utf-8") as f:
+                f.write(text)
     except FileExistsError:
         raise UsageError(f"{path} exists (it is not overwritten; name a new file)") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def add_run_arguments(

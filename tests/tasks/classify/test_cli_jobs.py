@@ -54,7 +54,7 @@ def test_predict_json_is_the_whole_of_stdout(run_dir: Path, tmp_path: Path, caps
     path = _digit_png(tmp_path)
     assert main(["predict", "--checkpoint", str(run_dir / "best"), "--topk", "10", "--json", str(path)]) == 0
     captured = capsys.readouterr()
-    result = json.loads(captured.out)  # nothing but the JSON document on stdout
+    result = [json.loads(line) for line in captured.out.splitlines()]  # nothing but JSON Lines on stdout
     assert [r["image"] for r in result] == [str(path)]
     names, probs = zip(*result[0]["top"], strict=True)
     assert sorted(names) == [str(i) for i in range(10)]
@@ -62,16 +62,30 @@ def test_predict_json_is_the_whole_of_stdout(run_dir: Path, tmp_path: Path, caps
 
 
 def test_predict_json_pipes_into_json_tool(run_dir: Path, tmp_path: Path) -> None:
-    """`pdevision predict --json ... | python -m json.tool`, as a user runs it."""
+    """`pdevision predict --json ... | python -m json.tool --json-lines`, as a user runs it."""
     path = _digit_png(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
-    cmd = [sys.executable, "-m", "pdevision.cli", "predict", "--checkpoint", str(run_dir), "--json", str(path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pdevision.cli",
+        "predict",
+        "--checkpoint",
+        str(run_dir),
+        "--json",
+        str(path),
+        str(path),
+    ]
     predicted = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     tool = subprocess.run(
-        [sys.executable, "-m", "json.tool"], input=predicted.stdout, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "json.tool", "--json-lines", "--compact"],
+        input=predicted.stdout,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert json.loads(tool.stdout)[0]["image"] == str(path)
-    assert str(path) in predicted.stderr  # the human line, on stderr
+    assert [json.loads(line)["image"] for line in tool.stdout.splitlines()] == [str(path), str(path)]
+    assert predicted.stderr == ""  # no progress bar off a terminal, no other line
 
 
 def test_predict_json_out_writes_a_new_file_and_never_overwrites(
@@ -80,7 +94,7 @@ def test_predict_json_out_writes_a_new_file_and_never_overwrites(
     path, out = _digit_png(tmp_path), tmp_path / "pred.json"
     assert main(["predict", "--checkpoint", str(run_dir), "--topk", "3", "--json-out", str(out), str(path)]) == 0
     assert f"JSON written to {out}" in capsys.readouterr().out
-    result = json.loads(out.read_text())
+    result = json.loads(out.read_text())["results"]
     assert result[0]["image"] == str(path) and len(result[0]["top"]) == 3
     before = out.read_bytes()
     with pytest.raises(SystemExit) as exc:
@@ -117,7 +131,7 @@ def test_predict_in_python_reads_the_metadata_itself_once(
     run_dir: Path, digit_png: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pdevision.engine import checkpoint
-    from pdevision.tasks.classify.evaluate import predict_images
+    from pdevision.tasks.classify import predict_images
 
     metadata = count_calls(monkeypatch, checkpoint, "read_meta")
     (result,) = predict_images(run_dir, [digit_png], topk=1, device="cpu")  # no metadata given: the loader reads it

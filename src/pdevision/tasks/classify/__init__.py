@@ -8,7 +8,8 @@ from typing import Any
 from pdevision._optional import require_all
 from pdevision.engine.loop import fit
 from pdevision.tasks.classify.config import ClassifyConfig
-from pdevision.tasks.classify.evaluate import evaluate_checkpoint, evaluate_model, predict_images
+from pdevision.tasks.classify.evaluate import evaluate_checkpoint, evaluate_model
+from pdevision.tasks.classify.predict import iter_predictions, predict_images
 from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
 
 
@@ -23,6 +24,7 @@ __all__ = [
     "ClassifyTask",
     "evaluate_checkpoint",
     "evaluate_model",
+    "iter_predictions",
     "predict_images",
     "train",
 ]

@@ -6,8 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
+
+import torch
+from tqdm import tqdm
 
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import default_eval_output, resolve
@@ -16,7 +21,8 @@ from pdevision.errors import UsageError
 from pdevision.tasks import args as A
 from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
-from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint, predict_images
+from pdevision.tasks.classify.evaluate import display_label, evaluate_checkpoint
+from pdevision.tasks.classify.predict import iter_predictions
 from pdevision.tasks.classify.task import REQUIRES, ClassifyTask
 from pdevision.tasks.registry import TaskCommands, checkpoint_meta, register
 
@@ -48,14 +54,20 @@ class ClassifyPredictOptions:
     """``pdevision predict`` with a classification checkpoint: its own flags."""
 
     topk: int = setting(5, V.count, Flag())
+    batch_size: int = setting(32, V.batch, Flag(help="images per forward pass"))
+    workers: int = setting(
+        2, V.workers, Flag(help="processes decoding the next batches while the model runs (0: none, in this one)")
+    )
+    threads: int | None = setting(None, V.count, Flag(help="torch CPU threads (default: torch's choice, one per core)"))
     json: bool = setting(
-        False, None, Flag(help="print the result as one JSON document on stdout (the per-image lines go to stderr)")
+        False, None, Flag(help="print JSON Lines on stdout: one object per image, as its batch is done")
     )
     json_out: str | None = setting(
         None,
         V.new_file,
         Flag(
-            help="also write the result as JSON to FILE (a new file: an existing one is never overwritten)",
+            help="also write every result as one JSON document to FILE at the end (a new file, written whole: an "
+            "existing one is never overwritten)",
             metavar="FILE",
         ),
     )
@@ -114,37 +126,81 @@ class ClassifyCommands(TaskCommands):
         )
 
     def predict(self, args: argparse.Namespace) -> tuple[str, int]:
-        results = predict_images(
-            args.checkpoint, args.images, args.topk, args.device, errors="report", meta=checkpoint_meta(args)
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
+        predictions = iter_predictions(
+            args.checkpoint,
+            args.images,
+            args.topk,
+            args.device,
+            args.batch_size,
+            errors="report",
+            meta=checkpoint_meta(args),
+            workers=args.workers,
         )
+        # stdout: a line (or with --json a JSON object) per image, as its batch is done; stderr: the unreadable
+        # images, the progress bar (on a terminal only: tqdm's disable=None), the summary with --json
+        note = sys.stderr if args.json else sys.stdout
+        results: list[dict[str, Any]] = []
+        try:
+            with tqdm(total=len(predictions), unit="image", disable=None, leave=False, file=sys.stderr) as bar:
+                for r in predictions:
+                    if args.json:
+                        _emit(json.dumps(r, ensure_ascii=False), sys.stdout)
+                    if "error" in r:
+                        _emit(f"{r['image']}: FAILED: {r['error']}", sys.stderr)
+                    elif not args.json:
+                        _emit(_line(r), sys.stdout)
+                    if args.json_out is not None:
+                        results.append(r)
+                    bar.update(1)
+        except BrokenPipeError:  # stdout's reader is gone (`| head`): stop quietly, as a command SIGPIPE ends
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at the exit's flush
+            return "", 141
         lines = []
-        for r in results:
-            if "error" in r:
-                lines.append(f"{r['image']}: FAILED: {r['error']}")
-            else:
-                lines.append(r["image"] + ": " + ", ".join(f"{display_label(c)} {p:.3f}" for c, p in r["top"]))
-        document = json.dumps(results, indent=2, ensure_ascii=False)
+        if predictions.labelled:
+            lines.append(
+                f"top-1 accuracy {100.0 * predictions.correct / predictions.labelled:.2f}% "
+                f"({predictions.correct} of the {predictions.labelled} images in folders named by a class)"
+            )
         if args.json_out is not None:
-            A.write_new_file(args.json_out, document + "\n")
+            A.write_new_file(args.json_out, json.dumps(_document(args, predictions, results), indent=2) + "\n")
             lines.append(f"JSON written to {args.json_out}")
-        if args.json:  # stdout is the JSON alone; the human lines go to the log (stderr)
-            for line in lines:
-                log.info("%s", line)
-            output = document
-        else:
-            output = "\n".join(lines)
-        failed = [r["image"] for r in results if "error" in r]
-        if failed:
-            raise PartialFailure(output, f"{len(failed)} of {len(results)} images could not be read")
-        return output, 0
+        for line in lines:
+            _emit(line, note)
+        if predictions.failed:
+            raise PartialFailure(f"{predictions.failed} of {len(predictions)} images could not be read")
+        return "", 0
 
 
-class PartialFailure(UsageError):
-    """Some inputs failed, the others were done: ``output`` is printed before the one-line error."""
+def _line(r: dict[str, Any]) -> str:
+    """An image's line: its top classes with their probabilities (and its true class where its folder names one)."""
+    line = r["image"] + ": " + "; ".join(f"{c} {p:.3f}" for c, p in r["top"])  # ImageNet's names hold commas
+    return line + (f" (true: {r['true']})" if "true" in r else "")
 
-    def __init__(self, output: str, message: str) -> None:
-        super().__init__(message)
-        self.output = output
+
+def _emit(line: str, stream: Any) -> None:
+    """One line on ``stream`` now (above the progress bar where one is drawn)."""
+    tqdm.write(line, file=stream)
+    stream.flush()
+
+
+def _document(args: argparse.Namespace, predictions: Any, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``--json-out``'s document: what was run, the counts, every result."""
+    return {
+        "checkpoint": str(args.checkpoint),
+        "model": predictions.meta.get("model"),
+        "images": len(predictions),
+        "unreadable": predictions.failed,
+        "labelled": predictions.labelled,
+        "top1": 100.0 * predictions.correct / predictions.labelled if predictions.labelled else None,
+        "results": results,
+    }
+
+
+class PartialFailure(Exception):
+    """Some inputs could not be read, the others were done and their results written: the command prints the one
+    line and exits with 3 (a usage error is 2)."""
 
 
 register(ClassifyCommands())

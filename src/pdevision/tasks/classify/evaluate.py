@@ -1,4 +1,5 @@
-"""Classification: evaluating a model or a checkpoint on a data set, and predicting labels for image files."""
+"""Classification: evaluating a model or a checkpoint on a data set (predicting labels for image files:
+:mod:`pdevision.tasks.classify.predict`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from pdevision._optional import install_hint, installed, require
-from pdevision.data import IMAGE_EXTENSIONS, ImageReadError, build_datasets, eval_transform_for, open_rgb
+from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_classes, embedded_data_of, is_embedded
 from pdevision.engine.checkpoint import CheckpointError, label_names
 from pdevision.engine.distributed import DistInfo, all_reduce_sum
@@ -73,32 +74,6 @@ def evaluate_model(
         "preds": torch.cat(preds) if preds else torch.empty(0, dtype=torch.long),
         "targets": torch.cat(targets) if targets else torch.empty(0, dtype=torch.long),
     }
-
-
-def expand_images(images: list[str | Path]) -> list[Path]:
-    """Image paths: files as given, folders replaced by their image files (sorted, not recursive)."""
-    out: list[Path] = []
-    for item in images:
-        path = Path(item)
-        if path.is_dir():
-            named = sorted(p for p in path.iterdir() if p.name.lower().endswith(IMAGE_EXTENSIONS))
-            found = [p for p in named if p.is_file()]  # follows links: a dangling one is not a file
-            skipped = [p.name for p in named if not p.is_file()]
-            if skipped:  # a FIFO, socket, device, folder or dangling link with an image's name: never opened
-                log.warning(
-                    "skipped %d entr%s of %s named like images that are not image files (FIFO, dangling link, "
-                    "folder, ...): %s",
-                    len(skipped),
-                    "y" if len(skipped) == 1 else "ies",
-                    path,
-                    ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""),
-                )
-            if not found:
-                raise FileNotFoundError(f"folder {path} holds no image files ({', '.join(IMAGE_EXTENSIONS)})")
-            out.extend(found)
-        else:
-            out.append(path)
-    return out
 
 
 def display_label(name: str) -> str:
@@ -233,46 +208,3 @@ def run_data(folder: Path, meta: dict[str, Any], data: str | None, val_split: fl
         log.info("the run's data: %s (validation fraction %g; --data names other data)", *recorded)
         return recorded
     return embedded_data_of(meta), val_split
-
-
-@torch.no_grad()
-def predict_images(
-    checkpoint: str | Path,
-    images: list[str | Path],
-    topk: int = 5,
-    device: str = "auto",
-    errors: str = "raise",
-    meta: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Top-``topk`` class names with probabilities for each image file (folders: each image in them).
-    An image that cannot be read raises :class:`~pdevision.data.ImageReadError` (``errors="raise"``) or
-    gets an entry ``{"image": path, "error": reason}`` (``errors="report"``) and the others go on. ``meta``: the
-    checkpoint's metadata where it was read already."""
-    if errors not in ("raise", "report"):
-        raise ValueError(f"errors must be 'raise' or 'report', got {errors!r}")
-    if topk <= 0:
-        raise ValueError(f"topk must be a positive integer, got {topk}")
-    paths = expand_images(images)
-    dev = resolve_device(device)
-    model, meta, _ = load_classifier(checkpoint, dev, fused_kernels=True, meta=meta)
-    classes = label_names(meta)
-    tf = eval_transform_for(meta)
-    results: list[dict[str, Any]] = []
-    for path in paths:
-        try:
-            x = tf(open_rgb(path)).unsqueeze(0).to(dev)
-        except ImageReadError as exc:
-            if errors == "raise":
-                raise
-            results.append({"image": str(path), "error": str(exc)})
-            continue
-        probs = model(x).float().softmax(-1)[0]
-        k = min(topk, len(classes))
-        top = probs.topk(k)
-        results.append(
-            {
-                "image": str(path),
-                "top": [(classes[i], float(p)) for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True)],
-            }
-        )
-    return results
