@@ -14,6 +14,7 @@ import timm
 import torch
 
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_format
+from pdevision.engine.hub import run_settings
 from pdevision.engine.modeling import create_model, load_classifier, load_into_model
 from pdevision.models.vheat import checkpoint_filter_fn
 from pdevision.tasks.classify.evaluate import evaluate_checkpoint
@@ -95,7 +96,8 @@ def test_run_best_is_a_timm_folder_with_its_class_names(run: Path) -> None:
     cfg = config["pretrained_cfg"]
     assert cfg["input_size"] == [3, 64, 64] and cfg["crop_pct"] == 1.0 and len(cfg["mean"]) == 3
     assert not {"url", "hf_hub_id", "file"} & set(cfg)  # no source: loading never downloads
-    assert "architecture" not in json.loads((run / "config.json").read_text())  # the run's own settings, unchanged
+    recorded = json.loads((run / "config.json").read_text())  # timm's keys beside the run's settings (local-dir:RUN)
+    assert {k: recorded[k] for k in config} == config and run_settings(recorded)["model"] == "vheat_micro"
 
     ours, meta, _ = load_classifier(run)
     theirs = timm.create_model(f"local-dir:{run / 'best'}", pretrained=True).eval()

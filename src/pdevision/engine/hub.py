@@ -35,6 +35,7 @@ __all__ = [
     "GIVEN_MODEL_ARGS",
     "HUB_CONFIG",
     "TIMM_KEYS",
+    "TIMM_KINDS",
     "hub_config",
     "hub_config_bytes",
     "model_card",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 HUB_CONFIG = "config.json"
+# the checkpoint kinds whose model timm can rebuild (a backbone): a task's whole model is not one
+TIMM_KINDS = (None, "classify", "encoder")
 # the keys of timm's config.json (hub_config); in RUN/config.json, beside the run's settings
 TIMM_KEYS = ("architecture", "num_classes", "num_features", "label_names", "model_args", "pretrained_cfg")
 # the run's --model-args in a RUN/config.json that holds timm's keys, whose model_args is timm's
@@ -60,7 +63,7 @@ def hub_config(model: nn.Module, meta: dict[str, Any]) -> dict[str, Any] | None:
     """The timm ``config.json`` of a checkpoint of ``model`` with pdevision metadata ``meta``, or ``None`` when timm
     could not rebuild the model from it (not a registered timm model, or a task's whole model)."""
     name = meta.get("model")
-    if not isinstance(name, str) or not timm.is_model(name) or meta.get("kind") not in (None, "classify", "encoder"):
+    if not isinstance(name, str) or not timm.is_model(name) or meta.get("kind") not in TIMM_KINDS:
         return None
     base = getattr(model, "pretrained_cfg", None)
     if not isinstance(base, dict) or not hasattr(model, "num_classes"):

@@ -57,7 +57,7 @@ from pdevision.engine.distributed import (
     match_gradient_layout,
     parameters_identical_across_ranks,
 )
-from pdevision.engine.hub import hub_config, run_config
+from pdevision.engine.hub import TIMM_KINDS, hub_config, run_config
 from pdevision.engine.lock import LOCK_NAME, RunLock
 from pdevision.engine.loggers import RunLogger, TensorBoardLogger, check_tracker, make_logger
 from pdevision.engine.resume import continued_config, recorded_config
@@ -431,7 +431,8 @@ def _start_run_folder(
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = continued if continued is not None else _settings(task, run)
-    config = run_config(resolved, hub_config(model, {**task.checkpoint_meta(), "kind": task.name}))
+    timm_config = hub_config(model, {**task.checkpoint_meta(), "kind": task.name}) if task.name in TIMM_KINDS else None
+    config = run_config(resolved, timm_config)
     with _writing(run_dir / "config.json"):
         (run_dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
     try:
