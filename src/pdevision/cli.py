@@ -724,7 +724,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # names from the file system may not be UTF-8 (class folders)
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # the library speaks at INFO; other libraries only warn (timm's "Loaded ... from checkpoint" is not the user's news)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("pdevision").setLevel(logging.INFO)
     try:
         return int(args.func(args))
     except PartialFailure as exc:  # some inputs could not be read (each named already), the others were done: exit 3

@@ -8,6 +8,8 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,7 @@ import transformers
 from PIL import Image
 
 from pdevision.engine.save import save_checkpoint
-from pdevision.tasks.classify.evaluate import predict_images
+from pdevision.tasks.classify.predict import predict_images
 from pdevision.tasks.export import PT2_METADATA, export_checkpoint
 
 CLASSES = ["cat", "dog", "eel"]
@@ -107,6 +109,17 @@ def test_the_hub_export_has_a_model_card_ordinary_modes_and_its_training_tags(ru
     assert "untrained" not in everything
     metrics = card[card.index("## Training data and metrics") :]
     assert "- epochs: 7" in metrics and "- epoch (best epoch): 6" in metrics and "loss" not in metrics
+
+
+def test_the_export_command_says_only_what_pdevision_says(run: Path, tmp_path: Path) -> None:
+    """timm's own INFO line on reading the weights back ("Loaded ... from checkpoint") is not printed: the command's
+    stderr holds the library's lines alone."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    cmd = [sys.executable, "-m", "pdevision.cli", "export", str(run), "--format", "hub"]
+    done = subprocess.run([*cmd, "--output", str(tmp_path / "hub")], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "hub" / "model.safetensors").is_file()
+    assert "Loaded" not in done.stderr and "from checkpoint" not in done.stderr
 
 
 def test_a_checkpoint_from_outside_a_run_is_not_tagged_trained(tmp_path: Path) -> None:
