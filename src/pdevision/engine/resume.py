@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pdevision._files import not_a_regular_file
 from pdevision.engine.checkpoint import CheckpointError, resumed_run_folder
 from pdevision.engine.metadata import MetadataError, parse_json
 from pdevision.errors import UsageError
@@ -35,21 +36,45 @@ HISTORY = "resumed"
 
 def recorded_config(resume: str | Path) -> tuple[dict[str, Any], Path] | None:
     """The settings a run records (``RUN/config.json`` of the run folder that ``resume`` continues) and that file,
-    or ``None`` for a checkpoint outside a run folder (or a run folder without one)."""
+    or ``None`` for a checkpoint outside a run folder; a :class:`UsageError` where that file is missing, is not a
+    regular file or cannot be read (the run would go on with settings it never had)."""
     try:
         folder = resumed_run_folder(resume)
     except CheckpointError:
         return None  # the resume itself reports it
-    if folder is None or not (folder / "config.json").is_file():
+    if folder is None:
         return None
     path = folder / "config.json"
+    if not path.is_file() or not_a_regular_file(path) is not None:  # the run's settings are unknown: never guessed
+        what = "missing" if not (path.exists() or path.is_symlink()) else f"{not_a_regular_file(path) or 'not a file'}"
+        raise UsageError(
+            f"--resume {resume}: the run's settings {path} are {what}; a resumed run continues as its config.json "
+            "records it: put the run's config.json back, or start a new run"
+        )
     try:
         values = parse_json(path.read_text(encoding="utf-8", errors="replace"))
     except (MetadataError, OSError) as exc:
         raise UsageError(f"--resume {resume}: the run's settings {path} cannot be read ({exc})") from None
     if not isinstance(values, dict):
         raise UsageError(f"--resume {resume}: the run's settings {path} are not a mapping")
+    history = values.get(HISTORY, [])
+    if not (isinstance(history, list) and all(_is_change(item) for item in history)):
+        raise UsageError(
+            f"--resume {resume}: the run's settings {path} hold a {HISTORY!r} that is not a list of changes "
+            f'(each {{"after_epoch": N, SETTING: [BEFORE, AFTER]}}), got {history!r:.80}'
+        )
     return values, path
+
+
+def _is_change(item: Any) -> bool:
+    """Whether ``item`` is one entry of ``config.json``'s ``resumed`` list, as :func:`continued_config` writes it."""
+    if (
+        not isinstance(item, dict)
+        or not isinstance(item.get("after_epoch"), int)
+        or isinstance(item["after_epoch"], bool)
+    ):
+        return False
+    return all(isinstance(v, list) and len(v) == 2 for k, v in item.items() if k != "after_epoch")
 
 
 def restorable_settings(recorded: dict[str, Any]) -> dict[str, Any]:

@@ -72,6 +72,7 @@ from pdevision.layers.mixers import (
     PointwiseMixer,
     WaveMixer,
 )
+from pdevision.models._arguments import check_rate
 from pdevision.models._weights import default_cfg, resolve_local_head
 
 __all__ = ["FLAT_ARMS", "MIXERS", "PDE_MIXERS", "STEMS", "PDEFormer", "flat_mixer_args", "mixer_kwargs"]
@@ -136,6 +137,7 @@ class PDEFormer(MetaFormer):
             raise ValueError(f"patch_size must be an integer from 1 to 64, got {patch_size!r}")
         if init_seed is not None and not (is_int(init_seed) and 0 <= init_seed < 2**63):
             raise ValueError(f"init_seed must be None or an integer >= 0, got {init_seed!r}")
+        check_rate(kwargs.get("drop_path_rate", 0.0))  # MetaFormer's linspace took 1, -0.1 and NaN without a word
         kwargs = mixer_kwargs(mixer, kwargs)
         with _drawn_from(None if init_seed is None else _seed(init_seed, "token_mixer")):
             super().__init__(*args, token_mixers=MIXERS[mixer], **kwargs)
@@ -229,6 +231,8 @@ def flat_mixer_args(mixer: str, dim: int) -> dict[str, Any]:
 def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat", **kwargs: Any) -> PDEFormer:
     mixer_kwargs(mixer, {})  # an unknown mixer is refused before anything else
     depths = kwargs.get("depths", (1, 1, 3, 1))
+    if not isinstance(depths, list | tuple):  # MetaFormer's len() of it: "does not take the arguments ['depths']"
+        raise ValueError(f"depths must be a list of block counts, one per stage (such as (6,)), got {depths!r:.80}")
     out_indices = kwargs.pop("out_indices", tuple(range(len(depths))))
     kwargs["dims"] = dims = _stage_dims(kwargs.get("dims", 32), depths)
     if mixer == "attention":  # timm's Attention maps back to the stage's width: heads must tile it
