@@ -333,3 +333,18 @@ def test_the_command_lines_task_wins_and_the_files_keys_of_its_task_are_named(
     path.write_text("task: segment\ndecoder_channels: 64\n")
     err = _one_line_exit_2(["train", "--task", "classify", "--config", path], capsys)
     assert "unknown key 'decoder_channels'" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('{"depths": [1, 1, 1, 1], "depths": [2, 2, 2, 2]}', "depths"),
+        ('{"mixer": "heat", "dims": 32, "mixer": "wave"}', "mixer"),
+        ('{"depths": [1, 1, 1, 1], "x": {"b": 1, "b": 2}}', "b"),
+    ],
+    ids=["top-level", "apart", "nested"],
+)
+def test_model_args_that_set_a_key_twice_are_one_line(text: str, key: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--model-args`` JSON that names a key twice kept the last value without a word, as a ``--config`` file did."""
+    err = _one_line_exit_2(["train", "--model-args", text], capsys)
+    assert f"argument --model-args: key '{key}' is set twice" in err, err

@@ -23,7 +23,7 @@ import yaml
 
 from pdevision._files import not_a_regular_file
 from pdevision.engine.config import RunConfig
-from pdevision.engine.metadata import MAX_JSON_DEPTH, MetadataError, parse_json
+from pdevision.engine.metadata import MAX_JSON_DEPTH, MetadataError, RepeatedKeyError, parse_json, unique_pairs
 from pdevision.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         except MetadataError as exc:
             raise UsageError(f"--config {path}: {exc}; YAML files end in .yaml or .yml") from None
         try:  # the limits are checked: read once more, each mapping's keys seen in turn
-            json.loads(text, object_pairs_hook=_unique_pairs)
+            json.loads(text, object_pairs_hook=unique_pairs)
         except RepeatedKeyError as exc:
             raise UsageError(f"--config {path}: {exc}") from None
     if value is None:
@@ -111,23 +111,6 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if "task" in value and not isinstance(value["task"], str):
         raise UsageError(f"--config {path}: task must be a task name, got {value['task']!r:.80}")
     return value
-
-
-class RepeatedKeyError(ValueError):
-    """A mapping of a flag file names a key twice (the second value would silently win)."""
-
-    def __init__(self, key: Any) -> None:
-        super().__init__(f"key {key!r} is set twice (a file of flag values sets each key once)")
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads``'s ``object_pairs_hook``: the mapping, refused where a key repeats."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise RepeatedKeyError(key)
-        out[key] = value
-    return out
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
