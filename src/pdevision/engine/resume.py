@@ -32,12 +32,15 @@ ORIGIN = frozenset({"resume", "init_from", "pretrained"})
 CONTINUABLE = frozenset({"epochs", "warmup_epochs"})  # a recipe derives warm-up from the epochs
 # keys config.json holds beside the settings
 HISTORY = "resumed"
+# what the loop writes into every run folder beside config.json: a folder holding one is a run whose settings count
+RUN_RECORDS = ("metrics.csv", "summary.json")
 
 
 def recorded_config(resume: str | Path) -> tuple[dict[str, Any], Path] | None:
     """The settings a run records (``RUN/config.json`` of the run folder that ``resume`` continues) and that file,
-    or ``None`` for a checkpoint outside a run folder; a :class:`UsageError` where that file is missing, is not a
-    regular file or cannot be read (the run would go on with settings it never had)."""
+    or ``None`` for a checkpoint outside a run folder (or in a folder of checkpoints that holds no record of a run);
+    a :class:`UsageError` where a run's file is missing, is not a regular file or cannot be read (the run would go
+    on with settings it never had)."""
     try:
         folder = resumed_run_folder(resume)
     except CheckpointError:
@@ -45,8 +48,11 @@ def recorded_config(resume: str | Path) -> tuple[dict[str, Any], Path] | None:
     if folder is None:
         return None
     path = folder / "config.json"
+    missing = not (path.exists() or path.is_symlink())
+    if missing and not any((folder / name).is_file() for name in RUN_RECORDS):
+        return None  # checkpoints saved by hand (save_checkpoint), not a run of the loop: the flags say it all
     if not path.is_file() or not_a_regular_file(path) is not None:  # the run's settings are unknown: never guessed
-        what = "missing" if not (path.exists() or path.is_symlink()) else f"{not_a_regular_file(path) or 'not a file'}"
+        what = "missing" if missing else f"{not_a_regular_file(path) or 'not a file'}"
         raise UsageError(
             f"--resume {resume}: the run's settings {path} are {what}; a resumed run continues as its config.json "
             "records it: put the run's config.json back, or start a new run"
