@@ -28,7 +28,7 @@ from pdevision.bench.repeat import run_in_processes
 from pdevision.data import DataError
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import CheckpointError, checkpoint_kind, read_meta
-from pdevision.engine.config import Flag, RunConfig, setting
+from pdevision.engine.config import Flag, RunConfig, flag_fields, flag_name, setting
 from pdevision.engine.distributed import DistributedTimeoutError, communication_failed, exit_after_timeout
 from pdevision.engine.lock import RunLockedError
 from pdevision.engine.metadata import MetadataError
@@ -444,6 +444,8 @@ def _flags(add: Any) -> set[str]:
 
 def _train_hint(chosen: str) -> Any:
     def hint(flag: str) -> str | None:
+        if flag in _flags(lambda p: _add_training(p, get_task(chosen))):  # its own flag, after "--": no other task's
+            return None
         owners = [
             name for name, t in tasks().items() if name != chosen and flag in _flags(lambda p, t=t: _add_training(p, t))
         ]
@@ -534,7 +536,14 @@ class _FirstPass(argparse.ArgumentParser):
         raise _FirstPassError(message)
 
 
-_ALL_BUT_RESUME = frozenset(f.name for f in dataclasses.fields(RunConfig)) - {"resume"}
+# the run flags the first pass leaves to the full parser (add_run_arguments skips by flag name): all but --resume;
+# declared there, a bad value of any of them made the first pass fail, so --task, --config and --resume went unread
+_ALL_BUT_RESUME = frozenset(
+    name
+    for f in flag_fields(RunConfig)
+    for name in (flag_name(f), *(f.metadata["flag"].off or ())[:1])
+    if name != "--resume"
+)
 
 
 def _first_pass(argv: list[str]) -> argparse.Namespace:
@@ -600,8 +609,9 @@ def _choose(first: argparse.Namespace) -> Chosen:
         name = given
         if name is None and values is not None:
             name = values.get("task")
-            if name is not None and name not in tasks():
-                raise UsageError(f"--config {path}: task {name!r} is not one of {', '.join(tasks())}")
+            if name is not None and (not isinstance(name, str) or name not in tasks()):  # a list: unhashable
+                source = f"--config {path}" if path else _resumed_source(resume)
+                raise UsageError(f"{source}: task {name!r:.80} is not one of {', '.join(tasks())}")
         return Chosen(
             train_task=name if name in tasks() else "classify",
             config_values=values,
@@ -624,6 +634,11 @@ def _choose(first: argparse.Namespace) -> Chosen:
     return Chosen()
 
 
+def _resumed_source(resume: str | None) -> str:
+    """How a message names the recorded settings of the run ``--resume`` continues (its ``config.json``)."""
+    return f"--resume {resume}: the run's config.json"
+
+
 def _task_defaults(sub: argparse.ArgumentParser) -> dict[str, Any]:
     """The task configuration of a run given no flags (``train --config``: its fields that no flag sets)."""
     args = sub.parse_args([])
@@ -638,16 +653,21 @@ def _apply_config_file(parser: argparse.ArgumentParser, command: str, chosen: Ch
     settings): the values (read once, by :func:`_choose`) become the defaults of the command's flags, so those on the
     command line win."""
     values = chosen.config_values
-    path = chosen.config_path or f"{chosen.resumed} (the resumed run's config.json)"
+    source = f"--config {chosen.config_path}" if chosen.config_path else _resumed_source(chosen.resumed)
     if values is None:
         return
     sub = _innermost(parser, argparse.Namespace(command=command))
     task, given = values.get("task"), chosen.given_task
+    if chosen.resumed and not chosen.config_path and task is not None and given is not None and task != given:
+        raise UsageError(
+            f"--task {given} differs from the run's {task} ({source}); a resumed run keeps its task: leave --task "
+            "out, or start a new run"
+        )
     if task is not None and given is not None and task != given:
         if command == "pretrain":
-            raise UsageError(f"--config {path} is for --task {task}, not pretrain (run: pdevision train --config)")
+            raise UsageError(f"{source} is for --task {task}, not pretrain (run: pdevision train --config)")
         values = {k: v for k, v in values.items() if k != "task"}  # the command line's --task wins
-    defaults = config_defaults(sub, values, str(path), _task_defaults(sub))
+    defaults = config_defaults(sub, values, source, _task_defaults(sub))
     if command == "train" and task is not None and given is None:
         defaults["task"] = task
     sub.set_defaults(**defaults)
@@ -686,6 +706,32 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     return parser
 
 
+def _shown_word(word: str) -> str:
+    """A word of the command line as an error names it: quoted where it is empty or holds what does not show (a
+    zero-width space, a control character), so that ``--epochs\\u200b`` does not read as ``--epochs``."""
+    return word if word and word.isprintable() and not word.isspace() else repr(word)
+
+
+def _repeated_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first flag of ``parser`` that takes a value and is given more than once in ``argv`` (before ``--``), as
+    ``--flag`` or ``--flag=value``, under any of its names."""
+    names = {
+        name: action
+        for action in parser._actions
+        if action.option_strings and action.nargs != 0 and not isinstance(action, argparse._AppendAction)
+        for name in action.option_strings
+    }
+    seen: set[argparse.Action] = set()
+    for word in argv[: argv.index("--")] if "--" in argv else argv:
+        action = names.get(word.split("=", 1)[0] if word.startswith("--") else word)
+        if action is None:
+            continue
+        if action in seen:
+            return "/".join(action.option_strings)
+        seen.add(action)
+    return None
+
+
 # what the user's input causes, each reported as one line with exit code 2; some inputs unreadable and the others
 # done (PartialFailure): exit code 3; every other exception is the library's fault: one line, exit code 1, its
 # traceback with PDEVISION_TRACEBACK=1
@@ -712,7 +758,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args, extra = parser.parse_known_args(argv)
     if extra:  # the subcommand names a flag it does not take (and which task's it is)
-        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(map(_shown_word, extra))}")
+    repeated = _repeated_flag(_innermost(parser, args), argv)
+    if repeated:  # the last would win silently, as a repeated key of a --config file would
+        _innermost(parser, args).error(f"{repeated} is given more than once (give each flag once)")
     if args.command is None:
         parser.print_help()
         return 0

@@ -47,7 +47,13 @@ from pdevision._values import is_finite_number, is_int
 from pdevision.engine.metadata import MAX_METADATA_BYTES, MetadataError, parse_json
 from pdevision.engine.runtime import one_line
 from pdevision.models import FAMILIES, list_models
-from pdevision.models._arguments import MAX_CLASSES, MAX_SIZE, ModelArgumentError, check_model_args
+from pdevision.models._arguments import (
+    MAX_CLASSES,
+    MAX_SIZE,
+    ModelArgumentError,
+    check_model_args,
+    valid_image_size,
+)
 from pdevision.models._weights import HEAD_KEYS, unwrap_state_dict
 
 __all__ = [
@@ -417,12 +423,6 @@ def _check_sizes(meta: dict[str, Any], file: str | Path) -> None:
             f"checkpoint {file}: its num_classes must be a whole number from 0 to {MAX_CLASSES:,}, "
             f"got {meta['num_classes']!r:.80}"
         )
-
-
-def valid_image_size(value: Any) -> bool:
-    """Whether ``value`` is an image size: an integer, or a pair of them, from 1 to :data:`MAX_SIZE`."""
-    parts = value if isinstance(value, (list, tuple)) else [value]
-    return bool(parts) and all(is_int(v) and 0 < v <= MAX_SIZE for v in parts)
 
 
 def read_meta(path: str | Path, model: str | None = None) -> dict[str, Any]:

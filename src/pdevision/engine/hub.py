@@ -145,7 +145,14 @@ def _run_record(folder: Path, name: str) -> dict[str, Any]:
 
 
 def _scalar(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{value:.4g}" if isinstance(value, float) else _card_text(str(value), limit=1000)
+
+
+def _card_text(text: str, limit: int = 80) -> str:
+    """``text`` as one line of the model card: characters that are not printable (newlines, controls) escaped as
+    Python writes them, cut at ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def model_card(meta: dict[str, Any], checkpoint: Path, name: str | None = None) -> str:
@@ -175,7 +182,7 @@ def model_card(meta: dict[str, Any], checkpoint: Path, name: str | None = None) 
         "--format hub`.",
     ]
     if classes:
-        shown = ", ".join(str(c) for c in classes[:20]) + (", ..." if len(classes) > 20 else "")
+        shown = ", ".join(_card_text(str(c)) for c in classes[:20]) + (", ..." if len(classes) > 20 else "")
         lines += ["", f"Classes: {shown}."]
     lines += [
         "",
@@ -215,9 +222,9 @@ def model_card(meta: dict[str, Any], checkpoint: Path, name: str | None = None) 
             lines.append(f"- this checkpoint: {checkpoint.name}, after epoch {epoch}")
         best = summary.get("best_row") if isinstance(summary.get("best_row"), dict) else {}
         if isinstance(summary.get("best_metric"), str):
-            lines.append(f"- best {summary['best_metric']}: {_scalar(summary.get('best'))}")
+            lines.append(f"- best {_card_text(summary['best_metric'])}: {_scalar(summary.get('best'))}")
         lines += [
-            f"- {k} (best epoch): {_scalar(v)}"
+            f"- {_card_text(k)} (best epoch): {_scalar(v)}"
             for k, v in best.items()
             if isinstance(v, (int, float, str)) and (k == "epoch" or k.startswith("val_"))
         ]

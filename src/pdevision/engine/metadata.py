@@ -54,4 +54,29 @@ def parse_json(text: str, max_bytes: int = MAX_METADATA_BYTES, max_depth: int = 
         raise MetadataError(f"metadata that cannot be read as JSON ({' '.join(str(exc).split())[:120]})") from None
 
 
-__all__ = ["MAX_JSON_DEPTH", "MAX_METADATA_BYTES", "MetadataError", "json_depth", "parse_json"]
+class RepeatedKeyError(ValueError):
+    """A mapping names a key twice (the second value would silently win)."""
+
+    def __init__(self, key: Any) -> None:
+        super().__init__(f"key {key!r} is set twice (a file of flag values sets each key once)")
+
+
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the mapping, a :class:`RepeatedKeyError` where a key repeats."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RepeatedKeyError(key)
+        out[key] = value
+    return out
+
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_METADATA_BYTES",
+    "MetadataError",
+    "RepeatedKeyError",
+    "json_depth",
+    "parse_json",
+    "unique_pairs",
+]

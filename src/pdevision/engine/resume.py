@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pdevision._files import not_a_regular_file
 from pdevision.engine.checkpoint import CheckpointError, resumed_run_folder
 from pdevision.engine.hub import run_settings
 from pdevision.engine.metadata import MetadataError, parse_json
@@ -32,26 +33,55 @@ ORIGIN = frozenset({"resume", "init_from", "pretrained"})
 CONTINUABLE = frozenset({"epochs", "warmup_epochs"})  # a recipe derives warm-up from the epochs
 # keys config.json holds beside the settings
 HISTORY = "resumed"
+# what the loop writes into every run folder beside config.json: a folder holding one is a run whose settings count
+RUN_RECORDS = ("metrics.csv", "summary.json")
 
 
 def recorded_config(resume: str | Path) -> tuple[dict[str, Any], Path] | None:
     """The settings a run records (``RUN/config.json`` of the run folder that ``resume`` continues, without timm's
     keys: :func:`~pdevision.engine.hub.run_settings`) and that file, or ``None`` for a checkpoint outside a run folder
-    (or a run folder without one)."""
+    (or in a folder of checkpoints that holds no record of a run); a :class:`UsageError` where a run's file is
+    missing, is not a regular file or cannot be read (the run would go on with settings it never had)."""
     try:
         folder = resumed_run_folder(resume)
     except CheckpointError:
         return None  # the resume itself reports it
-    if folder is None or not (folder / "config.json").is_file():
+    if folder is None:
         return None
     path = folder / "config.json"
+    missing = not (path.exists() or path.is_symlink())
+    if missing and not any((folder / name).is_file() for name in RUN_RECORDS):
+        return None  # checkpoints saved by hand (save_checkpoint), not a run of the loop: the flags say it all
+    if not path.is_file() or not_a_regular_file(path) is not None:  # the run's settings are unknown: never guessed
+        what = "missing" if missing else f"{not_a_regular_file(path) or 'not a file'}"
+        raise UsageError(
+            f"--resume {resume}: the run's settings {path} are {what}; a resumed run continues as its config.json "
+            "records it: put the run's config.json back, or start a new run"
+        )
     try:
         values = parse_json(path.read_text(encoding="utf-8", errors="replace"))
     except (MetadataError, OSError) as exc:
         raise UsageError(f"--resume {resume}: the run's settings {path} cannot be read ({exc})") from None
     if not isinstance(values, dict):
         raise UsageError(f"--resume {resume}: the run's settings {path} are not a mapping")
+    history = values.get(HISTORY, [])
+    if not (isinstance(history, list) and all(_is_change(item) for item in history)):
+        raise UsageError(
+            f"--resume {resume}: the run's settings {path} hold a {HISTORY!r} that is not a list of changes "
+            f'(each {{"after_epoch": N, SETTING: [BEFORE, AFTER]}}), got {history!r:.80}'
+        )
     return run_settings(values), path
+
+
+def _is_change(item: Any) -> bool:
+    """Whether ``item`` is one entry of ``config.json``'s ``resumed`` list, as :func:`continued_config` writes it."""
+    if (
+        not isinstance(item, dict)
+        or not isinstance(item.get("after_epoch"), int)
+        or isinstance(item["after_epoch"], bool)
+    ):
+        return False
+    return all(isinstance(v, list) and len(v) == 2 for k, v in item.items() if k != "after_epoch")
 
 
 def restorable_settings(recorded: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ prints as ``error: argument --flag: REASON``). :class:`Bounded` types also check
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from timm.optim import get_optimizer_info
 
 from pdevision._files import inside_library_folder
 from pdevision._values import is_finite_number, is_int
-from pdevision.engine.metadata import MetadataError, parse_json
+from pdevision.engine.metadata import MetadataError, RepeatedKeyError, parse_json, unique_pairs
 from pdevision.errors import UsageError
 from pdevision.models.factory import MAX_SIZE, RATE_EXPECTED, ModelArgumentError, check_model_args, check_rate
 
@@ -283,6 +284,10 @@ def json_dict(text: str) -> dict:
         raise argparse.ArgumentTypeError(str(exc).replace("metadata", "model arguments", 1)) from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"depth\": 4}'")
+    try:  # within the limits: read once more, each object's keys seen in turn (the last of a repeated key won)
+        json.loads(text, object_pairs_hook=unique_pairs)
+    except RepeatedKeyError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.args[0].split(' (')[0]} (give each model argument once)") from None
     if "img_size" in value:  # the task sets it from --img-size / --patch-size; twice was a TypeError at build time
         raise argparse.ArgumentTypeError("img_size is set with --img-size (restoration: --patch-size), not here")
     if "num_classes" in value:  # the task sizes the classifier from the data; twice was a TypeError at build time

@@ -61,6 +61,13 @@ POOL_TYPES = ("avg", "max", "avgmax", "catavgmax", "token", "map")  # the last t
 RATE_EXPECTED = "a number in [0, 1) (a probability)"  # what check_rate accepts, as its messages say it
 
 
+def valid_image_size(value: Any) -> bool:
+    """Whether ``value`` is an image size: an integer, or a pair of them, from 1 to :data:`MAX_SIZE` (the one check
+    of an image size read from a file or given to :func:`pdevision.models.factory.create_model`)."""
+    parts = value if isinstance(value, (list, tuple)) else [value]
+    return bool(parts) and all(is_int(v) and 0 < v <= MAX_SIZE for v in parts)
+
+
 def check_rate(value: Any, name: str = "drop_path_rate") -> float:
     """``value`` as a float where it is a drop probability (``drop_path_rate``: stochastic depth drops a block with
     it), a number in [0, 1); else a :class:`ModelArgumentError` naming ``name`` (1 or more, a negative or a NaN rate

@@ -10,6 +10,7 @@ import timm
 from timm.utils.model import reparameterize_model
 from torch import nn
 
+from pdevision._values import is_int
 from pdevision.errors import UsageError
 from pdevision.models._arguments import (
     MAX_COUNT_ARGUMENT,
@@ -25,6 +26,7 @@ from pdevision.models._arguments import (
     check_model_size,
     check_model_values,
     check_rate,
+    valid_image_size,
 )
 from pdevision.models.restoration import is_restoration_model
 
@@ -42,6 +44,10 @@ def create_model(
     Local weights load through ``timm.create_model`` (see docs/using.md)."""
     check_model_name(name)
     check_model_args(kwargs)
+    if img_size is not None and not (valid_image_size(img_size) and (is_int(img_size) or len(img_size) == 2)):
+        raise ModelArgumentError(
+            f"img_size={img_size!r:.80} must be an integer from 1 to {MAX_SIZE}, or a pair (height, width) of them"
+        )
     kwargs = {k: v for k, v in kwargs.items() if k != "pretrained"}
     if not timm.is_model(name):
         if is_restoration_model(name):
@@ -89,11 +95,15 @@ def _create(name: str, kwargs: dict[str, Any], img_size: int | None) -> nn.Modul
     if img_size is not None:
         try:
             return timm.create_model(name, img_size=img_size, **kwargs)
+        except ModelArgumentError:  # the constructor's own check (a TypeError too): it names the argument
+            raise
         except TypeError as exc:
             if "img_size" not in str(exc):
                 raise _not_taken(name, kwargs, exc) from exc
     try:
         return timm.create_model(name, **kwargs)
+    except ModelArgumentError:
+        raise
     except TypeError as exc:  # e.g. --model-args '{"depth": 1}' for a model that takes "depths"
         raise _not_taken(name, kwargs, exc) from exc
 

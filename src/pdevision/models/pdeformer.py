@@ -72,6 +72,7 @@ from pdevision.layers.mixers import (
     PointwiseMixer,
     WaveMixer,
 )
+from pdevision.models._arguments import check_rate
 from pdevision.models._staged import create_staged
 from pdevision.models._weights import default_cfg
 
@@ -137,6 +138,7 @@ class PDEFormer(MetaFormer):
             raise ValueError(f"patch_size must be an integer from 1 to 64, got {patch_size!r}")
         if init_seed is not None and not (is_int(init_seed) and 0 <= init_seed < 2**63):
             raise ValueError(f"init_seed must be None or an integer >= 0, got {init_seed!r}")
+        check_rate(kwargs.get("drop_path_rate", 0.0))  # MetaFormer's linspace took 1, -0.1 and NaN without a word
         kwargs = mixer_kwargs(mixer, kwargs)
         with _drawn_from(None if init_seed is None else _seed(init_seed, "token_mixer")):
             super().__init__(*args, token_mixers=MIXERS[mixer], **kwargs)
@@ -232,6 +234,8 @@ def _create_pdeformer(variant: str, pretrained: bool = False, mixer: str = "heat
     staged families' one factory (``features_only`` through ``forward_intermediates``, as theirs)."""
     mixer_kwargs(mixer, {})  # an unknown mixer is refused before anything else
     depths = kwargs.get("depths", (1, 1, 3, 1))
+    if not isinstance(depths, list | tuple):  # MetaFormer's len() of it: "does not take the arguments ['depths']"
+        raise ValueError(f"depths must be a list of block counts, one per stage (such as (6,)), got {depths!r:.80}")
     kwargs.setdefault("out_indices", tuple(range(len(depths))))  # the flat family has one stage
     kwargs["dims"] = dims = _stage_dims(kwargs.get("dims", 32), depths)
     if mixer == "attention":  # timm's Attention maps back to the stage's width: heads must tile it

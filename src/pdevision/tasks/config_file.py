@@ -24,7 +24,7 @@ import yaml
 from pdevision._files import not_a_regular_file
 from pdevision.engine.config import RunConfig
 from pdevision.engine.hub import run_settings
-from pdevision.engine.metadata import MAX_JSON_DEPTH, MetadataError, parse_json
+from pdevision.engine.metadata import MAX_JSON_DEPTH, MetadataError, RepeatedKeyError, parse_json, unique_pairs
 from pdevision.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,10 @@ TIMM_TRAIN_KEYS = frozenset(
 MAX_BYTES = 1 << 20  # a flag file is a few kilobytes; a larger one is not one
 MAX_DEPTH = MAX_JSON_DEPTH  # a flag's value is a list or a mapping of model arguments: two or three levels
 MAX_VALUES = 100_000
-_SHAPE = f"a file of flag values holds at most {MAX_VALUES:,} values nested at most {MAX_DEPTH} deep"
+_SHAPE = (
+    f"a file of flag values holds at most {MAX_VALUES:,} values nested at most {MAX_DEPTH} deep, and at most "
+    f"{MAX_BYTES:,} characters of text once its aliases are expanded"
+)
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -96,7 +99,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         except MetadataError as exc:
             raise UsageError(f"--config {path}: {exc}; YAML files end in .yaml or .yml") from None
         try:  # the limits are checked: read once more, each mapping's keys seen in turn
-            json.loads(text, object_pairs_hook=_unique_pairs)
+            json.loads(text, object_pairs_hook=unique_pairs)
         except RepeatedKeyError as exc:
             raise UsageError(f"--config {path}: {exc}") from None
     if value is None:
@@ -109,23 +112,6 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if "task" in value and not isinstance(value["task"], str):
         raise UsageError(f"--config {path}: task must be a task name, got {value['task']!r:.80}")
     return run_settings(value)  # a run's config.json: its settings, without timm's keys beside them
-
-
-class RepeatedKeyError(ValueError):
-    """A mapping of a flag file names a key twice (the second value would silently win)."""
-
-    def __init__(self, key: Any) -> None:
-        super().__init__(f"key {key!r} is set twice (a file of flag values sets each key once)")
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads``'s ``object_pairs_hook``: the mapping, refused where a key repeats."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise RepeatedKeyError(key)
-        out[key] = value
-    return out
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -148,14 +134,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _check_shape(value: Any, path: str | Path) -> None:
-    """Refuse values nested deeper than :data:`MAX_DEPTH` or of more than :data:`MAX_VALUES` values once YAML's
-    aliases are expanded (a "billion laughs" file of a few hundred bytes names 10^9 of them), walked without
-    recursion and stopped at the limit."""
-    stack, count = [(value, 1)], 0
+    """Refuse values nested deeper than :data:`MAX_DEPTH`, of more than :data:`MAX_VALUES` values or of more than
+    :data:`MAX_BYTES` characters of strings once YAML's aliases are expanded (a "billion laughs" file of a few
+    hundred bytes names 10^9 values; one string of 100 kB aliased 5,000 times in ``model_args`` is 500 MB of text,
+    refused after 13 s before this bound), walked without recursion and stopped at the limit."""
+    stack, count, chars = [(value, 1)], 0, 0
     while stack:
         item, depth = stack.pop()
         count += 1
-        if depth > MAX_DEPTH or count > MAX_VALUES:
+        chars += len(item) if isinstance(item, str) else 0  # one long string aliased many times: a quadratic bomb
+        if depth > MAX_DEPTH or count > MAX_VALUES or chars > MAX_BYTES:
             raise UsageError(f"--config {path}: {_SHAPE}")
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
@@ -172,7 +160,7 @@ def _convert(action: argparse.Action, key: str, value: Any, source: str) -> Any:
     flag = action.option_strings[-1]
 
     def wrong(why: str) -> UsageError:
-        return UsageError(f"--config {source}: {key} ({flag}): {why}")
+        return UsageError(f"{source}: {key} ({flag}): {why}")
 
     if isinstance(action, argparse._StoreConstAction | argparse._StoreTrueAction | argparse._StoreFalseAction):
         if not isinstance(value, bool):
@@ -221,7 +209,8 @@ def config_defaults(
     source: str,
     task_defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The parser's defaults that ``values`` (a config file's mapping) sets, each checked like its flag.
+    """The parser's defaults that ``values`` (a config file's mapping) sets, each checked like its flag; ``source``
+    names where they come from in the messages (``--config FILE``).
     ``task_defaults``: the task configuration's settings as a run with no flags has them (its fields without a flag
     are accepted at these values only)."""
     actions = _actions(parser)
@@ -236,7 +225,7 @@ def config_defaults(
     unknown = [key for key in values if key not in actions and key not in RECORDED_ONLY and key not in run_fields]
     if len(TIMM_TRAIN_KEYS.intersection(unknown)) >= 3:  # timm's train.py wrote it: name all it holds at once
         raise UsageError(
-            f"--config {source} is a timm train.py args file, not pdevision's flags; pdevision does not know its keys "
+            f"{source} is a timm train.py args file, not pdevision's flags; pdevision does not know its keys "
             f"{', '.join(unknown)} (give those settings as pdevision flags: see --help)"
         )
     out: dict[str, Any] = {}
@@ -247,18 +236,16 @@ def config_defaults(
         elif key in RECORDED_ONLY or key in run_fields:
             fixed = fixed_defaults.get(key, value)
             if _plain(value) != _plain(fixed):
-                raise UsageError(
-                    f"--config {source}: {key} has no flag; only its default {fixed!r} is accepted, got {value!r}"
-                )
+                raise UsageError(f"{source}: {key} has no flag; only its default {fixed!r} is accepted, got {value!r}")
             recorded.append(key)
         else:
             raise UsageError(
-                f"--config {source}: unknown key {key!r} (expected flag names of this command, as the run records "
+                f"{source}: unknown key {key!r} (expected flag names of this command, as the run records "
                 f"them: e.g. {', '.join(sorted(actions)[:6])}; see --help)"
             )
     if recorded:
         names = ", ".join(recorded)
-        log.info("--config %s: %s recorded by a run, set by no flag (the run derives them)", source, names)
+        log.info("%s: %s recorded by a run, set by no flag (the run derives them)", source, names)
     return out
 
 

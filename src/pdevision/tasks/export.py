@@ -113,8 +113,8 @@ def export_metadata(model: nn.Module, meta: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _sizes(size: int, dynamic: bool) -> list[tuple[int, int]]:
-    return [(size, size), (size + 32, size + 16)] if dynamic else [(size, size)]
+def _sizes(height: int, width: int, dynamic: bool) -> list[tuple[int, int]]:
+    return [(height, width), (height + 32, width + 16)] if dynamic else [(height, width)]
 
 
 def _ort_session(path: Path) -> Any:
@@ -184,6 +184,15 @@ def _check_output(fmt: str, output: Path, int8: bool) -> None:
     why = inside_library_folder(output)
     if why is not None:  # the next save of that checkpoint, or the run's training, would delete the export
         raise UsageError(f"--output {output} {why}; write beside it instead")
+    probe = output.parent / f".export-write-test-{os.getpid()}"
+    try:  # before the model is loaded and traced: a read-only folder was an OSError after the work (exit 1)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(
+            f"the folder of --output {output} cannot be written ({exc.strerror or type(exc).__name__}); give "
+            "another --output"
+        ) from None
     if int8 and fmt == "pt2":
         raise UsageError(
             "--int8 with --format pt2: torch.export cannot trace torch.ao dynamic-quantized linears; use --format onnx "
@@ -199,7 +208,7 @@ def _check_output(fmt: str, output: Path, int8: bool) -> None:
 def _differences(run: Callable[[torch.Tensor], np.ndarray], model: nn.Module, x: torch.Tensor, dynamic: bool) -> dict:
     """The largest absolute difference from ``model`` of the written program ``run``, per checked size."""
     checks = {}
-    for h, w in _sizes(x.shape[-1], dynamic):
+    for h, w in _sizes(x.shape[-2], x.shape[-1], dynamic):
         xi = torch.randn(2, x.shape[1], h, w)
         checks[f"{h}x{w}"] = float(np.abs(run(xi) - model(xi).numpy()).max())
     return checks
@@ -294,17 +303,22 @@ def export_checkpoint(
     if int8:  # the run's own data unless --data names other data
         data, val_split = run_data(folder, meta, data, val_split)
     val_set = _val_set(meta, data, val_split) if int8 else None
-    size = int(meta["img_size"])
-    if size < min_input_size(model):  # traced, the model's own message would show the shape as tensors
+    sides = (
+        [int(v) for v in meta["img_size"]] if isinstance(meta["img_size"], list | tuple) else [int(meta["img_size"])]
+    )
+    height, width = sides[-2:] if len(sides) > 1 else sides * 2  # one side or (height, width): bounded by the reader
+    shown = f"{height} px" if height == width else f"{height} x {width} px"
+    if min(height, width) < min_input_size(model):  # traced, the model's own message would show the shape as tensors
         raise CheckpointError(
-            f"checkpoint {checkpoint}: its image size {size} px is below the {min_input_size(model)} px that "
+            f"checkpoint {checkpoint}: its image size {shown} is below the {min_input_size(model)} px that "
             f"{meta.get('model')} takes at least; it cannot be exported at that size"
         )
-    # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
-    trace = max(size, 2 * min_input_size(model)) if dynamic else size
+    if dynamic:  # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
+        height, width = (max(side, 2 * min_input_size(model)) for side in (height, width))
+        shown = f"{height} px" if height == width else f"{height} x {width} px"
     result: dict[str, Any] = {"format": fmt, "output": str(output), "model": meta.get("model"), "int8": int8}
     try:
-        x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), trace, trace)
+        x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), height, width)
         with torch.no_grad():
             if fmt == "onnx":
                 result.update(_write_onnx(model, meta, x, output, dynamic, val_set))
@@ -320,7 +334,7 @@ def export_checkpoint(
             shutil.rmtree(output, ignore_errors=True)
         output.unlink(missing_ok=True)
         raise CheckpointError(
-            f"checkpoint {checkpoint}: exporting at its image size {trace} px needs more memory than this machine "
+            f"checkpoint {checkpoint}: exporting at its image size {shown} needs more memory than this machine "
             "gives (a program is traced and checked at the checkpoint's size); nothing was written"
         ) from None
     files = output.rglob("*") if output.is_dir() else [output]
