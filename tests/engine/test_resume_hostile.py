@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pdevision.engine.hub import GIVEN_MODEL_ARGS
 from pdevision.engine.resume import INVOCATION
 from tests.helpers import digit_folder, exit_code
 
@@ -174,7 +175,10 @@ def test_a_recorded_setting_of_the_wrong_type_is_one_line_naming_it(
 ) -> None:
     run = _copy(stopped, tmp_path / "run")
     key, value, message = VALUE_CASES[case]
-    _replace(run / "config.json", json.dumps({**_config(run), key: value}))
+    config = _config(run)
+    if key == "model_args" and GIVEN_MODEL_ARGS in config:  # beside timm's keys, the run's own are under this name
+        key = GIVEN_MODEL_ARGS
+    _replace(run / "config.json", json.dumps({**config, key: value}))
     before = _sums(run)
     err = _one_line_exit_2(["train", "--resume", run], capsys)
     assert message in err, err

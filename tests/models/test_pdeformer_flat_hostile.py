@@ -178,7 +178,7 @@ def test_a_bad_argument_on_the_command_line_is_one_line(
     [
         (["--img-size", "1"], "image size 1 is below the model's minimum of 2"),
         (["--img-size", "0"], "--img-size"),
-        (["--drop-path", "1"], "--drop-path: must be a number in [0.0, 1.0)"),
+        (["--drop-path", "1"], "--drop-path: must be a number in [0, 1)"),
         (["--model", "pdeformer_flat_large"], "unknown model 'pdeformer_flat_large'"),
     ],
     ids=["img-size-below-the-patch", "img-size-zero", "drop-path-one", "no-such-size"],
