@@ -114,6 +114,17 @@ def test_fused_block_runs_the_plain_forward_where_the_kernels_do_not_apply() -> 
         assert torch.equal(fast(x), plain(x))  # no drop path here: training mode alone takes the plain forward
 
 
+def test_accelerated_block_traces_to_the_plain_graph() -> None:
+    """torch.fx (timm's and torchvision's feature extraction) traces the plain forward of an accelerated block."""
+    torch.manual_seed(4)
+    plain, fast = _blocks(4)
+    graph = torch.fx.symbolic_trace(fast)
+    assert not any("linear" in str(node.target) for node in graph.graph.nodes)
+    x = torch.randn(2, 4, 6, 5)
+    with torch.inference_mode():
+        torch.testing.assert_close(graph(x), plain(x))
+
+
 def _ops(model: torch.nn.Module, x: torch.Tensor) -> tuple[set[str], int]:
     """The operators one forward runs after a first one, and how many of its convolutions have 1x1 kernels."""
     with torch.inference_mode():

@@ -102,7 +102,7 @@ class FusedHcRaBlock(HcRaBlock):
     mlp: RefinementMlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training or x.dtype != torch.float32 or kernels.compute_dtype(x) != torch.float32:
+        if self.training or kernels.compute_dtype(x) != torch.float32 or x.dtype != torch.float32:  # traces first
             return super().forward(x)
         xh = x.permute(0, 2, 3, 1)
         y = kernels.neighbour_heat_nhwc(xh if xh.is_contiguous() else xh.contiguous(), self._rate(xh))
