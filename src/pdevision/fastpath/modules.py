@@ -94,10 +94,12 @@ class FusedHcRaBlock(HcRaBlock):
     on the CPU it runs on NHWC memory, taking and returning NCHW tensors in channels-last memory (a copy in when the
     input is not): ``alpha``'s 1x1 projection of the pooled map as one oneDNN product, the heat step as
     :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the channels-last map, the RaL's 1x1
-    convolutions as oneDNN products (its exact GELU fused into the first, the residual sum into the second), its
-    depthwise filter on the channels-last map. Elsewhere (training mode, autograd, bfloat16 autocast, other devices,
-    traces, :func:`~pdevision.fastpath.kernels.reference_kernels`) the plain forward. Swapped in only where the RaL is
-    a :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions around the activation and filter)."""
+    convolutions as oneDNN products (the residual sum fused into the second; its GELU after the first product, not
+    fused into it: oneDNN's erf post-op was the slower of the two on the AVX2 development machine at HcNet-T's shapes,
+    ``benchmarks/hcnet_fastpath``), its depthwise filter on the channels-last map. Elsewhere (training mode,
+    autograd, bfloat16 autocast, other devices, traces, :func:`~pdevision.fastpath.kernels.reference_kernels`) the
+    plain forward. Swapped in only where the RaL is a :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions
+    around the activation and filter)."""
 
     mlp: RefinementMlp
 
@@ -107,11 +109,8 @@ class FusedHcRaBlock(HcRaBlock):
         xh = x.permute(0, 2, 3, 1)
         y = kernels.neighbour_heat_nhwc(xh if xh.is_contiguous() else xh.contiguous(), self._rate(xh))
         z = self.norm2(y.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
-        fc1, act, fc2 = self.mlp.fc1, self.mlp.act, self.mlp.fc2
-        fused_gelu = type(act) is nn.GELU and act.approximate == "none"
-        h = kernels.linear(z, fc1.weight.flatten(1), fc1.bias, "gelu" if fused_gelu else "none")
-        if not fused_gelu:
-            h = act(h)
+        fc1, fc2 = self.mlp.fc1, self.mlp.fc2
+        h = self.mlp.act(kernels.linear(z, fc1.weight.flatten(1), fc1.bias))
         h = self.mlp.dwconv(h.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         return kernels.linear_add(h, fc2.weight.flatten(1), fc2.bias, y).permute(0, 3, 1, 2)
 
