@@ -12,6 +12,7 @@ import functools
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from timm.layers import Mlp
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
@@ -92,7 +93,7 @@ class ChunkedMlp(Mlp):
 class FusedHcRaBlock(HcRaBlock):
     """The HcNet authors' Hc-Ra block (:class:`~pdevision.layers.hcl.HcRaBlock`) on the kernels: in float32 inference
     on the CPU it runs on NHWC memory, taking and returning NCHW tensors in channels-last memory (a copy in when the
-    input is not): ``alpha``'s 1x1 projection of the pooled map as one oneDNN product, the heat step as
+    input is not): ``alpha``'s 1x1 projection of the pooled map as a matrix-vector product, the heat step as
     :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the channels-last map, the RaL's 1x1
     convolutions as oneDNN products (the residual sum fused into the second; its GELU after the first product, not
     fused into it: oneDNN's erf post-op was the slower of the two on the AVX2 development machine at HcNet-T's shapes,
@@ -119,8 +120,9 @@ class FusedHcRaBlock(HcRaBlock):
         proj = self.heat.k_proj
         if proj is None:
             return self.heat.rate(xh)
+        # a matrix-vector product per sample: PyTorch's own (oneDNN's call costs more than the product here)
         pooled = xh.mean(dim=(1, 2))
-        return torch.sigmoid(kernels.linear(pooled, proj.weight.flatten(1), proj.bias))[:, None, None, :]
+        return torch.sigmoid(F.linear(pooled, proj.weight.flatten(1), proj.bias))[:, None, None, :]
 
 
 def _fused_filter_fits(u: torch.Tensor, h: int, w: int, method: str) -> bool:
