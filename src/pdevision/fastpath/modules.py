@@ -95,12 +95,12 @@ class FusedHcRaBlock(HcRaBlock):
     on the CPU it runs on NHWC memory, taking and returning NCHW tensors in channels-last memory (a copy in when the
     input is not): ``alpha``'s 1x1 projection of the pooled map as a matrix-vector product, the heat step as
     :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the channels-last map, the RaL's 1x1
-    convolutions as oneDNN products (the residual sum fused into the second; its GELU after the first product, not
-    fused into it: oneDNN's erf post-op was the slower of the two on the AVX2 development machine at HcNet-T's shapes,
-    ``benchmarks/hcnet_fastpath``), its depthwise filter on the channels-last map. Elsewhere (training mode,
-    autograd, bfloat16 autocast, other devices, traces, :func:`~pdevision.fastpath.kernels.reference_kernels`) the
-    plain forward. Swapped in only where the RaL is a :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions
-    around the activation and filter)."""
+    convolutions as oneDNN products (the residual sum fused into the second), its GELU after the first product (not
+    oneDNN's erf post-op, the slower of the two on the AVX2 development machine at HcNet-T's stage-3 shapes and at
+    768 px, about equal at 224 px's first stage: ``benchmarks/hcnet_fastpath``), its depthwise filter on the
+    channels-last map. Elsewhere (training mode, autograd, bfloat16 autocast, other devices, traces,
+    :func:`~pdevision.fastpath.kernels.reference_kernels`) the plain forward. Swapped in only where the RaL is a
+    :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions around the activation and filter)."""
 
     mlp: RefinementMlp
 
