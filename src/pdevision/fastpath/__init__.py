@@ -23,8 +23,9 @@ from timm.layers import Mlp
 from torch import nn
 
 from pdevision.fastpath.kernels import fused_optimizer_supported, no_fused_kernels, set_fused_kernels
-from pdevision.fastpath.modules import ChunkedMlp, FusedConv2d, FusedLinear, fused_spectral_class
+from pdevision.fastpath.modules import ChunkedMlp, FusedConv2d, FusedHcRaBlock, FusedLinear, fused_spectral_class
 from pdevision.layers import ConvDownsample, ConvStem, MixerBlock, RefinementActivation, SpectralOperator
+from pdevision.layers.hcl import HcDownsample, HcRaBlock, HcStem, RefinementMlp
 
 __all__ = [
     "accelerate",
@@ -35,19 +36,22 @@ __all__ = [
     "set_fused_kernels",
 ]
 
-_CHANNELS_LAST = (ConvStem, ConvDownsample)  # convolutions followed by a norm that reads NHWC memory
+# convolutions followed by a norm that reads NHWC memory; HcNet's, whose blocks run on NHWC memory when accelerated
+_CHANNELS_LAST = (ConvStem, ConvDownsample, HcStem, HcDownsample)
 
 
 def accelerate(model: nn.Module) -> nn.Module:
     """Put ``model``'s modules on the CPU kernels, in place, and return it: spectral operators, linear layers (an
     MLP's exact GELU fused into its first product), convolutions (bfloat16 weights cast once), the token-wise MLPs
-    of mixer blocks (chunked in inference), stems and downsampling channels-last. Same parameters, same state dict,
-    same function. Applying it twice changes nothing."""
+    of mixer blocks (chunked in inference), stems and downsampling channels-last, HcNet's blocks on NHWC memory.
+    Same parameters, same state dict, same function. Applying it twice changes nothing."""
     for module in list(model.modules()):
         if isinstance(module, SpectralOperator):
             module.__class__ = fused_spectral_class(type(module))
         elif isinstance(module, MixerBlock) and type(module.mlp) is Mlp and _token_wise(module.mlp):
             module.mlp.__class__ = ChunkedMlp
+        elif type(module) is HcRaBlock and type(module.mlp) is RefinementMlp:
+            module.__class__ = FusedHcRaBlock
         elif isinstance(module, _CHANNELS_LAST):
             module.to(memory_format=torch.channels_last)
     _fuse_mlp_gelus(model)

@@ -33,6 +33,7 @@ from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from pdevision.ops.dct import dct_matrix
+from pdevision.ops.fdm import neighbour_count
 
 _ENABLED = True
 ACTIVATIONS = ("none", "gelu", "silu")
@@ -128,6 +129,15 @@ def linear(
         bias = cast_cached(cache, bias, dtype) if bias is not None else None
     b = bias.to(dtype) if bias is not None else None
     return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight.to(dtype), b, name, [], algorithm)
+
+
+def linear_add(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, other: torch.Tensor) -> torch.Tensor:
+    """``other + F.linear(x, weight, bias)`` over the last dimension (a residual branch's output product): one
+    float32 oneDNN product with the sum fused into it where :func:`compute_dtype` of ``x`` is float32, else the plain
+    sum. ``other`` has the output's shape."""
+    if compute_dtype(x) != torch.float32 or {x.dtype, weight.dtype, other.dtype} != {torch.float32}:
+        return other + F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise.binary(x, other.contiguous(), weight, bias, "add")
 
 
 # An FX leaf (torchvision's create_feature_extractor, timm's feature_cls="fx" and FX tests): the kernel is chosen when
@@ -239,3 +249,30 @@ def heat_filter_nhwc(u: torch.Tensor, decay_wh: torch.Tensor) -> torch.Tensor:
         y = onednn_mm(ch_t, tmp2.view(h, w * c).t())  # (H, W*C): inverse along H
         out[i] = y.view(h, w, c)
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _inverse_neighbour_count(h: int, w: int, dtype: torch.dtype) -> torch.Tensor:
+    """``1 / neighbour_count`` of an ``h x w`` map as an NHWC ``(1, H, W, 1)`` tensor, made once per size (not an
+    inference tensor, so that it serves every mode); 0 where a pixel has no neighbour (a 1x1 map)."""
+    with torch.inference_mode(False):
+        count = neighbour_count(torch.empty(1, 1, h, w, dtype=dtype)).reshape(1, h, w, 1)
+        return torch.where(count > 0, 1.0 / count.clamp(min=1.0), torch.zeros_like(count))
+
+
+def neighbour_heat_nhwc(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """The HcNet authors' heat step ``x + alpha (mean_8(x) - x)`` (:class:`~pdevision.layers.hcl.NeighbourMeanHeat`:
+    ``mean_8`` the mean of the neighbours inside the image) on an NHWC map ``x (B, H, W, C)``, ``alpha`` broadcasting
+    against ``(B, 1, 1, C)``; a new NHWC tensor, contiguous when ``x`` is.
+
+    One 3x3 average pool over the channels-last map (the 3x3 sum over 9) and five in-place element-wise passes over
+    its output, with the neighbour count's inverse made once per map size (:func:`_inverse_neighbour_count`): the
+    plain path, on NCHW memory, pools the map and a map of ones and makes a new tensor in each of six more steps. A
+    map of one pixel, which has no neighbours, is returned unchanged (as by the plain path). Equals
+    :func:`~pdevision.ops.fdm.neighbour_mean`'s step to float rounding."""
+    h, w = x.shape[1], x.shape[2]
+    if h * w == 1:
+        return x.clone()
+    s = F.avg_pool2d(x.permute(0, 3, 1, 2), 3, stride=1, padding=1).permute(0, 2, 3, 1)
+    inverse_count = _inverse_neighbour_count(h, w, x.dtype)
+    return s.mul_(9.0).sub_(x).mul_(inverse_count).sub_(x).mul_(alpha).add_(x)

@@ -12,11 +12,13 @@ import functools
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from timm.layers import Mlp
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.fastpath import kernels
+from pdevision.layers.hcl import HcRaBlock, RefinementMlp
 from pdevision.layers.spectral import SpectralOperator, spectral_filter
 from pdevision.ops.dct import dct2, idct2, resolve_method
 
@@ -24,6 +26,7 @@ __all__ = [
     "FUSED_FILTER_MIN_TOKENS",
     "ChunkedMlp",
     "FusedConv2d",
+    "FusedHcRaBlock",
     "FusedLinear",
     "FusedSpectralOperator",
     "fused_spectral_class",
@@ -85,6 +88,41 @@ class ChunkedMlp(Mlp):
         for start in range(0, flat.shape[0], self.chunk):
             out[start : start + self.chunk] = super().forward(flat[start : start + self.chunk])
         return out.reshape(x.shape)
+
+
+class FusedHcRaBlock(HcRaBlock):
+    """The HcNet authors' Hc-Ra block (:class:`~pdevision.layers.hcl.HcRaBlock`) on the kernels: in float32 inference
+    on the CPU it runs on NHWC memory, taking and returning NCHW tensors in channels-last memory (a copy in when the
+    input is not): ``alpha``'s 1x1 projection of the pooled map as a matrix-vector product, the heat step as
+    :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the channels-last map, the RaL's 1x1
+    convolutions as oneDNN products (the residual sum fused into the second), its GELU after the first product (not
+    oneDNN's erf post-op, the slower of the two on the AVX2 development machine at HcNet-T's stage-3 shapes and at
+    768 px, about equal at 224 px's first stage: ``benchmarks/hcnet_fastpath``), its depthwise filter on the
+    channels-last map. Elsewhere (training mode, autograd, bfloat16 autocast, other devices, traces,
+    :func:`~pdevision.fastpath.kernels.no_fused_kernels`) the plain forward. Swapped in only where the RaL is a
+    :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions around the activation and filter)."""
+
+    mlp: RefinementMlp
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training or kernels.compute_dtype(x) != torch.float32 or x.dtype != torch.float32:  # traces first
+            return super().forward(x)
+        xh = x.permute(0, 2, 3, 1)
+        y = kernels.neighbour_heat_nhwc(xh if xh.is_contiguous() else xh.contiguous(), self._rate(xh))
+        z = self.norm2(y.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        fc1, fc2 = self.mlp.fc1, self.mlp.fc2
+        h = self.mlp.act(kernels.linear(z, fc1.weight.flatten(1), fc1.bias))
+        h = self.mlp.dwconv(h.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        return kernels.linear_add(h, fc2.weight.flatten(1), fc2.bias, y).permute(0, 3, 1, 2)
+
+    def _rate(self, xh: torch.Tensor) -> torch.Tensor:
+        """``alpha`` for the NHWC input ``xh``: ``(B, 1, 1, C)`` in the input mode, else the heat step's 0-d one."""
+        proj = self.heat.k_proj
+        if proj is None:
+            return self.heat.rate(xh)
+        # a matrix-vector product per sample: PyTorch's own (oneDNN's call costs more than the product here)
+        pooled = xh.mean(dim=(1, 2))
+        return torch.sigmoid(F.linear(pooled, proj.weight.flatten(1), proj.bias))[:, None, None, :]
 
 
 def _fused_filter_fits(u: torch.Tensor, h: int, w: int, method: str) -> bool:
