@@ -10,8 +10,14 @@ apart and grow dash by dash in turn; then ``n_distractors`` paths of ``distracto
 after the other, each left out where it finds no room. Two dots (discs of ``dot_radius``) are drawn: on the start
 and the end of one target path in a positive image (label 1), on the start of one target path and the end of the
 other in a negative (label 0). Images come in pairs, a negative and a positive whose dots are the same distance
-apart (to within :data:`DOT_BIN`), and no two dots closer than two radii and the separation: the dots' distance
-has one distribution in both classes (version 1 drew it apart by label: it gave the label 58-60% of the time).
+apart (to within :data:`DOT_BIN`), and no two dots closer than two radii and the separation (nor, in x and y both,
+closer than ``dot_span``): the dots' distance has one distribution in both classes (version 1 drew it apart by
+label: it gave the label 58-60% of the time). The two target drawings of a pair are placed together: each turned
+rigidly about its first dot so that its dots point along one drawn direction, then one translation, uniform among
+those that keep both inside the image, puts both first dots at one point; so the dots of a pair sit at the same
+places (to within the bin), and neither their places nor their offsets carry the label (version 2 shifted each
+drawing into the image on its own, so the room left, and the dots' places, depended on the path's extent: a
+classifier on the dots' geometry reached 53.6%).
 
 A path is a walk of dashes: dash ``j`` runs ``dash_length`` from ``p_j`` in the direction ``theta_j``; dash
 ``j + 1`` starts ``dash_gap`` after its end, with ``theta_{j+1} = theta_j + U(-max_turn, max_turn)``. Each dash is
@@ -43,7 +49,7 @@ import numpy as np
 
 from pdevision._values import is_finite_scalar, is_integer_scalar
 
-VERSION = 2  # 2: positives and negatives paired at one dot distance (1: the dots' distance differed by label)
+VERSION = 3  # 3: a pair placed jointly, its dots at one place (2: one dot distance; 1: the distance differed by label)
 BLOCK = 256
 REFERENCE_SIZE = 32  # the lengths of PathfinderConfig are pixels of an image of this side
 CELL = 1.0  # side of the grid cells, in reference pixels, on which the distances between paths are checked
@@ -52,6 +58,7 @@ SPLITS = {"train": 0, "val": 1, "test": 2}
 MAX_ROUNDS = 100  # rounds of drawing the target pairs that got stuck before giving up
 MAX_PATHS = 64  # one bit of a uint64 per path in the occupancy grid
 DOT_BIN = 0.25  # reference pixels: a positive and its negative have dot distances in one bin this wide
+PLACE_TRIES = 8  # directions tried for placing a negative and its positive together
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class PathfinderConfig:
     separation: float = 2.0  # least distance between two paths (and between a path and the targets' dots)
     seed_distance: float = 7.0  # distance between the starts of the two target paths
     tries: int = 16  # draws of each dash before the path is given up
+    dot_span: float = 0.0  # least Chebyshev distance (larger of |dx|, |dy|) between the two dots' centres; 0: none
 
     @property
     def scale(self) -> float:
@@ -110,6 +118,11 @@ class PathfinderConfig:
             raise ValueError(
                 f"separation {self.separation} must be at least the dash gap ({self.gap_px} px at {self.size} px), "
                 "or most drawings would put two paths within a gap of each other; raise it or lower dash_gap"
+            )
+        if not (is_finite_scalar(self.dot_span) and 0 <= self.dot_span < REFERENCE_SIZE / 2):
+            raise ValueError(
+                f"pathfinder dot_span must be a number from 0 to below {REFERENCE_SIZE / 2:g} (pixels of a 32-px "
+                f"image), got {self.dot_span!r:.40}"
             )
         if self.seed_distance <= 2 * self.dot_radius + self.separation:
             raise ValueError("seed_distance must exceed two dot radii plus the separation")
@@ -387,12 +400,14 @@ def _matched_targets(rng: np.random.Generator, pairs: int, cfg: PathfinderConfig
     """Target paths (2 pairs, 2, n, 2) for ``pairs`` pairs of images, a negative then a positive, path 0 carrying
     the first dot. Drawn target pairs are taken in order; each offers a positive (its dots on path 0's ends) and a
     negative (path 0's start, path 1's end), each at its dot distance, in bins of :data:`DOT_BIN`. A drawing is
-    paired with the first one waiting whose other label falls in the same bin, or waits. So the two images of a
-    pair have their dots the same distance apart (to within a bin), positives and negatives have one distribution
-    of dot distance, and dots closer than two radii and the separation (merged, or nearly) are never drawn."""
+    paired with the first one waiting whose other label falls in the same bin, or waits; the pair is then placed
+    together (:func:`_place_pair`) or, where it does not fit, dropped. So the two images of a pair have their dots
+    at the same places (to within a bin), positives and negatives have one distribution of dot distance and place,
+    and dots closer than two radii and the separation (merged, or nearly), or than ``dot_span``, are never
+    drawn."""
     n = cfg.n_dashes
     out = [np.full((2 * pairs, 2, n, 2), np.nan), np.full((2 * pairs, 2, n, 2), np.nan)]
-    least = 2 * cfg.dot_radius + cfg.separation
+    least = max(2 * cfg.dot_radius + cfg.separation, cfg.dot_span)
     drawn: list[np.ndarray] = []  # starts and dirs of every drawing so far, stacked (k, 2, 2, n, 2)
     waiting: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})  # by label: bin -> drawings waiting
     used: set[int] = set()
@@ -421,16 +436,64 @@ def _matched_targets(rng: np.random.Generator, pairs: int, cfg: PathfinderConfig
                 continue
             used.update((own, partner))
             pair = (partner, own) if label == 1 else (own, partner)  # (negative, positive)
-            for slot, which in enumerate(pair):
-                out[0][2 * done + slot], out[1][2 * done + slot] = every[which, 0], every[which, 1]
+            placed = _place_pair(rng, every[list(pair), 0], every[list(pair), 1], cfg)
+            if placed is None:  # no direction fits both drawings: the pair is dropped, whichever its labels
+                continue
+            out[0][2 * done : 2 * done + 2], out[1][2 * done : 2 * done + 2] = placed
             done += 1
             if done == pairs:
                 return out[0], out[1]
         total += k
     raise RuntimeError(
         f"pathfinder: {MAX_ROUNDS} rounds drew too few positives and negatives of equal dot distance; "
-        "use fewer dashes or a larger max_turn"
+        "use fewer dashes, a larger max_turn or a smaller dot_span"
     )
+
+
+def _place_pair(
+    rng: np.random.Generator, starts: np.ndarray, dirs: np.ndarray, cfg: PathfinderConfig
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Target paths (2, 2, n, 2) of a negative and a positive (``starts``, ``dirs``, path 0 carrying the first dot)
+    placed together: a direction ``u`` is drawn, each drawing is turned rigidly about its first dot so that its dot
+    vector points along ``u``, and one translation, uniform among those that keep both turned drawings inside the
+    image, puts the first dot of both at one point. The first ``PLACE_TRIES`` directions are tried in turn (a
+    direction also needs the dots' Chebyshev distance at least ``cfg.dot_span`` in both images); None where none
+    fits. So the dots of the two images sit at the same places, to within the bin of their distance."""
+    ends = starts[:, :, -1] + cfg.dash_length * dirs[:, :, -1]
+    first = starts[:, 0, 0]  # (2, 2)
+    second = np.stack([ends[0, 1], ends[1, 0]])  # the negative's dot on path 1, the positive's on path 0
+    vec = second - first
+    dist = np.linalg.norm(vec, axis=-1)
+    alpha = np.arctan2(vec[:, 1], vec[:, 0])
+    points = (
+        np.concatenate(
+            [
+                _dash_points(starts, dirs, cfg).reshape(2, -1, 2),
+                *(_disc_points(c, cfg) for c in (starts[:, 0, 0], starts[:, 1, 0], ends[:, 0], ends[:, 1])),
+            ],
+            axis=1,
+        )
+        - first[:, None]
+    )
+    edge = cfg.dot_radius + cfg.thickness / 2 + 0.5
+    phi = rng.uniform(0.0, 2 * np.pi, PLACE_TRIES)
+    unit = np.stack([np.cos(phi), np.sin(phi)], -1)
+    span = np.abs(unit).max(-1)[:, None] * dist[None]  # (tries, 2)
+    turn = phi[:, None] - alpha[None]  # (tries, 2)
+    c, s = np.cos(turn), np.sin(turn)
+    rot = np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)  # (tries, 2, 2, 2)
+    turned = np.einsum("tiab,ikb->tika", rot, points)  # (tries, 2 images, k, 2)
+    lo = (edge - turned.min(axis=2)).max(axis=1)  # (tries, 2): the first dot's least place fitting both
+    hi = (REFERENCE_SIZE - edge - turned.max(axis=2)).min(axis=1)
+    fits = (hi > lo).all(-1) & (span >= cfg.dot_span).all(-1)
+    at = rng.random(2)  # drawn whether or not a direction fits: the stream does not depend on the fit
+    if not fits.any():
+        return None
+    t = int(fits.argmax())
+    place = lo[t] + at * (hi[t] - lo[t])
+    new_dirs = np.einsum("iab,ipdb->ipda", rot[t], dirs)
+    new_starts = place + np.einsum("iab,ipdb->ipda", rot[t], starts - first[:, None, None])
+    return new_starts, new_dirs
 
 
 def _take(waiting: dict[int, list[int]], b: int, used: set[int]) -> int | None:
