@@ -17,21 +17,28 @@ This script runs the design check (``--check``): each arm's receptive field at i
 ``pdevision.viz.erf`` and computed from the layout, against the task's path extent; the testbed's shortcuts (a
 classifier on the two dots' geometry and a CNN that sees 7 px, on ``--n-test`` test images); the time of a training
 step of each arm of the contrasts (``STUDY_ARMS``: the only arms the pilot and the study run), for the budget.
-It exits 1 naming each condition that fails. ``--power PILOT.json`` turns a pilot (3 selection seeds per arm,
-never reported: ``{"arm": {"seed": accuracy}}``) into the seeds per arm for 80% power. The pilot and the reported
-runs are not run by this script yet. ``--report-only`` writes the report from the record. The record was made with
+It exits 1 naming each condition that fails. ``--pilot`` runs the pilot (3 selection seeds per arm, never reported,
+through ``pdevision.tasks.classify.train``, ``--jobs`` runs at once on one thread each, continued where it was cut
+off) into the record: its accuracies, its spread of paired differences and the seeds per arm for 80% power, its
+core-hours and the reported seeds the rest of the budget pays. ``--power PILOT.json`` gives the seeds per arm for
+accuracies given as ``{"arm": {"seed": accuracy}}``. The reported runs are not run by this script yet.
+``--report-only`` writes the report from the record. The record was made with
 
     python benchmarks/pathfinder_flat/pathfinder_flat.py --check --n-test 2048 --n-train 2048 --workers 2 --cache DIR
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --pilot --jobs 2
     python benchmarks/pathfinder_flat/pathfinder_flat.py --report-only
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import multiprocessing
 import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -47,8 +54,12 @@ from torch import nn
 
 from pdevision._files import replaced_atomically
 from pdevision.bench.measure import machine_description
+from pdevision.data.cache import ENV as DATA_CACHE
+from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec, pathfinder_arrays
 from pdevision.data.pathfinder import LRA_32, VERSION, PathfinderImages, dot_geometry, make_pathfinder
+from pdevision.engine import RunConfig
 from pdevision.models.pdeformer import FLAT_ARMS
+from pdevision.tasks.classify import ClassifyConfig, train
 from pdevision.viz.erf import area_share, erf_maps
 
 HERE = Path(__file__).resolve().parent
@@ -88,6 +99,19 @@ MARGIN = 3.0  # points: the smallest difference that matters
 ALPHA, POWER = 0.05, 0.8
 SUPPORT = 1e-12  # a pixel is seen when its float64 gradient exceeds this share of the largest
 NOISE_P = 0.01  # a shortcut accuracy is within binomial noise of 50% when its two-sided p-value is above this
+
+# the runs of the pilot and the study: one training set of the testbed (the "train" split of SEED, as the shortcut
+# classifiers'), accuracy on its "val" split; the light recipe's optimiser and schedule without crops, with flips
+# (``recipe="pathfinder"``), at its learning rate: chosen for these runs, not tuned and not taken from a paper
+STUDY_SET = "pathfinder-flat"
+RUN = {"train_images": 4000, "val_images": 2000, "epochs": 10, "batch_size": 64, "recipe": "pathfinder"}
+PATHFINDER_SETS.setdefault(
+    STUDY_SET,
+    PathfinderSetSpec(RUN["train_images"], RUN["val_images"], 2000, CONFIG, seed=SEED, description="the flat study"),
+)
+PILOT_SEEDS = (1000, 1001, 1002)  # selection seeds: never reported (the reported seeds count from 0)
+NOT_RUN = "The pilot and the reported runs have not been run."
+ESCAPE = 60.0  # points: a run has left chance once its validation accuracy passes this
 
 
 # ---- receptive fields --------------------------------------------------------------------------------------------
@@ -265,6 +289,8 @@ def seeds_needed(sd: float, kind: str, contrasts: int = len(CONTRASTS)) -> int:
     """Seeds per arm for 80% power at a 3-point difference (non-inferiority: true difference 0 against the 3-point
     margin, one-sided) at the level Holm gives the first of ``contrasts`` tests (``ALPHA / contrasts``), by
     statsmodels' power of the paired t-test."""
+    if sd == 0:  # every pair differs by the same amount: two seeds show it
+        return 2
     alternative = "larger" if kind == "noninferior" else "two-sided"
     n = TTestPower().solve_power(effect_size=MARGIN / sd, alpha=ALPHA / contrasts, power=POWER, alternative=alternative)
     return int(np.ceil(max(n, 2)))
@@ -324,6 +350,84 @@ def draw(split: str, n: int, workers: int, cache: Path | None) -> PathfinderImag
         with replaced_atomically(path) as tmp:
             np.savez(tmp, **asdict(drawn))
     return drawn
+
+
+# ---- the runs --------------------------------------------------------------------------------------------------
+def train_run(arm: str, seed: int, folder: Path) -> dict[str, Any]:
+    """One run of ``arm`` at ``seed`` (the weights outside the mixer and the data order) on one thread, in ``folder``:
+    continued from its ``last/`` checkpoint where an earlier call was cut off, read back where it completed. Its
+    validation accuracy per epoch and its seconds."""
+    torch.set_num_threads(1)
+    summary_file = folder / "summary.json"
+    done = summary_file.is_file() and json.loads(summary_file.read_text()).get("status") == "completed"
+    if not done:
+        resume = (folder / "last" / "trainer.pt").is_file()
+        config = ClassifyConfig(
+            model=MODEL,
+            data=STUDY_SET,
+            recipe=RUN["recipe"],
+            img_size=CONFIG.size,
+            model_args={"mixer": arm, "depths": [DEPTH], "init_seed": seed},
+            run=RunConfig(
+                output=str(folder),
+                resume=str(folder) if resume else None,
+                overwrite=not resume,
+                epochs=RUN["epochs"],
+                batch_size=RUN["batch_size"],
+                seed=seed,
+                workers=0,
+                progress=False,
+            ),
+        )
+        train(config)
+    summary = json.loads(summary_file.read_text())
+    with open(folder / "metrics.csv", newline="") as f:
+        curve = [float(row["val_top1"]) for row in csv.DictReader(f)]
+    return {"arm": arm, "seed": seed, "val_top1": curve, "seconds": summary["seconds"]}
+
+
+def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
+    """The pilot's runs (``PILOT_SEEDS`` x ``STUDY_ARMS``), ``args.jobs`` at a time, each written into the record as
+    it ends, so a cut-off pilot continues where it stopped; then its power plan."""
+    os.environ.setdefault(DATA_CACHE, str(args.runs / "data"))  # drawn once, read by every worker
+    for split in ("train", "val"):
+        pathfinder_arrays(STUDY_SET, split, CONFIG.size, workers=args.jobs)
+    pilot = record.setdefault("pilot", {"run": RUN, "seeds": list(PILOT_SEEDS), "runs": {}})
+    todo = [(a, s) for s in PILOT_SEEDS for a in STUDY_ARMS if f"{a}/{s}" not in pilot["runs"]]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+        jobs = [pool.submit(train_run, a, s, args.runs / "pilot" / f"{a}-{s}") for a, s in todo]
+        for job in as_completed(jobs):
+            result = job.result()
+            pilot["runs"][f"{result['arm']}/{result['seed']}"] = result
+            print(f"pilot {result['arm']} seed {result['seed']}: {result['val_top1'][-1]:.2f}%", file=sys.stderr)
+            write_record(RECORD, record)
+    return record
+
+
+def pilot_plan(record: dict[str, Any]) -> dict[str, Any]:
+    """From the pilot's runs: final accuracies by arm and seed, the share of runs that left chance and their epoch
+    of escape, the power plan (:func:`power_plan`), the core-hours the runs took, and the reported seeds per arm the
+    rest of the budget pays, with the contrasts that stay decidable at that number."""
+    runs = record["pilot"]["runs"].values()
+    accuracy = {a: {str(r["seed"]): r["val_top1"][-1] for r in runs if r["arm"] == a} for a in STUDY_ARMS}
+    escaped = {
+        a: [next((e + 1 for e, v in enumerate(r["val_top1"]) if v > ESCAPE), None) for r in runs if r["arm"] == a]
+        for a in STUDY_ARMS
+    }
+    hours = sum(r["seconds"] for r in runs) / 3600
+    per_seed = hours / len(PILOT_SEEDS)
+    affordable = max(0, int((record["plan"]["budget_core_hours"] - hours) // per_seed))
+    plan = power_plan(accuracy)
+    return {
+        "accuracy": accuracy,
+        "escape_epochs": escaped,
+        "core_hours": hours,
+        "core_hours_per_seed": per_seed,
+        "reported_seeds_affordable": affordable,
+        **plan,
+        "decidable": [name for name, r in plan["contrasts"].items() if r["seeds_needed"] <= affordable],
+    }
 
 
 # ---- record and report -------------------------------------------------------------------------------------------
@@ -393,7 +497,8 @@ def report(record: dict[str, Any]) -> str:
         "# Pathfinder on the flat skeleton: the design check",
         "",
         "Generated by `python benchmarks/pathfinder_flat/pathfinder_flat.py --report-only` from "
-        "[pathfinder_flat.json](pathfinder_flat.json). The pilot and the reported runs have not been run.",
+        "[pathfinder_flat.json](pathfinder_flat.json). "
+        + ("The reported runs have not been run." if "pilot" in record else NOT_RUN),
         "",
         f"**Verdict: {'passes' if not record['failures'] else 'FAILS: ' + '; '.join(record['failures'])}.**",
         "",
@@ -461,7 +566,45 @@ def report(record: dict[str, Any]) -> str:
         "the contrasts that stay decidable are reported.",
         "",
     ]
+    if record.get("pilot", {}).get("runs"):
+        lines += pilot_report(record)
     return "\n".join(lines)
+
+
+def pilot_report(record: dict[str, Any]) -> list[str]:
+    p, run = pilot_plan(record), record["pilot"]["run"]
+    seeds = record["pilot"]["seeds"]
+    lines = [
+        "## The pilot (selection seeds, never reported)",
+        "",
+        f"{len(record['pilot']['runs'])} runs of {len(seeds) * len(STUDY_ARMS)}: {run['train_images']:,} training "
+        f"images, {run['epochs']} epochs, batch {run['batch_size']}, recipe `{run['recipe']}`, one thread a run; "
+        f"validation accuracy on {run['val_images']:,} images after the last epoch, in points.",
+        "",
+        "| arm | " + " | ".join(f"seed {s}" for s in seeds) + f" | epoch it passed {ESCAPE:.0f}% |",
+        "|---|" + "---:|" * len(seeds) + "---|",
+    ]
+    for arm in STUDY_ARMS:
+        cells = [f"{p['accuracy'][arm][str(s)]:.2f}" if str(s) in p["accuracy"][arm] else "" for s in seeds]
+        escape = ", ".join("never" if e is None else str(e) for e in p["escape_epochs"][arm])
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {escape} |")
+    lines += [
+        "",
+        "| contrast | pilot seeds | sd of the paired differences (points) | seeds per arm for 80% power at 3 points |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, r in p["contrasts"].items():
+        lines.append(f"| {name} | {r['pilot_seeds']} | {r['sd_paired']:.2f} | {r['seeds_needed']} |")
+    decidable = ", ".join(p["decidable"]) or "none"
+    lines += [
+        "",
+        f"The pilot took {p['core_hours']:.2f} core-hours ({p['core_hours_per_seed']:.2f} per seed of the "
+        f"{len(STUDY_ARMS)} arms); the rest of the {record['plan']['budget_core_hours']:.0f} core-hour budget pays "
+        f"{p['reported_seeds_affordable']} reported seeds per arm, against {p['seeds_per_arm']} for every contrast. "
+        f"Decidable at that number: {decidable}.",
+        "",
+    ]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,9 +618,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan-epochs", type=int, default=10, help="epochs of a planned run")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cache", type=Path, help="a folder to keep the drawn images in for a later check")
+    parser.add_argument("--pilot", action="store_true", help="run (or continue) the pilot and write it to the record")
+    parser.add_argument("--jobs", type=int, default=2, help="runs of the pilot at once, one thread each")
+    parser.add_argument("--runs", type=Path, default=Path("runs/pathfinder_flat"), help="the runs' folders")
     args = parser.parse_args(argv)
-    if sum(map(bool, (args.check, args.report_only, args.power))) != 1:
-        print("pathfinder_flat: give one of --check, --report-only, --power PILOT.json", file=sys.stderr)
+    if sum(map(bool, (args.check, args.report_only, args.power, args.pilot))) != 1:
+        print("pathfinder_flat: give one of --check, --pilot, --report-only, --power PILOT.json", file=sys.stderr)
         return 2
     if args.power:
         try:
@@ -490,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         record = check(args)
         write_record(RECORD, record)
+    elif args.pilot and RECORD.exists():
+        run_pilot(args, json.loads(RECORD.read_text()))
     elif not RECORD.exists():
         print(f"pathfinder_flat: no record at {RECORD.name}; run --check first", file=sys.stderr)
         return 2

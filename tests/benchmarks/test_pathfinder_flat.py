@@ -167,3 +167,46 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("pathfinder_flat:") for line in err)
+
+
+def _pilot_record(curves: dict[str, list[list[float]]], seconds: float = 600.0) -> dict:
+    runs = {
+        f"{arm}/{seed}": {"arm": arm, "seed": seed, "val_top1": curve, "seconds": seconds}
+        for arm, by_seed in curves.items()
+        for seed, curve in zip(pf.PILOT_SEEDS, by_seed, strict=True)
+    }
+    return {"plan": {"budget_core_hours": 40.0}, "pilot": {"run": pf.RUN, "seeds": list(pf.PILOT_SEEDS), "runs": runs}}
+
+
+def test_the_pilot_plan_reads_final_accuracies_escapes_hours_and_what_stays_decidable() -> None:
+    rng = np.random.default_rng(2)
+    curves = {arm: [[50.0, 55.0, float(70 + i + rng.normal(0, 0.5))] for i in range(3)] for arm in pf.STUDY_ARMS}
+    curves["dwconv"] = [[50.0, 51.0, 52.0]] * 3  # never leaves chance
+    curves["wave"] = [[50.0, 62.0, float(70 + i + 10 * (-1) ** i)] for i in range(3)]  # a wide spread against heat
+    plan = pf.pilot_plan(_pilot_record(curves))
+    assert plan["accuracy"]["heat"] == {str(s): c[-1] for s, c in zip(pf.PILOT_SEEDS, curves["heat"], strict=True)}
+    assert plan["escape_epochs"]["heat"] == [3, 3, 3] and plan["escape_epochs"]["wave"] == [2, 2, 2]
+    assert plan["escape_epochs"]["dwconv"] == [None, None, None]
+    runs = 3 * len(pf.STUDY_ARMS)
+    assert plan["core_hours"] == pytest.approx(runs * 600 / 3600)
+    per_seed = len(pf.STUDY_ARMS) * 600 / 3600
+    assert plan["reported_seeds_affordable"] == int((40 - runs * 600 / 3600) // per_seed)
+    # wave against heat: paired differences of sd about 10 points need more seeds than the budget pays
+    assert plan["contrasts"]["wave vs heat"]["seeds_needed"] > plan["reported_seeds_affordable"]
+    assert "wave vs heat" not in plan["decidable"] and "heat vs its pass-through" in plan["decidable"]
+
+
+def test_the_pilots_report_is_its_record(tmp_path: Path, monkeypatch) -> None:
+    record = json.loads(pf.RECORD.read_text())
+    curves = {arm: [[50.0, 61.0 + i + (arm == "wave") * i * i] for i in range(3)] for arm in pf.STUDY_ARMS}
+    record.update(_pilot_record(curves), plan={**record["plan"], "budget_core_hours": 40.0})
+    monkeypatch.setattr(pf, "RECORD", tmp_path / "r.json")
+    monkeypatch.setattr(pf, "REPORT", tmp_path / "r.md")
+    pf.write_record(pf.RECORD, record)
+    pf.main(["--report-only"])
+    text = pf.REPORT.read_text()
+    assert "## The pilot (selection seeds, never reported)" in text and pf.NOT_RUN not in text
+    assert "| heat | 61.00 | 62.00 | 63.00 | 2, 2, 2 |" in text
+    plan = pf.pilot_plan(record)
+    for name, r in plan["contrasts"].items():
+        assert f"| {name} | 3 | {r['sd_paired']:.2f} | {r['seeds_needed']} |" in text
