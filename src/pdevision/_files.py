@@ -25,6 +25,7 @@ __all__ = [
     "is_run_folder",
     "not_a_regular_file",
     "replaced_atomically",
+    "why_not_writable",
     "write_atomically",
 ]
 
@@ -85,6 +86,19 @@ def write_atomically(path: str | Path, data: str | bytes) -> None:
             tmp.write_text(data, encoding="utf-8")
         else:
             tmp.write_bytes(data)
+
+
+def why_not_writable(folder: str | Path) -> str | None:
+    """Why files cannot be created in the existing ``folder`` (read-only permissions, an immutable folder, a
+    read-only mount), in words, or ``None`` where they can: found by creating and removing a file, as a writer
+    would."""
+    probe = Path(folder) / f".write-test-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
 
 
 def is_run_folder(folder: str | Path) -> bool:

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import re
 import sys
 import time
@@ -40,6 +39,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
+from pdevision._files import why_not_writable
 from pdevision._optional import install_hint, installed, require
 from pdevision.engine.checkpoint import (
     NO_CHECKPOINT_YET,
@@ -209,13 +209,10 @@ def check_writable_run_folder(run_dir: Path) -> None:
     an immutable folder, a read-only mount): found by creating and removing a file, as the run would."""
     if not run_dir.is_dir():
         return
-    probe = run_dir / f".write-test-{os.getpid()}"
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        probe.unlink()
-    except OSError as exc:
+    why = why_not_writable(run_dir)
+    if why is not None:
         raise UsageError(
-            f"run folder {run_dir} cannot be written ({exc.strerror or type(exc).__name__}); a resumed run continues "
+            f"run folder {run_dir} cannot be written ({why}); a resumed run continues "
             "in its own folder: resume a writable copy of it, or give --output a new folder for the continued run"
         ) from None
 

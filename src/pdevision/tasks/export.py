@@ -42,7 +42,7 @@ import timm
 import torch
 from torch import nn
 
-from pdevision._files import inside_library_folder, replaced_atomically
+from pdevision._files import inside_library_folder, replaced_atomically, why_not_writable
 from pdevision._optional import MissingDependencyError
 from pdevision.data import build_datasets, eval_transform_for
 from pdevision.data.embedded import embedded_classes
@@ -184,15 +184,9 @@ def _check_output(fmt: str, output: Path, int8: bool) -> None:
     why = inside_library_folder(output)
     if why is not None:  # the next save of that checkpoint, or the run's training, would delete the export
         raise UsageError(f"--output {output} {why}; write beside it instead")
-    probe = output.parent / f".export-write-test-{os.getpid()}"
-    try:  # before the model is loaded and traced: a read-only folder was an OSError after the work (exit 1)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(
-            f"the folder of --output {output} cannot be written ({exc.strerror or type(exc).__name__}); give "
-            "another --output"
-        ) from None
+    why = why_not_writable(output.parent)  # before the model is loaded and traced (was an OSError after it: exit 1)
+    if why is not None:
+        raise UsageError(f"the folder of --output {output} cannot be written ({why}); give another --output")
     if int8 and fmt == "pt2":
         raise UsageError(
             "--int8 with --format pt2: torch.export cannot trace torch.ao dynamic-quantized linears; use --format onnx "
