@@ -712,26 +712,6 @@ def _shown_word(word: str) -> str:
     return word if word and word.isprintable() and not word.isspace() else repr(word)
 
 
-def _repeated_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
-    """The first flag of ``parser`` that takes a value and is given more than once in ``argv`` (before ``--``), as
-    ``--flag`` or ``--flag=value``, under any of its names."""
-    names = {
-        name: action
-        for action in parser._actions
-        if action.option_strings and action.nargs != 0 and not isinstance(action, argparse._AppendAction)
-        for name in action.option_strings
-    }
-    seen: set[argparse.Action] = set()
-    for word in argv[: argv.index("--")] if "--" in argv else argv:
-        action = names.get(word.split("=", 1)[0] if word.startswith("--") else word)
-        if action is None:
-            continue
-        if action in seen:
-            return "/".join(action.option_strings)
-        seen.add(action)
-    return None
-
-
 # what the user's input causes, each reported as one line with exit code 2; some inputs unreadable and the others
 # done (PartialFailure): exit code 3; every other exception is the library's fault: one line, exit code 1, its
 # traceback with PDEVISION_TRACEBACK=1
@@ -759,9 +739,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # the subcommand names a flag it does not take (and which task's it is)
         _innermost(parser, args).error(f"unrecognized arguments: {' '.join(map(_shown_word, extra))}")
-    repeated = _repeated_flag(_innermost(parser, args), argv)
-    if repeated:  # the last would win silently, as a repeated key of a --config file would
-        _innermost(parser, args).error(f"{repeated} is given more than once (give each flag once)")
     if args.command is None:
         parser.print_help()
         return 0
