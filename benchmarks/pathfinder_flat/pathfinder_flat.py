@@ -406,26 +406,34 @@ def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
 
 
 def pilot_plan(record: dict[str, Any]) -> dict[str, Any]:
-    """From the pilot's runs: final accuracies by arm and seed, the share of runs that left chance and their epoch
-    of escape, the power plan (:func:`power_plan`), the core-hours the runs took, and the reported seeds per arm the
-    rest of the budget pays, with the contrasts that stay decidable at that number."""
-    runs = record["pilot"]["runs"].values()
+    """From the pilot's runs so far: final accuracies by arm and seed, each run's epoch of escape (``None``: it never
+    left chance), the core-hours the runs took and per seed of the arms, and, once every arm has the pilot's seeds,
+    the power plan (:func:`power_plan`), the reported seeds per arm the rest of the budget pays and the contrasts
+    that stay decidable at that number."""
+    runs = list(record["pilot"]["runs"].values())
     accuracy = {a: {str(r["seed"]): r["val_top1"][-1] for r in runs if r["arm"] == a} for a in STUDY_ARMS}
     escaped = {
         a: [next((e + 1 for e, v in enumerate(r["val_top1"]) if v > ESCAPE), None) for r in runs if r["arm"] == a]
         for a in STUDY_ARMS
     }
     hours = sum(r["seconds"] for r in runs) / 3600
-    per_seed = hours / len(PILOT_SEEDS)
-    affordable = max(0, int((record["plan"]["budget_core_hours"] - hours) // per_seed))
-    plan = power_plan(accuracy)
-    return {
+    out = {
+        "runs": len(runs),
         "accuracy": accuracy,
         "escape_epochs": escaped,
+        "left_chance": sum(e is not None for es in escaped.values() for e in es),
         "core_hours": hours,
-        "core_hours_per_seed": per_seed,
-        "reported_seeds_affordable": affordable,
+        "core_hours_per_seed": hours / len(runs) * len(STUDY_ARMS) if runs else None,
+    }
+    if any(len(accuracy[a]) < len(PILOT_SEEDS) for a in STUDY_ARMS):
+        return out  # not every run yet: no spread to plan from
+    plan = power_plan(accuracy)
+    seconds, per_seed = sum(r["seconds"] for r in runs), sum(r["seconds"] for r in runs) / len(runs) * len(STUDY_ARMS)
+    affordable = max(0, int((record["plan"]["budget_core_hours"] * 3600 - seconds) // per_seed))
+    return {
+        **out,
         **plan,
+        "reported_seeds_affordable": affordable,
         "decidable": [name for name, r in plan["contrasts"].items() if r["seeds_needed"] <= affordable],
     }
 
@@ -577,9 +585,11 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
     lines = [
         "## The pilot (selection seeds, never reported)",
         "",
-        f"{len(record['pilot']['runs'])} runs of {len(seeds) * len(STUDY_ARMS)}: {run['train_images']:,} training "
-        f"images, {run['epochs']} epochs, batch {run['batch_size']}, recipe `{run['recipe']}`, one thread a run; "
-        f"validation accuracy on {run['val_images']:,} images after the last epoch, in points.",
+        f"{p['runs']} run{'s' if p['runs'] != 1 else ''} of {len(seeds) * len(STUDY_ARMS)}: "
+        f"{run['train_images']:,} training images, "
+        f"{run['epochs']} epochs, batch {run['batch_size']}, recipe `{run['recipe']}`, one thread a run; validation "
+        f"accuracy on {run['val_images']:,} images after the last epoch, in points. {p['left_chance']} of the "
+        f"{p['runs']} passed {ESCAPE:.0f}%; they took {p['core_hours']:.2f} core-hours.",
         "",
         "| arm | " + " | ".join(f"seed {s}" for s in seeds) + f" | epoch it passed {ESCAPE:.0f}% |",
         "|---|" + "---:|" * len(seeds) + "---|",
@@ -588,6 +598,15 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
         cells = [f"{p['accuracy'][arm][str(s)]:.2f}" if str(s) in p["accuracy"][arm] else "" for s in seeds]
         escape = ", ".join("never" if e is None else str(e) for e in p["escape_epochs"][arm])
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {escape} |")
+    if p["runs"] and not p["left_chance"]:
+        lines += [
+            "",
+            "No run has left chance: at chance every arm scores 50% and the spread measures nothing, so the pilot "
+            "cannot plan the study at this size. The run's size (training images, epochs) or the skeleton's depth "
+            "must change, and the design check run again, before the pilot goes on.",
+        ]
+    if "contrasts" not in p:
+        return [*lines, "", "The pilot is not complete: no spread of paired differences to plan the seeds from.", ""]
     lines += [
         "",
         "| contrast | pilot seeds | sd of the paired differences (points) | seeds per arm for 80% power at 3 points |",
@@ -598,10 +617,9 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
     decidable = ", ".join(p["decidable"]) or "none"
     lines += [
         "",
-        f"The pilot took {p['core_hours']:.2f} core-hours ({p['core_hours_per_seed']:.2f} per seed of the "
-        f"{len(STUDY_ARMS)} arms); the rest of the {record['plan']['budget_core_hours']:.0f} core-hour budget pays "
-        f"{p['reported_seeds_affordable']} reported seeds per arm, against {p['seeds_per_arm']} for every contrast. "
-        f"Decidable at that number: {decidable}.",
+        f"{p['core_hours_per_seed']:.2f} core-hours per seed of the {len(STUDY_ARMS)} arms: the rest of the "
+        f"{record['plan']['budget_core_hours']:.0f} core-hour budget pays {p['reported_seeds_affordable']} reported "
+        f"seeds per arm, against {p['seeds_per_arm']} for every contrast. Decidable at that number: {decidable}.",
         "",
     ]
     return lines

@@ -189,11 +189,23 @@ def test_the_pilot_plan_reads_final_accuracies_escapes_hours_and_what_stays_deci
     assert plan["escape_epochs"]["dwconv"] == [None, None, None]
     runs = 3 * len(pf.STUDY_ARMS)
     assert plan["core_hours"] == pytest.approx(runs * 600 / 3600)
-    per_seed = len(pf.STUDY_ARMS) * 600 / 3600
-    assert plan["reported_seeds_affordable"] == int((40 - runs * 600 / 3600) // per_seed)
+    assert plan["core_hours_per_seed"] == pytest.approx(len(pf.STUDY_ARMS) * 600 / 3600)
+    assert plan["reported_seeds_affordable"] == (40 * 3600 - runs * 600) // (len(pf.STUDY_ARMS) * 600)
     # wave against heat: paired differences of sd about 10 points need more seeds than the budget pays
     assert plan["contrasts"]["wave vs heat"]["seeds_needed"] > plan["reported_seeds_affordable"]
     assert "wave vs heat" not in plan["decidable"] and "heat vs its pass-through" in plan["decidable"]
+
+
+def test_a_pilot_cut_short_reports_its_runs_and_plans_nothing() -> None:
+    record = _pilot_record({"heat": [[50.0, 50.2, 51.0], [50.0, 64.0, 70.0], [50.0, 50.0, 50.0]]})
+    plan = pf.pilot_plan(record)
+    assert plan["runs"] == 3 and plan["left_chance"] == 1 and plan["escape_epochs"]["heat"] == [None, 2, None]
+    assert "contrasts" not in plan and "decidable" not in plan
+    text = "\n".join(pf.pilot_report(record))
+    assert "3 runs of 15" in text and "1 of the 3 passed 60%" in text and "The pilot is not complete" in text
+    assert "No run has left chance" not in text
+    at_chance = _pilot_record({"heat": [[50.0, 51.0]] * 3})
+    assert "No run has left chance" in "\n".join(pf.pilot_report(at_chance))
 
 
 def test_the_pilots_report_is_its_record(tmp_path: Path, monkeypatch) -> None:
