@@ -23,6 +23,7 @@ from pdevision.data.embedded import (
 from pdevision.data.pathfinder import BLOCK, LRA_32, PathfinderConfig, make_pathfinder
 
 CFG = PathfinderConfig()
+FAST = PathfinderConfig(n_dashes=6, n_distractors=4)  # for what does not depend on the paths' length: quicker to draw
 
 
 @pytest.fixture(scope="module")
@@ -97,19 +98,19 @@ def test_size_dtype_balance_and_distractors(drawn) -> None:
     assert set(np.unique(drawn.images)) == {0, 255}
     assert drawn.labels.sum() == BLOCK // 2
     assert drawn.n_distractors.mean() > 0.6 * CFG.n_distractors
-    big = make_pathfinder(0, "train", 8, replace(CFG, size=128))
+    big = make_pathfinder(0, "train", 8, replace(FAST, size=128))
     assert big.images.shape == (8, 128, 128)
     np.testing.assert_array_equal(big.labels, np.arange(8) % 2)
 
 
 def test_determinism_by_seed_and_index() -> None:
-    a = make_pathfinder(3, "val", 100, CFG)
-    b = make_pathfinder(3, "val", 100, CFG)
+    a = make_pathfinder(3, "val", 40, FAST)
+    b = make_pathfinder(3, "val", 40, FAST)
     np.testing.assert_array_equal(a.images, b.images)
     np.testing.assert_array_equal(a.paths, b.paths)
     # image i does not depend on how many are asked for
-    np.testing.assert_array_equal(make_pathfinder(3, "val", 10, CFG).images, a.images[:10])
-    assert not np.array_equal(make_pathfinder(4, "val", 10, CFG).images, a.images[:10])
+    np.testing.assert_array_equal(make_pathfinder(3, "val", 10, FAST).images, a.images[:10])
+    assert not np.array_equal(make_pathfinder(4, "val", 10, FAST).images, a.images[:10])
 
 
 def test_blocks_drawn_in_worker_processes_are_the_same_images() -> None:
@@ -155,9 +156,9 @@ def test_rendering_in_groups_changes_no_image(size: int, monkeypatch) -> None:
 def test_splits_are_disjoint() -> None:
     digests = {}
     for split in ("train", "val", "test"):
-        images = make_pathfinder(0, split, 100, CFG).images
+        images = make_pathfinder(0, split, 64, FAST).images
         digests[split] = {hashlib.sha256(im.tobytes()).hexdigest() for im in images}
-        assert len(digests[split]) == 100  # no repeats inside a split either
+        assert len(digests[split]) == 64  # no repeats inside a split either
     assert not digests["train"] & digests["val"]
     assert not digests["train"] & digests["test"]
     assert not digests["val"] & digests["test"]
