@@ -353,7 +353,7 @@ def draw(split: str, n: int, workers: int, cache: Path | None) -> PathfinderImag
 
 
 # ---- the runs --------------------------------------------------------------------------------------------------
-def train_run(arm: str, seed: int, folder: Path) -> dict[str, Any]:
+def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH) -> dict[str, Any]:
     """One run of ``arm`` at ``seed`` (the weights outside the mixer and the data order) on one thread, in ``folder``:
     continued from its ``last/`` checkpoint where an earlier call was cut off, read back where it completed. Its
     validation accuracy per epoch and its seconds."""
@@ -367,7 +367,7 @@ def train_run(arm: str, seed: int, folder: Path) -> dict[str, Any]:
             data=STUDY_SET,
             recipe=RUN["recipe"],
             img_size=CONFIG.size,
-            model_args={"mixer": arm, "depths": [DEPTH], "init_seed": seed},
+            model_args={"mixer": arm, "depths": [depth], "init_seed": seed},
             run=RunConfig(
                 output=str(folder),
                 resume=str(folder) if resume else None,
@@ -383,7 +383,7 @@ def train_run(arm: str, seed: int, folder: Path) -> dict[str, Any]:
     summary = json.loads(summary_file.read_text())
     with open(folder / "metrics.csv", newline="") as f:
         curve = [float(row["val_top1"]) for row in csv.DictReader(f)]
-    return {"arm": arm, "seed": seed, "val_top1": curve, "seconds": summary["seconds"]}
+    return {"arm": arm, "seed": seed, "depth": depth, "val_top1": curve, "seconds": summary["seconds"]}
 
 
 def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
@@ -402,6 +402,18 @@ def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
             pilot["runs"][f"{result['arm']}/{result['seed']}"] = result
             print(f"pilot {result['arm']} seed {result['seed']}: {result['val_top1'][-1]:.2f}%", file=sys.stderr)
             write_record(RECORD, record)
+    return record
+
+
+def run_probe(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
+    """One run of the pilot's first seed at another depth (``--probe ARM:DEPTH``), outside the pilot: whether the
+    skeleton's depth is what keeps a run at chance. Written to the record's ``probes``."""
+    arm, depth = args.probe.split(":")
+    os.environ.setdefault(DATA_CACHE, str(args.runs / "data"))
+    seed = PILOT_SEEDS[0]
+    result = train_run(arm, seed, args.runs / "probe" / f"{arm}-d{depth}-{seed}", int(depth))
+    record.setdefault("probes", {})[f"{arm}/d{depth}/{seed}"] = result
+    write_record(RECORD, record)
     return record
 
 
@@ -605,6 +617,13 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
             "cannot plan the study at this size. The run's size (training images, epochs) or the skeleton's depth "
             "must change, and the design check run again, before the pilot goes on.",
         ]
+    for r in record.get("probes", {}).values():
+        lines += [
+            "",
+            f"Probe outside the pilot (`--probe {r['arm']}:{r['depth']}`): {r['arm']} at {r['depth']} blocks, seed "
+            f"{r['seed']}, the same run otherwise: {r['val_top1'][-1]:.2f}% after its last epoch, at most "
+            f"{max(r['val_top1']):.2f}%, {r['seconds']:.0f} s.",
+        ]
     if "contrasts" not in p:
         return [*lines, "", "The pilot is not complete: no spread of paired differences to plan the seeds from.", ""]
     lines += [
@@ -638,10 +657,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="a folder to keep the drawn images in for a later check")
     parser.add_argument("--pilot", action="store_true", help="run (or continue) the pilot and write it to the record")
     parser.add_argument("--jobs", type=int, default=2, help="runs of the pilot at once, one thread each")
+    parser.add_argument("--probe", metavar="ARM:DEPTH", help="one run of the pilot's first seed at another depth")
     parser.add_argument("--runs", type=Path, default=Path("runs/pathfinder_flat"), help="the runs' folders")
     args = parser.parse_args(argv)
-    if sum(map(bool, (args.check, args.report_only, args.power, args.pilot))) != 1:
-        print("pathfinder_flat: give one of --check, --pilot, --report-only, --power PILOT.json", file=sys.stderr)
+    if sum(map(bool, (args.check, args.report_only, args.power, args.pilot, args.probe))) != 1:
+        print(
+            "pathfinder_flat: give one of --check, --pilot, --probe ARM:DEPTH, --report-only, --power PILOT.json",
+            file=sys.stderr,
+        )
+        return 2
+    if args.probe and not (
+        args.probe.count(":") == 1 and args.probe.split(":")[0] in FLAT_ARMS and args.probe.split(":")[1].isdigit()
+    ):
+        print(
+            f"pathfinder_flat: --probe takes ARM:DEPTH (an arm of {list(FLAT_ARMS)}), got {args.probe!r}",
+            file=sys.stderr,
+        )
         return 2
     if args.power:
         try:
@@ -656,6 +687,8 @@ def main(argv: list[str] | None = None) -> int:
         write_record(RECORD, record)
     elif args.pilot and RECORD.exists():
         run_pilot(args, json.loads(RECORD.read_text()))
+    elif args.probe and RECORD.exists():
+        run_probe(args, json.loads(RECORD.read_text()))
     elif not RECORD.exists():
         print(f"pathfinder_flat: no record at {RECORD.name}; run --check first", file=sys.stderr)
         return 2

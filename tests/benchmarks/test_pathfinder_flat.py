@@ -165,8 +165,10 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(pf, "RECORD", tmp_path / "none.json")
     assert pf.main(["--report-only"]) == 2
     assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
+    for probe in ("heat", "heat:x", "nope:2", "heat:2:3"):
+        assert pf.main(["--probe", probe]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("pathfinder_flat:") for line in err)
+    assert len(err) == 7 and all(line.startswith("pathfinder_flat:") for line in err)
 
 
 def _pilot_record(curves: dict[str, list[list[float]]], seconds: float = 600.0) -> dict:
@@ -205,7 +207,15 @@ def test_a_pilot_cut_short_reports_its_runs_and_plans_nothing() -> None:
     assert "3 runs of 15" in text and "1 of the 3 passed 60%" in text and "The pilot is not complete" in text
     assert "No run has left chance" not in text
     at_chance = _pilot_record({"heat": [[50.0, 51.0]] * 3})
-    assert "No run has left chance" in "\n".join(pf.pilot_report(at_chance))
+    at_chance["probes"] = {
+        "heat/d6/1000": {"arm": "heat", "depth": 6, "seed": 1000, "val_top1": [50.0, 51.7, 50.0], "seconds": 600.0}
+    }
+    text = "\n".join(pf.pilot_report(at_chance))
+    assert "No run has left chance" in text
+    assert (
+        "(`--probe heat:6`): heat at 6 blocks, seed 1000, the same run otherwise: 50.00% after its last epoch, "
+        "at most 51.70%, 600 s." in text
+    )
 
 
 def test_the_pilots_report_is_its_record(tmp_path: Path, monkeypatch) -> None:
