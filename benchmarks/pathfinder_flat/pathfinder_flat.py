@@ -353,7 +353,7 @@ def draw(split: str, n: int, workers: int, cache: Path | None) -> PathfinderImag
 
 
 # ---- the runs --------------------------------------------------------------------------------------------------
-def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH) -> dict[str, Any]:
+def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH, data: str = STUDY_SET) -> dict[str, Any]:
     """One run of ``arm`` at ``seed`` (the weights outside the mixer and the data order) on one thread, in ``folder``:
     continued from its ``last/`` checkpoint where an earlier call was cut off, read back where it completed. Its
     validation accuracy per epoch and its seconds."""
@@ -364,7 +364,7 @@ def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH) -> dict[str
         resume = (folder / "last" / "trainer.pt").is_file()
         config = ClassifyConfig(
             model=MODEL,
-            data=STUDY_SET,
+            data=data,
             recipe=RUN["recipe"],
             img_size=CONFIG.size,
             model_args={"mixer": arm, "depths": [depth], "init_seed": seed},
@@ -383,7 +383,15 @@ def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH) -> dict[str
     summary = json.loads(summary_file.read_text())
     with open(folder / "metrics.csv", newline="") as f:
         curve = [float(row["val_top1"]) for row in csv.DictReader(f)]
-    return {"arm": arm, "seed": seed, "depth": depth, "val_top1": curve, "seconds": summary["seconds"]}
+    images = PATHFINDER_SETS[data].n_train
+    return {
+        "arm": arm,
+        "seed": seed,
+        "depth": depth,
+        "train_images": images,
+        "val_top1": curve,
+        "seconds": summary["seconds"],
+    }
 
 
 def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
@@ -406,13 +414,18 @@ def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
 
 
 def run_probe(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
-    """One run of the pilot's first seed at another depth (``--probe ARM:DEPTH``), outside the pilot: whether the
-    skeleton's depth is what keeps a run at chance. Written to the record's ``probes``."""
-    arm, depth = args.probe.split(":")
+    """One run of the pilot's first seed at another depth or on more training images (``--probe
+    ARM:DEPTH[:IMAGES]``), outside the pilot: what keeps a run at chance. Written to the record's ``probes``."""
+    arm, depth, *more = args.probe.split(":")
+    images = int(more[0]) if more else RUN["train_images"]
+    data = STUDY_SET if images == RUN["train_images"] else f"{STUDY_SET}-{images}"
+    PATHFINDER_SETS.setdefault(data, replace(PATHFINDER_SETS[STUDY_SET], n_train=images))  # the study's images first
     os.environ.setdefault(DATA_CACHE, str(args.runs / "data"))
+    pathfinder_arrays(data, "train", CONFIG.size, workers=args.jobs)
     seed = PILOT_SEEDS[0]
-    result = train_run(arm, seed, args.runs / "probe" / f"{arm}-d{depth}-{seed}", int(depth))
-    record.setdefault("probes", {})[f"{arm}/d{depth}/{seed}"] = result
+    name = f"{arm}-d{depth}-{seed}" + (f"-{images}" if data != STUDY_SET else "")
+    result = train_run(arm, seed, args.runs / "probe" / name, int(depth), data)
+    record.setdefault("probes", {})[f"{arm}/d{depth}/{seed}" + (f"/{images}" if data != STUDY_SET else "")] = result
     write_record(RECORD, record)
     return record
 
@@ -617,10 +630,13 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
             "cannot plan the study at this size. The run's size (training images, epochs) or the skeleton's depth "
             "must change, and the design check run again, before the pilot goes on.",
         ]
+    images = run["train_images"]
     for r in record.get("probes", {}).values():
         lines += [
             "",
-            f"Probe outside the pilot (`--probe {r['arm']}:{r['depth']}`): {r['arm']} at {r['depth']} blocks, seed "
+            f"Probe outside the pilot (`--probe {r['arm']}:{r['depth']}"
+            + (f":{r['train_images']}" if r.get("train_images", images) != images else "")
+            + f"`): {r['arm']} at {r['depth']} blocks, {r.get('train_images', images):,} training images, seed "
             f"{r['seed']}, the same run otherwise: {r['val_top1'][-1]:.2f}% after its last epoch, at most "
             f"{max(r['val_top1']):.2f}%, {r['seconds']:.0f} s.",
         ]
@@ -657,20 +673,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="a folder to keep the drawn images in for a later check")
     parser.add_argument("--pilot", action="store_true", help="run (or continue) the pilot and write it to the record")
     parser.add_argument("--jobs", type=int, default=2, help="runs of the pilot at once, one thread each")
-    parser.add_argument("--probe", metavar="ARM:DEPTH", help="one run of the pilot's first seed at another depth")
+    parser.add_argument(
+        "--probe", metavar="ARM:DEPTH[:IMAGES]", help="one run of the pilot's first seed at another depth or size"
+    )
     parser.add_argument("--runs", type=Path, default=Path("runs/pathfinder_flat"), help="the runs' folders")
     args = parser.parse_args(argv)
     if sum(map(bool, (args.check, args.report_only, args.power, args.pilot, args.probe))) != 1:
         print(
-            "pathfinder_flat: give one of --check, --pilot, --probe ARM:DEPTH, --report-only, --power PILOT.json",
+            "pathfinder_flat: give one of --check, --pilot, --probe ARM:DEPTH[:IMAGES], --report-only, --power FILE",
             file=sys.stderr,
         )
         return 2
+    parts = (args.probe or "").split(":")
     if args.probe and not (
-        args.probe.count(":") == 1 and args.probe.split(":")[0] in FLAT_ARMS and args.probe.split(":")[1].isdigit()
+        len(parts) in (2, 3) and parts[0] in FLAT_ARMS and all(p.isdigit() and int(p) > 0 for p in parts[1:])
     ):
         print(
-            f"pathfinder_flat: --probe takes ARM:DEPTH (an arm of {list(FLAT_ARMS)}), got {args.probe!r}",
+            f"pathfinder_flat: --probe takes ARM:DEPTH[:IMAGES] (an arm of {list(FLAT_ARMS)}), got {args.probe!r}",
             file=sys.stderr,
         )
         return 2

@@ -165,10 +165,10 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(pf, "RECORD", tmp_path / "none.json")
     assert pf.main(["--report-only"]) == 2
     assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
-    for probe in ("heat", "heat:x", "nope:2", "heat:2:3"):
+    for probe in ("heat", "heat:x", "nope:2", "heat:2:0", "heat:2:3:4"):
         assert pf.main(["--probe", probe]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 7 and all(line.startswith("pathfinder_flat:") for line in err)
+    assert len(err) == 8 and all(line.startswith("pathfinder_flat:") for line in err)
 
 
 def _pilot_record(curves: dict[str, list[list[float]]], seconds: float = 600.0) -> dict:
@@ -213,7 +213,8 @@ def test_a_pilot_cut_short_reports_its_runs_and_plans_nothing() -> None:
     text = "\n".join(pf.pilot_report(at_chance))
     assert "No run has left chance" in text
     assert (
-        "(`--probe heat:6`): heat at 6 blocks, seed 1000, the same run otherwise: 50.00% after its last epoch, "
+        "(`--probe heat:6`): heat at 6 blocks, 4,000 training images, seed 1000, the same run otherwise: 50.00% "
+        "after its last epoch, "
         "at most 51.70%, 600 s." in text
     )
 
