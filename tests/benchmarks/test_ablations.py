@@ -200,6 +200,7 @@ def test_a_group_run_at_a_second_budget_reports_both() -> None:
     assert "12 distinct trainings" in md  # 2 rows x 3 seeds x 2 budgets
 
 
+@pytest.mark.slow  # the study's run machinery (28 s): the loop's own resume is tested in tests/engine
 def test_a_run_cut_off_after_an_epoch_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     from pdevision.engine import RunConfig
     from pdevision.tasks.classify import ClassifyConfig, train
