@@ -111,6 +111,17 @@ def exit_code(argv: list[str]) -> int:
         return int(exc.code or 0)
 
 
+def one_line_exit_2(argv: list[object], capsys: pytest.CaptureFixture[str]) -> str:
+    """``pdevision`` with ``argv`` (each made a string) refused as a user's error: exit code 2 and one line on stderr
+    with no traceback; that line. What was captured before the call is dropped."""
+    capsys.readouterr()
+    code = exit_code([str(a) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, (code, err)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
 def _bf16_onednn() -> bool:
     import torch
 

@@ -14,7 +14,7 @@ import pytest
 
 from pdevision.cli import parser_for
 from pdevision.tasks.config_file import load_config_file
-from tests.helpers import exit_code
+from tests.helpers import exit_code, one_line_exit_2
 
 
 @pytest.fixture(autouse=True)
@@ -24,13 +24,9 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    capsys.readouterr()
-    code = exit_code([str(a) for a in argv])
-    err = capsys.readouterr().err
-    assert code == 2, (code, err)
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    err = one_line_exit_2(argv, capsys)
     assert not Path("runs").exists()
-    return err.strip()
+    return err
 
 
 # -- commands and words that only look like flags ----------------------------------------------------------------

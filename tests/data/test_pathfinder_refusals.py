@@ -14,7 +14,7 @@ import pytest
 
 from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec, pathfinder_arrays
 from pdevision.data.pathfinder import PathfinderConfig, make_pathfinder
-from tests.helpers import exit_code
+from tests.helpers import exit_code, one_line_exit_2
 
 CFG = PathfinderConfig()
 NAN, INF = float("nan"), float("inf")
@@ -124,13 +124,6 @@ SETS = ["pathfinder", "pathfinder-6", "pathfinder-9", "pathx"]
 FAST = ["--epochs", "1", "--max-train-batches", "1", "--batch-size", "2", "--no-progress"]
 
 
-def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    assert exit_code([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err
-
-
 @pytest.mark.parametrize("data", SETS)
 @pytest.mark.parametrize(
     ("size", "message"),
@@ -147,7 +140,7 @@ def test_a_size_a_pathfinder_set_cannot_draw_is_one_line(
     data: str, size: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
-    err = _one_line_exit_2(["train", "--data", data, "--img-size", size, "--output", out, *FAST], capsys)
+    err = one_line_exit_2(["train", "--data", data, "--img-size", size, "--output", out, *FAST], capsys)
     assert message in err, err
     assert not out.exists()
 
@@ -159,7 +152,7 @@ def test_tasks_without_a_classification_set_name_it(
 ) -> None:
     """They read ``--data pathfinder`` as a folder of that name: "pathfinder: no such folder"."""
     out = tmp_path / "run"
-    err = _one_line_exit_2(["train", "--task", task, "--data", data, "--output", out, *FAST], capsys)
+    err = one_line_exit_2(["train", "--task", task, "--data", data, "--output", out, *FAST], capsys)
     assert f"--data {data} is an embedded classification set" in err and "this task reads" in err, err
     assert not out.exists()
 
@@ -178,7 +171,7 @@ def test_eval_of_a_checkpoint_of_other_classes_on_pathfinder_is_refused_before_d
     meta = {"model": "hcnet_micro", "classes": [str(i) for i in range(10)], "img_size": 32, "data": "digits"}
     ckpt = save_checkpoint(tmp_path / "run", "best", model, {**meta, "model_args": {"img_size": 32}})
     pathfinder_arrays.cache_clear()
-    err = _one_line_exit_2(["eval", "--checkpoint", ckpt, "--data", data], capsys)
+    err = one_line_exit_2(["eval", "--checkpoint", ckpt, "--data", data], capsys)
     assert "the data has ['apart', 'joined'] (2)" in err, err
     assert pathfinder_arrays.cache_info().currsize == 0  # nothing drawn
     del torch
@@ -196,7 +189,7 @@ def test_eval_of_a_checkpoint_of_other_classes_on_pathfinder_is_refused_before_d
 def test_names_near_the_sets_are_folders_that_do_not_exist(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    err = _one_line_exit_2([*argv, "--output", tmp_path / "run", *FAST], capsys)
+    err = one_line_exit_2([*argv, "--output", tmp_path / "run", *FAST], capsys)
     assert message in err, err
 
 

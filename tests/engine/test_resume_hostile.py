@@ -18,7 +18,7 @@ import pytest
 
 from pdevision.engine.hub import GIVEN_MODEL_ARGS
 from pdevision.engine.resume import INVOCATION
-from tests.helpers import digit_folder, exit_code
+from tests.helpers import digit_folder, exit_code, one_line_exit_2
 
 # a tiny run: 2 images a class and split, one batch an epoch, stopped after the first of two epochs
 RUN = "--img-size 32 --batch-size 8 --max-train-batches 1 --lr 0.003 --no-progress".split()
@@ -74,15 +74,6 @@ def _replace(path: Path, data: bytes | str) -> None:
     path.write_bytes(data.encode() if isinstance(data, str) else data)
 
 
-def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    capsys.readouterr()
-    code = exit_code([str(a) for a in argv])
-    err = capsys.readouterr().err.strip()
-    assert code == 2, (code, err)
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err
-
-
 # -- the run's config.json ---------------------------------------------------------------------------------------
 
 
@@ -111,7 +102,7 @@ def test_an_unreadable_config_json_is_one_line_naming_it(
     change, message = CONFIG_CASES[case]
     _replace(run / "config.json", change((run / "config.json").read_text()))
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", run / "last"], capsys)
+    err = one_line_exit_2(["train", "--resume", run / "last"], capsys)
     assert "config.json" in err and message in err, err
     assert _sums(run) == before
 
@@ -138,7 +129,7 @@ def test_a_run_without_its_config_json_is_not_continued_with_other_settings(
     make, message = MISSING[case]
     make(run)
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", run / "last"], capsys)
+    err = one_line_exit_2(["train", "--resume", run / "last"], capsys)
     assert "config.json" in err and message in err and "put the run's config.json back" in err, err
     assert _sums(run) == before
 
@@ -180,7 +171,7 @@ def test_a_recorded_setting_of_the_wrong_type_is_one_line_naming_it(
         key = GIVEN_MODEL_ARGS
     _replace(run / "config.json", json.dumps({**config, key: value}))
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", run], capsys)
+    err = one_line_exit_2(["train", "--resume", run], capsys)
     assert message in err, err
     assert _sums(run) == before
 
@@ -198,7 +189,7 @@ def test_a_resumed_list_that_is_not_a_list_of_changes_is_one_line(
     run = _copy(stopped, tmp_path / "run")
     _replace(run / "config.json", json.dumps({**_config(run), "resumed": history}))
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", run, "--epochs", "3"], capsys)
+    err = one_line_exit_2(["train", "--resume", run, "--epochs", "3"], capsys)
     assert "resumed" in err and "config.json" in err and "list" in err, err
     assert _sums(run) == before
 
@@ -240,7 +231,7 @@ def test_a_changed_setting_is_refused_naming_its_flag(
     run = _copy(stopped, tmp_path / "run")
     before = _sums(run)
     flags = CHANGED[case]
-    err = _one_line_exit_2(["train", "--resume", run / "last", *flags], capsys)
+    err = one_line_exit_2(["train", "--resume", run / "last", *flags], capsys)
     assert f"{flags[0]} " in err and "differs from the run's" in err and "recorded in its config.json" in err, err
     assert _sums(run) == before  # config.json never rewritten, the checkpoint untouched
 
@@ -251,7 +242,7 @@ def test_another_data_folder_is_refused(
     run = _copy(stopped, tmp_path / "run")
     other = digit_folder(tmp_path / "other", per_split=2, img_size=32)
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", run, "--data", other], capsys)
+    err = one_line_exit_2(["train", "--resume", run, "--data", other], capsys)
     assert f"--data {other} differs from the run's {data}" in err, err
     assert _sums(run) == before
 
@@ -261,7 +252,7 @@ def test_another_task_on_the_command_line_is_refused(
 ) -> None:
     run = _copy(stopped, tmp_path / "run")
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--task", "segment", "--resume", run], capsys)
+    err = one_line_exit_2(["train", "--task", "segment", "--resume", run], capsys)
     assert "--task segment differs from the run's classify" in err, err
     assert _sums(run) == before
 
@@ -346,7 +337,7 @@ def test_resume_at_what_is_not_a_runs_checkpoint_is_one_line(
     where, message = POINTED[case]
     target = where(run)
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", target, "--output", tmp_path / "out"], capsys)
+    err = one_line_exit_2(["train", "--resume", target, "--output", tmp_path / "out"], capsys)
     assert message in err and str(target) in err, err
     assert _sums(run) == before and not (tmp_path / "out").exists()
 
@@ -359,7 +350,7 @@ def test_resume_of_a_run_of_another_task_is_one_line(
     recorded = {k: v for k, v in _config(run).items() if k in ("epochs", "batch_size", "img_size", "lr", "seed")}
     _replace(run / "config.json", json.dumps({"task": "segment", **recorded}))
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", run], capsys)
+    err = one_line_exit_2(["train", "--resume", run], capsys)
     assert "classify" in err and "segment" in err, err
     assert _sums(run) == before
 
@@ -410,7 +401,7 @@ def test_a_half_written_last_is_one_line_naming_the_file(
     else:
         _replace(path, change(path.read_bytes()))
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", run], capsys)
+    err = one_line_exit_2(["train", "--resume", run], capsys)
     assert message in err, err
     assert _sums(run) == before
 
@@ -421,7 +412,7 @@ def test_a_run_whose_last_is_gone_is_one_line(
     run = _copy(stopped, tmp_path / "run")
     shutil.rmtree(run / "last")
     before = _sums(run)
-    err = _one_line_exit_2(["train", "--resume", run], capsys)
+    err = one_line_exit_2(["train", "--resume", run], capsys)
     assert str(run) in err and "last" in err, err
     assert _sums(run) == before
 

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from pdevision.engine.save import save_checkpoint
 from pdevision.tasks.export import PT2_METADATA
-from tests.helpers import exit_code
+from tests.helpers import exit_code, one_line_exit_2
 
 MODEL = "pderesnet_micro"
 META = {
@@ -45,15 +45,6 @@ def _crafted(folder: Path, state: dict[str, torch.Tensor], **change: object) -> 
     folder.mkdir(parents=True)
     save_file(state, str(folder / "model.safetensors"), metadata={k: json.dumps(v) for k, v in meta.items()})
     return folder
-
-
-def _one_line_exit_2(argv: list[object], capsys: pytest.CaptureFixture[str]) -> str:
-    capsys.readouterr()
-    code = exit_code([str(a) for a in argv])
-    err = capsys.readouterr().err.strip()
-    assert code == 2, (code, err)
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err
 
 
 def _onnx_props(path: Path) -> dict[str, str]:
@@ -101,7 +92,7 @@ def test_absurd_metadata_is_one_line_and_nothing_is_written(
     change, message = REFUSED[case]
     checkpoint = _crafted(tmp_path / "ckpt", state, **change)
     output = tmp_path / FORMATS[fmt]
-    err = _one_line_exit_2(["export", checkpoint, "--format", fmt, "--output", output], capsys)
+    err = one_line_exit_2(["export", checkpoint, "--format", fmt, "--output", output], capsys)
     assert message in err, err
     assert not output.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
@@ -112,7 +103,7 @@ def test_an_image_size_that_is_a_tensor_in_a_timm_file_is_one_line(
     """A timm ``.pth.tar`` whose ``args.img_size`` is a tensor: refused where the arguments are read, naming the key."""
     file = tmp_path / "model.pth.tar"
     torch.save({"arch": MODEL, "state_dict": state, "args": {"img_size": torch.tensor([32, 32])}}, file)
-    err = _one_line_exit_2(["export", file, "--format", "onnx", "--output", tmp_path / "m.onnx"], capsys)
+    err = one_line_exit_2(["export", file, "--format", "onnx", "--output", tmp_path / "m.onnx"], capsys)
     assert "args.img_size must be a plain value" in err and "Tensor" in err, err
     assert not (tmp_path / "m.onnx").exists()
 
@@ -252,7 +243,7 @@ def test_an_output_aimed_at_a_run_or_an_unwritable_place_is_one_line(
     output = where.format(run=run, link=tmp_path / "link", best_link=tmp_path / "best_link")
     checkpoint = _crafted(tmp_path / "ckpt", state)
     before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
-    err = _one_line_exit_2(["export", checkpoint, "--format", fmt, "--output", output], capsys)
+    err = one_line_exit_2(["export", checkpoint, "--format", fmt, "--output", output], capsys)
     assert message in err, err
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written, nothing touched
     assert not Path(output).exists() or case in ("the-run-itself", "best-itself", "a-runs-file")

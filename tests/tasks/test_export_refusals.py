@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from pdevision.engine.modeling import create_model
 from pdevision.engine.save import save_checkpoint
-from tests.helpers import exit_code
+from tests.helpers import exit_code, one_line_exit_2
 
 CLASSES = [str(i) for i in range(10)]
 
@@ -42,13 +42,6 @@ def _crafted(folder: Path, meta: dict) -> Path:
     state = {"w": torch.zeros(1)}
     save_file(state, str(folder / "model.safetensors"), metadata={k: json.dumps(v) for k, v in meta.items()})
     return folder
-
-
-def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    assert exit_code([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err
 
 
 OUTPUT_CASES = {
@@ -82,7 +75,7 @@ def test_an_output_export_cannot_take_is_one_line_and_nothing_is_touched(
     os.mkfifo(tmp_path / "fifo.onnx")
     before = sorted(p.name for p in tmp_path.rglob("*"))
     output = str(tmp_path / name) if name else ""
-    err = _one_line_exit_2(["export", checkpoint, "--format", fmt, "--output", output], capsys)
+    err = one_line_exit_2(["export", checkpoint, "--format", fmt, "--output", output], capsys)
     assert message in err, err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
     assert (tmp_path / "taken.onnx").read_bytes() == b"the user's file"
@@ -115,7 +108,7 @@ def test_flags_export_cannot_take_are_one_line(
     suffix = ".pt2" if "pt2" in flags else ".onnx" if "onnx" in flags else ""
     output = tmp_path / f"out{suffix}"
     flags = [f.replace("{tmp}", str(tmp_path)) for f in flags]
-    err = _one_line_exit_2(["export", checkpoint, *flags, "--output", output], capsys)
+    err = one_line_exit_2(["export", checkpoint, *flags, "--output", output], capsys)
     assert message in err, err
     assert not output.exists()
 
@@ -138,7 +131,7 @@ def test_a_checkpoint_of_another_task_is_named_as_such(
 ) -> None:
     folder = _crafted(tmp_path / kind, KINDS[kind])
     output = tmp_path / ("m.onnx" if fmt == "onnx" else "hub")
-    err = _one_line_exit_2(["export", folder, "--format", fmt, "--output", output], capsys)
+    err = one_line_exit_2(["export", folder, "--format", fmt, "--output", output], capsys)
     expected = {"denoise": "denoise", "dejpeg": "dejpeg", "no-kind": "unknown", "a-made-up-kind": "painting"}
     assert f"is a {expected.get(kind, kind)} checkpoint" in err and "this takes classify or encoder" in err, err
     assert not output.exists()
@@ -172,7 +165,7 @@ def test_a_checkpoint_that_is_not_one_is_one_line(
         path.mkdir()
         (path / "config.json").write_text(json.dumps({"task": "classify"}))
     argv = ["export", "" if what == "empty-name" else path, "--format", "onnx", "--output", tmp_path / "m.onnx"]
-    err = _one_line_exit_2(argv, capsys)
+    err = one_line_exit_2(argv, capsys)
     assert message in err, err
     assert not (tmp_path / "m.onnx").exists()
 
@@ -183,7 +176,7 @@ def test_an_image_size_below_the_models_smallest_is_one_line(
 ) -> None:
     """It was the traced model's own message, its shape printed as ``(tensor(2), tensor(3), tensor(1), ...)``."""
     ckpt = _save(tmp_path, name, size)
-    err = _one_line_exit_2(["export", ckpt, "--format", "onnx", "--output", tmp_path / "m.onnx"], capsys)
+    err = one_line_exit_2(["export", ckpt, "--format", "onnx", "--output", tmp_path / "m.onnx"], capsys)
     assert f"its image size {size} px is below the 32 px that {name} takes at least" in err, err
 
 
