@@ -400,16 +400,15 @@ def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
     os.environ.setdefault(DATA_CACHE, str(args.runs / "data"))  # drawn once, read by every worker
     for split in ("train", "val"):
         pathfinder_arrays(STUDY_SET, split, CONFIG.size, workers=args.jobs)
-    pilot = record.setdefault("pilot", {"run": RUN, "seeds": list(PILOT_SEEDS), "runs": {}})
-    todo = [(a, s) for s in PILOT_SEEDS for a in STUDY_ARMS if f"{a}/{s}" not in pilot["runs"]]
+    done = record.get("pilot", {}).get("runs", {})
+    todo = [(a, s) for s in PILOT_SEEDS for a in STUDY_ARMS if f"{a}/{s}" not in done]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
         jobs = [pool.submit(train_run, a, s, args.runs / "pilot" / f"{a}-{s}") for a, s in todo]
         for job in as_completed(jobs):
             result = job.result()
-            pilot["runs"][f"{result['arm']}/{result['seed']}"] = result
+            record = store("pilot", f"{result['arm']}/{result['seed']}", result)
             print(f"pilot {result['arm']} seed {result['seed']}: {result['val_top1'][-1]:.2f}%", file=sys.stderr)
-            write_record(RECORD, record)
     return record
 
 
@@ -425,7 +424,17 @@ def run_probe(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
     seed = PILOT_SEEDS[0]
     name = f"{arm}-d{depth}-{seed}" + (f"-{images}" if data != STUDY_SET else "")
     result = train_run(arm, seed, args.runs / "probe" / name, int(depth), data)
-    record.setdefault("probes", {})[f"{arm}/d{depth}/{seed}" + (f"/{images}" if data != STUDY_SET else "")] = result
+    return store("probes", f"{arm}/d{depth}/{seed}" + (f"/{images}" if data != STUDY_SET else ""), result)
+
+
+def store(part: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` written into the record on disk as ``part``'s entry ``key`` (the pilot's runs, or a probe), the
+    record read again first: a check, the pilot and probes running side by side each keep what the others wrote."""
+    record = json.loads(RECORD.read_text())
+    if part == "pilot":
+        record.setdefault("pilot", {"run": RUN, "seeds": list(PILOT_SEEDS), "runs": {}})["runs"][key] = result
+    else:
+        record.setdefault(part, {})[key] = result
     write_record(RECORD, record)
     return record
 
@@ -494,11 +503,11 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         "geometry_by_cue": geometry_cues(train, test),
         "step_seconds_per_image": per_image,
         "plan": {
-            "train_images": args.plan_train,
-            "epochs": args.plan_epochs,
+            "train_images": RUN["train_images"],
+            "epochs": RUN["epochs"],
             "pilot_seeds": 3,
-            "pilot_core_hours": budget(per_image, args.plan_train, args.plan_epochs, 3),
-            "core_hours_per_seed": budget(per_image, args.plan_train, args.plan_epochs, 1),
+            "pilot_core_hours": budget(per_image, RUN["train_images"], RUN["epochs"], len(PILOT_SEEDS)),
+            "core_hours_per_seed": budget(per_image, RUN["train_images"], RUN["epochs"], 1),
             "budget_core_hours": 40.0,
         },
         "machine": {**machine_description(torch.device("cpu")), "load_average": os.getloadavg()},
@@ -667,8 +676,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--power", type=Path, help="a pilot's accuracies, JSON {arm: {seed: points}}")
     parser.add_argument("--n-test", type=int, default=10_000)
     parser.add_argument("--n-train", type=int, default=4096, help="training images of the shortcut classifiers")
-    parser.add_argument("--plan-train", type=int, default=4000, help="training images of a planned run")
-    parser.add_argument("--plan-epochs", type=int, default=10, help="epochs of a planned run")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cache", type=Path, help="a folder to keep the drawn images in for a later check")
     parser.add_argument("--pilot", action="store_true", help="run (or continue) the pilot and write it to the record")
@@ -703,6 +710,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check:
         record = check(args)
+        before = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+        record.update({k: before[k] for k in ("pilot", "probes") if k in before})  # runs of the same design
         write_record(RECORD, record)
     elif args.pilot and RECORD.exists():
         run_pilot(args, json.loads(RECORD.read_text()))

@@ -233,3 +233,16 @@ def test_the_pilots_report_is_its_record(tmp_path: Path, monkeypatch) -> None:
     plan = pf.pilot_plan(record)
     for name, r in plan["contrasts"].items():
         assert f"| {name} | 3 | {r['sd_paired']:.2f} | {r['seeds_needed']} |" in text
+
+
+def test_each_result_is_stored_into_the_record_as_it_is_on_disk(tmp_path: Path, monkeypatch) -> None:
+    """The pilot and a probe write one entry each into the record read again, so runs side by side (a check, the
+    pilot, a probe) keep what the others wrote."""
+    monkeypatch.setattr(pf, "RECORD", tmp_path / "r.json")
+    pf.write_record(pf.RECORD, {"shortcuts": {"x": 1}, "probes": {"heat/d6/1000": {"seconds": 1.0}}})
+    pf.store("pilot", "heat/1000", {"seconds": 2.0})
+    pf.store("probes", "heat/d2/1000/16000", {"seconds": 3.0})
+    record = json.loads(pf.RECORD.read_text())
+    assert record["shortcuts"] == {"x": 1}
+    assert record["pilot"]["runs"] == {"heat/1000": {"seconds": 2.0}} and record["pilot"]["run"] == pf.RUN
+    assert set(record["probes"]) == {"heat/d6/1000", "heat/d2/1000/16000"}
