@@ -24,9 +24,10 @@ core-hours and the reported seeds the rest of the budget pays. ``--power PILOT.j
 accuracies given as ``{"arm": {"seed": accuracy}}``. The reported runs are not run by this script yet.
 ``--report-only`` writes the report from the record. The record was made with
 
-    python benchmarks/pathfinder_flat/pathfinder_flat.py --check --n-test 2048 --n-train 2048 --workers 2 --cache DIR
-    python -m benchmarks.pathfinder_flat.pathfinder_flat --pilot --jobs 2
-    python benchmarks/pathfinder_flat/pathfinder_flat.py --report-only
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --check --workers 1 --cache DIR
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --pilot --jobs 1    # stopped after its first run
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat:6       # and heat:2:16000, attention:2
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --report-only
 """
 
 from __future__ import annotations
@@ -382,7 +383,9 @@ def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH, data: str =
         train(config)
     summary = json.loads(summary_file.read_text())
     with open(folder / "metrics.csv", newline="") as f:
-        curve = [float(row["val_top1"]) for row in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    curve = [float(row["val_top1"]) for row in rows]
+    loss = [float(row["train_loss"]) for row in rows]
     images = PATHFINDER_SETS[data].n_train
     return {
         "arm": arm,
@@ -390,6 +393,7 @@ def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH, data: str =
         "depth": depth,
         "train_images": images,
         "val_top1": curve,
+        "train_loss": loss,
         "seconds": summary["seconds"],
     }
 
@@ -647,7 +651,12 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
             + (f":{r['train_images']}" if r.get("train_images", images) != images else "")
             + f"`): {r['arm']} at {r['depth']} blocks, {r.get('train_images', images):,} training images, seed "
             f"{r['seed']}, the same run otherwise: {r['val_top1'][-1]:.2f}% after its last epoch, at most "
-            f"{max(r['val_top1']):.2f}%, {r['seconds']:.0f} s.",
+            f"{max(r['val_top1']):.2f}%, {r['seconds']:.0f} s"
+            + (
+                f"; training loss {min(r['train_loss']):.4f} at its lowest (ln 2 = 0.6931)."
+                if "train_loss" in r
+                else "."
+            ),
         ]
     if "contrasts" not in p:
         return [*lines, "", "The pilot is not complete: no spread of paired differences to plan the seeds from.", ""]
