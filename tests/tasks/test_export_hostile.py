@@ -79,6 +79,8 @@ REFUSED = {
     "img-size-a-string": ({"img_size": "32"}, "image size '32' in the checkpoint is not an integer"),
     "img-size-a-float": ({"img_size": 32.5}, "image size 32.5 in the checkpoint is not an integer"),
     "img-size-a-bool": ({"img_size": True}, "image size True in the checkpoint is not an integer"),
+    "img-size-three-sides": ({"img_size": [32, 32, 32]}, "image size [32, 32, 32] in the checkpoint is not an integer"),
+    "img-size-one-side-listed": ({"img_size": [32]}, "image size [32] in the checkpoint is not an integer"),
     "img-size-below-the-stride": ({"img_size": 8}, "its image size 8 px is below the 32 px"),
     "pair-below-the-stride": ({"img_size": [8, 64]}, "its image size 8 x 64 px is below the 32 px"),
 }

@@ -416,7 +416,8 @@ def _check_sizes(meta: dict[str, Any], file: str | Path) -> None:
     value = meta.get("img_size")
     if value is not None and not valid_image_size(value):
         raise CheckpointError(
-            f"checkpoint {file}: image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE}"
+            f"checkpoint {file}: image size {value!r:.80} in the checkpoint is not an integer from 1 to {MAX_SIZE} "
+            "or a (height, width) pair of them"
         )
     if "num_classes" in meta and meta["num_classes"] is not None and not _is_count(meta["num_classes"]):
         raise CheckpointError(

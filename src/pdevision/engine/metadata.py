@@ -58,7 +58,8 @@ class RepeatedKeyError(ValueError):
     """A mapping names a key twice (the second value would silently win)."""
 
     def __init__(self, key: Any) -> None:
-        super().__init__(f"key {key!r} is set twice (a file of flag values sets each key once)")
+        super().__init__(f"key {key!r} is set twice")
+        self.key = key
 
 
 def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -287,7 +287,7 @@ def json_dict(text: str) -> dict:
     try:  # within the limits: read once more, each object's keys seen in turn (the last of a repeated key won)
         json.loads(text, object_pairs_hook=unique_pairs)
     except RepeatedKeyError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.args[0].split(' (')[0]} (give each model argument once)") from None
+        raise argparse.ArgumentTypeError(f"{exc} (give each model argument once)") from None
     if "img_size" in value:  # the task sets it from --img-size / --patch-size; twice was a TypeError at build time
         raise argparse.ArgumentTypeError("img_size is set with --img-size (restoration: --patch-size), not here")
     if "num_classes" in value:  # the task sizes the classifier from the data; twice was a TypeError at build time

@@ -62,10 +62,10 @@ RATE_EXPECTED = "a number in [0, 1) (a probability)"  # what check_rate accepts,
 
 
 def valid_image_size(value: Any) -> bool:
-    """Whether ``value`` is an image size: an integer, or a pair of them, from 1 to :data:`MAX_SIZE` (the one check
-    of an image size read from a file or given to :func:`pdevision.models.factory.create_model`)."""
-    parts = value if isinstance(value, (list, tuple)) else [value]
-    return bool(parts) and all(is_int(v) and 0 < v <= MAX_SIZE for v in parts)
+    """Whether ``value`` is an image size: an integer, or a (height, width) pair of them, from 1 to :data:`MAX_SIZE`
+    (the one check of an image size read from a file or given to :func:`pdevision.models.factory.create_model`)."""
+    sides = list(value) if isinstance(value, (list, tuple)) and len(value) == 2 else [value]
+    return all(is_int(v) and 0 < v <= MAX_SIZE for v in sides)
 
 
 def check_rate(value: Any, name: str = "drop_path_rate") -> float:

@@ -10,7 +10,6 @@ import timm
 from timm.utils.model import reparameterize_model
 from torch import nn
 
-from pdevision._values import is_int
 from pdevision.errors import UsageError
 from pdevision.models._arguments import (
     MAX_COUNT_ARGUMENT,
@@ -44,7 +43,7 @@ def create_model(
     Local weights load through ``timm.create_model`` (see docs/using.md)."""
     check_model_name(name)
     check_model_args(kwargs)
-    if img_size is not None and not (valid_image_size(img_size) and (is_int(img_size) or len(img_size) == 2)):
+    if img_size is not None and not valid_image_size(img_size):
         raise ModelArgumentError(
             f"img_size={img_size!r:.80} must be an integer from 1 to {MAX_SIZE}, or a pair (height, width) of them"
         )

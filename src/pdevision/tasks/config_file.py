@@ -88,7 +88,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         try:
             value = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
         except RepeatedKeyError as exc:
-            raise UsageError(f"--config {path}: {exc}") from None
+            raise UsageError(f"--config {path}: {exc} (a file of flag values sets each key once)") from None
         except yaml.YAMLError as exc:
             raise UsageError(f"--config {path}: not YAML: {' '.join(str(exc).split())}") from None
         except RecursionError:  # PyYAML builds nested values recursively
@@ -101,7 +101,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         try:  # the limits are checked: read once more, each mapping's keys seen in turn
             json.loads(text, object_pairs_hook=unique_pairs)
         except RepeatedKeyError as exc:
-            raise UsageError(f"--config {path}: {exc}") from None
+            raise UsageError(f"--config {path}: {exc} (a file of flag values sets each key once)") from None
     if value is None:
         value = {}
     if not isinstance(value, dict):

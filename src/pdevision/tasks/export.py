@@ -40,6 +40,7 @@ import numpy as np
 import safetensors.torch
 import timm
 import torch
+from timm.layers import to_2tuple
 from torch import nn
 
 from pdevision._files import inside_library_folder, replaced_atomically, why_not_writable
@@ -111,6 +112,10 @@ def export_metadata(model: nn.Module, meta: dict[str, Any]) -> dict[str, str]:
         "interpolation": str(cfg.get("interpolation", EVAL_INTERPOLATION)),
         "crop_pct": json.dumps(cfg.get("crop_pct", EVAL_CROP_PCT)),
     }
+
+
+def _shown(height: int, width: int) -> str:
+    return f"{height} px" if height == width else f"{height} x {width} px"
 
 
 def _sizes(height: int, width: int, dynamic: bool) -> list[tuple[int, int]]:
@@ -297,19 +302,14 @@ def export_checkpoint(
     if int8:  # the run's own data unless --data names other data
         data, val_split = run_data(folder, meta, data, val_split)
     val_set = _val_set(meta, data, val_split) if int8 else None
-    sides = (
-        [int(v) for v in meta["img_size"]] if isinstance(meta["img_size"], list | tuple) else [int(meta["img_size"])]
-    )
-    height, width = sides[-2:] if len(sides) > 1 else sides * 2  # one side or (height, width): bounded by the reader
-    shown = f"{height} px" if height == width else f"{height} x {width} px"
+    height, width = to_2tuple(meta["img_size"])  # one side or (height, width), checked by the reader
     if min(height, width) < min_input_size(model):  # traced, the model's own message would show the shape as tensors
         raise CheckpointError(
-            f"checkpoint {checkpoint}: its image size {shown} is below the {min_input_size(model)} px that "
-            f"{meta.get('model')} takes at least; it cannot be exported at that size"
+            f"checkpoint {checkpoint}: its image size {_shown(height, width)} is below the {min_input_size(model)} px "
+            f"that {meta.get('model')} takes at least; it cannot be exported at that size"
         )
     if dynamic:  # a dynamic graph is traced at twice the total stride at least: a 1x1 last stage would fix the sizes
         height, width = (max(side, 2 * min_input_size(model)) for side in (height, width))
-        shown = f"{height} px" if height == width else f"{height} x {width} px"
     result: dict[str, Any] = {"format": fmt, "output": str(output), "model": meta.get("model"), "int8": int8}
     try:
         x = torch.randn(2, int(meta.get("model_args", {}).get("in_chans", 3)), height, width)
@@ -328,8 +328,8 @@ def export_checkpoint(
             shutil.rmtree(output, ignore_errors=True)
         output.unlink(missing_ok=True)
         raise CheckpointError(
-            f"checkpoint {checkpoint}: exporting at its image size {shown} needs more memory than this machine "
-            "gives (a program is traced and checked at the checkpoint's size); nothing was written"
+            f"checkpoint {checkpoint}: exporting at its image size {_shown(height, width)} needs more memory than this "
+            "machine gives (a program is traced and checked at the checkpoint's size); nothing was written"
         ) from None
     files = output.rglob("*") if output.is_dir() else [output]
     result["bytes"] = sum(f.stat().st_size for f in files if f.is_file())
