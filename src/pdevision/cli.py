@@ -35,14 +35,13 @@ from pdevision.engine.metadata import MetadataError
 from pdevision.engine.resume import recorded_config, restorable_settings
 from pdevision.engine.runtime import NonFiniteLossError, one_line, resolve_device
 from pdevision.engine.save import NO_SPACE_ERRNOS, NoSpaceError, no_space_message
-from pdevision.errors import UsageError
+from pdevision.errors import PartialFailure, UsageError
 from pdevision.models import list_models, list_restoration_models
 from pdevision.models.factory import ModelArgumentError, ModelNameError, create_model
 from pdevision.models.restoration import create_restoration_model
 from pdevision.tasks import Command, TaskCommands, commands, get_task, task_for_kind, tasks
 from pdevision.tasks.args import add_run_arguments, is_rank0, run_config
 from pdevision.tasks.classify import evaluate_checkpoint
-from pdevision.tasks.classify.commands import PartialFailure
 from pdevision.tasks.config_file import config_defaults, load_config_file
 from pdevision.tasks.registry import (
     CheckpointOptions,

@@ -153,9 +153,24 @@ def test_cli_train_segment_and_predict(tmp_path: Path, capsys) -> None:
     capsys.readouterr()
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
-    assert _run(["predict", "--checkpoint", out, bad, "--output", pred_dir]) in (1, 2)
-    err = capsys.readouterr().err
-    assert "bad.png" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert _run(["predict", "--checkpoint", out, bad, "--output", pred_dir]) == 3  # unreadable: named, counted
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err) and len(err) == 2, err
+    assert err[0].startswith(f"{bad}: FAILED: ") and err[1] == "pdevision predict: 1 of 1 images could not be read"
+    # a folder: walked through its sub-folders as classify's predict walks it; two images of one name both kept
+    tree = tmp_path / "tree"
+    for sub in ("a", "b"):
+        (tree / sub).mkdir(parents=True)
+        Image.fromarray(np.random.default_rng(1).integers(0, 255, (37, 53, 3), dtype=np.uint8)).save(
+            tree / sub / "x.png"
+        )
+    (tree / "b" / "broken.png").write_bytes(b"\x89PNG cut short")
+    assert _run(["predict", "--checkpoint", out, tree, "--output", tmp_path / "tree_pred"]) == 3
+    captured = capsys.readouterr()
+    assert "segment: 2 images" in captured.out and "1 of 3 images could not be read" in captured.err
+    assert {p.name for p in (tmp_path / "tree_pred").glob("*_overlay.png")} == {"x_overlay.png", "x-2_overlay.png"}
+    listed = [r["image"] for r in json.loads((tmp_path / "tree_pred" / "predictions.json").read_text())]
+    assert listed == [str(tree / "a" / "x.png"), str(tree / "b" / "x.png")]
     deep = tmp_path / "deep.png"
     Image.fromarray(np.full((37, 53), 65535, dtype=np.uint16)).save(deep)
     assert _run(["predict", "--checkpoint", out, deep, "--output", pred_dir]) == 0
@@ -185,6 +200,12 @@ def test_cli_train_detect_init_from_and_predict(tmp_path: Path) -> None:
         assert d["category_id"] in (3, 7)
         assert d["bbox"][0] + d["bbox"][2] <= 70 + 1e-3
     assert Image.open(tmp_path / "pred" / "photo_overlay.png").size == (70, 50)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(photo.read_bytes())
+    (folder / "cut.jpg").write_bytes(photo.read_bytes()[:100])
+    assert _run(["predict", "--checkpoint", out, folder, "--output", tmp_path / "pred2"]) == 3
+    assert (tmp_path / "pred2" / "a_overlay.png").is_file() and not (tmp_path / "pred2" / "cut_overlay.png").exists()
 
 
 def test_cli_dense_errors(tmp_path: Path, capsys) -> None:

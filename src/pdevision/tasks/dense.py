@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,7 +18,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from pdevision._optional import require
-from pdevision.data.imageio import read_rgb_array
+from pdevision.data.imageio import ImageReadError, read_rgb_array
+from pdevision.data.listing import list_images
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import (
     CheckpointError,
@@ -30,7 +33,7 @@ from pdevision.engine.config import Flag, RunConfig, setting
 from pdevision.engine.modeling import load_checkpoint_model
 from pdevision.engine.runtime import resolve_device
 from pdevision.engine.task import Task
-from pdevision.errors import UsageError
+from pdevision.errors import PartialFailure, UsageError
 from pdevision.fastpath import on_device
 from pdevision.tasks.registry import TaskCommands
 
@@ -214,11 +217,14 @@ def predict_files(
     output: str | Path,
     device: str = "cpu",
     meta: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], list[Any]]:
-    """Run a ``kind`` checkpoint on image files at their own size (read by the library's one reader): writes
-    ``<stem>_overlay.png`` per image; ``predict_one(model, uint8, meta, colours, device, index, path, out)`` returns
-    the overlay and the image's records. Returns the metadata and the records of every image. ``meta``: the
-    checkpoint's metadata where it was read already."""
+) -> tuple[dict[str, Any], list[Any], dict[str, str]]:
+    """Run a ``kind`` checkpoint on image files (folders: every image in them and their sub-folders,
+    :func:`~pdevision.data.listing.list_images`) at their own size (read by the library's one reader): writes
+    ``<stem>_overlay.png`` per image (``<stem>-2_overlay.png`` for the second image of that stem);
+    ``predict_one(model, uint8, meta, colours, device, index, path, out, stem)`` returns the overlay and the image's
+    records. Returns the metadata, the records of every image read, and the reason of each image that could not be
+    read (by path; the others go on). ``meta``: the checkpoint's metadata where it was read already."""
+    listed = list_images(images)
     dev = resolve_device(device)
     model, meta, _ = load_checkpoint_model(checkpoint, (kind,), build, meta=meta)
     on_device(model, dev)
@@ -226,14 +232,34 @@ def predict_files(
     out.mkdir(parents=True, exist_ok=True)
     colours = palette(len(meta["classes"]))
     records: list[Any] = []
-    for index, name in enumerate(images):
-        path = Path(name)
-        uint8 = torch.from_numpy(read_rgb_array(path)).permute(2, 0, 1).contiguous()  # the one reader
+    failed: dict[str, str] = {}
+    stems: Counter[str] = Counter()
+    for index, image in enumerate(listed):
+        path = image.path
+        stems[path.stem] += 1
+        stem = path.stem if stems[path.stem] == 1 else f"{path.stem}-{stems[path.stem]}"  # val/a/x.png, val/b/x.png
+        try:
+            uint8 = torch.from_numpy(read_rgb_array(path)).permute(2, 0, 1).contiguous()  # the one reader
+        except ImageReadError as exc:
+            failed[str(path)] = str(exc)
+            continue
         with torch.no_grad():
-            overlay, found = predict_one(model, uint8, meta, colours, dev, index, path, out)
+            overlay, found = predict_one(model, uint8, meta, colours, dev, index, path, out, stem)
         records.append(found)
-        Image.fromarray(overlay.permute(1, 2, 0).numpy()).save(out / f"{path.stem}_overlay.png")
-    return meta, records
+        Image.fromarray(overlay.permute(1, 2, 0).numpy()).save(out / f"{stem}_overlay.png")
+    return meta, records, failed
+
+
+def report_predictions(kind: str, count: int, output: str | Path, failed: dict[str, str]) -> tuple[str, int]:
+    """``predict``'s summary line for a segmentation or detection run over ``count`` images; each unreadable image
+    named on stderr, then a :class:`~pdevision.errors.PartialFailure` (exit 3) where any was."""
+    for path, reason in failed.items():
+        print(f"{path}: FAILED: {reason}", file=sys.stderr)
+    text = f"{kind}: {count - len(failed)} images, overlays and predictions.json in {output}"
+    if failed:
+        print(text)
+        raise PartialFailure(f"{len(failed)} of {count} images could not be read")
+    return text, 0
 
 
 def write_predictions(out: str | Path, results: list[Any]) -> None:
@@ -302,5 +328,6 @@ __all__ = [
     "palette",
     "plain_tensors",
     "predict_files",
+    "report_predictions",
     "write_predictions",
 ]

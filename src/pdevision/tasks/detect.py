@@ -49,6 +49,7 @@ from pdevision.tasks.dense import (
     model_kwargs,
     plain_tensors,
     predict_files,
+    report_predictions,
     write_predictions,
 )
 from pdevision.tasks.registry import checkpoint_meta, register
@@ -251,14 +252,14 @@ def predict_detect(
     ``score_threshold`` left out. Returns ``{"kind", "results", "output"}``. ``meta``: the checkpoint's metadata
     where it was read already."""
 
-    def one(model, uint8, meta, colours, dev, index, path, out):
+    def one(model, uint8, meta, colours, dev, index, path, out, stem):
         overlay, found = _detect_image(model, uint8, meta, colours, dev, score_threshold)
         return overlay, [{"image_id": index, "file_name": str(path), **r} for r in found]
 
-    _, records = predict_files(checkpoint, "detect", detector_from_meta, one, images, output, device, meta)
+    _, records, failed = predict_files(checkpoint, "detect", detector_from_meta, one, images, output, device, meta)
     results = [r for found in records for r in found]
     write_predictions(output, results)
-    return {"kind": "detect", "results": results, "output": str(output)}
+    return {"kind": "detect", "results": results, "images": len(records), "failed": failed, "output": str(output)}
 
 
 def _detect_image(
@@ -321,7 +322,7 @@ class DetectCommands(DenseCommands):
     def predict(self, args: Any) -> tuple[str, int]:
         meta = checkpoint_meta(args)
         r = predict_detect(args.checkpoint, args.images, args.output, args.device, args.score_threshold, meta)
-        return f"detect: {len(args.images)} images, overlays and predictions.json in {r['output']}", 0
+        return report_predictions("detect", r["images"] + len(r["failed"]), r["output"], r["failed"])
 
 
 register(DetectCommands())

@@ -50,6 +50,7 @@ from pdevision.tasks.dense import (
     model_kwargs,
     plain_tensors,
     predict_files,
+    report_predictions,
     write_predictions,
 )
 from pdevision.tasks.registry import checkpoint_meta, register
@@ -235,13 +236,13 @@ def predict_segment(
     (the class index per pixel) and ``predictions.json`` (a list of ``{image, size, label_png, pixels per class}``).
     Returns ``{"kind", "results", "output"}``. ``meta``: the checkpoint's metadata where it was read already."""
 
-    def one(model, uint8, meta, colours, dev, index, path, out):
-        overlay, found = _segment_image(model, uint8, meta, colours, dev, out / f"{path.stem}_labels.png")
+    def one(model, uint8, meta, colours, dev, index, path, out, stem):
+        overlay, found = _segment_image(model, uint8, meta, colours, dev, out / f"{stem}_labels.png")
         return overlay, {**found, "image": str(path)}
 
-    _, results = predict_files(checkpoint, "segment", segmenter_from_meta, one, images, output, device, meta)
+    _, results, failed = predict_files(checkpoint, "segment", segmenter_from_meta, one, images, output, device, meta)
     write_predictions(output, results)
-    return {"kind": "segment", "results": results, "output": str(output)}
+    return {"kind": "segment", "results": results, "failed": failed, "output": str(output)}
 
 
 def _segment_image(
@@ -284,7 +285,7 @@ class SegmentCommands(DenseCommands):
 
     def predict(self, args: Any) -> tuple[str, int]:
         r = predict_segment(args.checkpoint, args.images, args.output, args.device, checkpoint_meta(args))
-        return f"segment: {len(args.images)} images, overlays and predictions.json in {r['output']}", 0
+        return report_predictions("segment", len(r["results"]) + len(r["failed"]), r["output"], r["failed"])
 
 
 register(SegmentCommands())

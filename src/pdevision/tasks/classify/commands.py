@@ -17,7 +17,7 @@ from tqdm import tqdm
 from pdevision.engine import validators as V
 from pdevision.engine.checkpoint import default_eval_output, resolve
 from pdevision.engine.config import Flag, setting
-from pdevision.errors import UsageError
+from pdevision.errors import PartialFailure, UsageError
 from pdevision.tasks import args as A
 from pdevision.tasks.classify import robustness
 from pdevision.tasks.classify.config import ClassifyConfig
@@ -196,11 +196,6 @@ def _document(args: argparse.Namespace, predictions: Any, results: list[dict[str
         "top1": 100.0 * predictions.correct / predictions.labelled if predictions.labelled else None,
         "results": results,
     }
-
-
-class PartialFailure(Exception):
-    """Some inputs could not be read, the others were done and their results written: the command prints the one
-    line and exits with 3 (a usage error is 2)."""
 
 
 register(ClassifyCommands())
