@@ -149,6 +149,7 @@ def test_compiled_bench_model_computes_the_folded_function() -> None:
         torch.testing.assert_close(compiled(x), eager(x), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow  # a real torch.compile attempt (12-16 s)
 def test_bench_compile_failure_is_one_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

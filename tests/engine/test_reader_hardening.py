@@ -200,7 +200,7 @@ def test_the_reader_answers_any_file_with_metadata_or_one_checkpoint_error(
     assert classes is None or all(isinstance(c, str) for c in classes)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=st.dictionaries(st.sampled_from(["model", "model_ema", "state_dict", "epoch", "x"]), VALUES, max_size=3))
 def test_the_reader_answers_any_authors_file_with_metadata_or_one_checkpoint_error(
     tmp_path_factory: pytest.TempPathFactory, fields: dict[str, Any]
