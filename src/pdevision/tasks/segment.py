@@ -214,6 +214,11 @@ def train(config: DenseConfig) -> dict[str, Any]:
     return fit(SegmentTask(config), config.run)
 
 
+# the least side an image is predicted at: the decoders' GroupNorm needs more than one value at the deepest stride
+# (32) and refused a 20 x 30 image; a smaller image is padded with the mean colour and its class map cropped back
+PREDICT_MIN_SIDE = 64
+
+
 def segmenter_from_meta(meta: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     """The segmentation model a segment checkpoint's metadata describes (weights not loaded)."""
     channels = meta.get("decoder_channels")
@@ -248,15 +253,21 @@ def predict_segment(
 def _segment_image(
     model: nn.Module, uint8: torch.Tensor, meta: dict[str, Any], colours: list, dev: torch.device, label_png: Path
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Class map of one ``(3, H, W)`` uint8 image, written to ``label_png``; the overlay and the image's record."""
+    """Class map of one ``(3, H, W)`` uint8 image, written to ``label_png``; the overlay and the image's record. A
+    side below :data:`PREDICT_MIN_SIDE` is padded (bottom, right) for the model and cropped from its output."""
     classes = list(meta["classes"])
     mean = torch.tensor(meta["mean"])[:, None, None]
     std = torch.tensor(meta["std"])[:, None, None]
-    labels = model(((uint8.float().div(255.0) - mean) / std)[None].to(dev))[0].argmax(0).cpu()
+    h, w = uint8.shape[1:]
+    x = (uint8.float().div(255.0) - mean) / std  # the mean colour is 0: the padding's value
+    x = F.pad(x, (0, max(0, PREDICT_MIN_SIDE - w), 0, max(0, PREDICT_MIN_SIDE - h)))
+    labels = model(x[None].to(dev))[0, :, :h, :w].argmax(0).cpu()
     Image.fromarray(labels.numpy().astype(np.uint8)).save(label_png)
     shown = [c for c in labels.unique().tolist() if classes[c] != "background"]
-    masks = torch.stack([labels == c for c in shown]) if shown else torch.zeros(0, *labels.shape, dtype=torch.bool)
-    overlay = draw_segmentation_masks(uint8, masks, alpha=0.5, colors=[colours[c] for c in shown])
+    overlay = uint8.clone()  # nothing but background: the image itself (torchvision warns on no mask)
+    if shown:
+        masks = torch.stack([labels == c for c in shown])
+        overlay = draw_segmentation_masks(uint8, masks, alpha=0.5, colors=[colours[c] for c in shown])
     counts = torch.bincount(labels.flatten(), minlength=len(classes)).tolist()
     record = {
         "size": [int(uint8.shape[1]), int(uint8.shape[2])],
