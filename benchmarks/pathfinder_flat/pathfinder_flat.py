@@ -26,7 +26,7 @@ accuracies given as ``{"arm": {"seed": accuracy}}``. The reported runs are not r
 
     python -m benchmarks.pathfinder_flat.pathfinder_flat --check --workers 1 --cache DIR
     python -m benchmarks.pathfinder_flat.pathfinder_flat --pilot --jobs 1    # stopped after its first run
-    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat:6       # and heat:2:16000, attention:2
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat --lr 2.5e-4   # the probes the report lists
     python -m benchmarks.pathfinder_flat.pathfinder_flat --report-only
 """
 
@@ -59,6 +59,7 @@ from pdevision.data.cache import ENV as DATA_CACHE
 from pdevision.data.embedded import PATHFINDER_SETS, PathfinderSetSpec, pathfinder_arrays
 from pdevision.data.pathfinder import LRA_32, VERSION, PathfinderImages, dot_geometry, make_pathfinder
 from pdevision.engine import RunConfig
+from pdevision.engine import validators as V
 from pdevision.models.pdeformer import FLAT_ARMS
 from pdevision.tasks.classify import ClassifyConfig, train
 from pdevision.viz.erf import area_share, erf_maps
@@ -354,10 +355,18 @@ def draw(split: str, n: int, workers: int, cache: Path | None) -> PathfinderImag
 
 
 # ---- the runs --------------------------------------------------------------------------------------------------
-def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH, data: str = STUDY_SET) -> dict[str, Any]:
+def train_run(
+    arm: str,
+    seed: int,
+    folder: Path,
+    depth: int = DEPTH,
+    data: str = STUDY_SET,
+    epochs: int = RUN["epochs"],
+    lr: float | None = None,
+) -> dict[str, Any]:
     """One run of ``arm`` at ``seed`` (the weights outside the mixer and the data order) on one thread, in ``folder``:
     continued from its ``last/`` checkpoint where an earlier call was cut off, read back where it completed. Its
-    validation accuracy per epoch and its seconds."""
+    validation accuracy per epoch and its seconds. ``lr``: the peak rate (None: the recipe's at batch 64)."""
     torch.set_num_threads(1)
     summary_file = folder / "summary.json"
     done = summary_file.is_file() and json.loads(summary_file.read_text()).get("status") == "completed"
@@ -373,8 +382,9 @@ def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH, data: str =
                 output=str(folder),
                 resume=str(folder) if resume else None,
                 overwrite=not resume,
-                epochs=RUN["epochs"],
+                epochs=epochs,
                 batch_size=RUN["batch_size"],
+                lr=lr,
                 seed=seed,
                 workers=0,
                 progress=False,
@@ -391,7 +401,10 @@ def train_run(arm: str, seed: int, folder: Path, depth: int = DEPTH, data: str =
         "arm": arm,
         "seed": seed,
         "depth": depth,
+        "generator_version": VERSION,
         "train_images": images,
+        "epochs": epochs,
+        "lr": lr,
         "val_top1": curve,
         "train_loss": loss,
         "seconds": summary["seconds"],
@@ -417,18 +430,38 @@ def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
 
 
 def run_probe(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
-    """One run of the pilot's first seed at another depth or on more training images (``--probe
-    ARM:DEPTH[:IMAGES]``), outside the pilot: what keeps a run at chance. Written to the record's ``probes``."""
-    arm, depth, *more = args.probe.split(":")
-    images = int(more[0]) if more else RUN["train_images"]
+    """One run of the pilot's first seed outside the pilot, at another depth, number of training images, number of
+    epochs or peak rate (``--probe ARM --depth N --images N --epochs N --lr X``): what keeps a run at chance.
+    Written to the record's ``probes`` under a key naming each setting that differs from the pilot's run."""
+    images = args.images or RUN["train_images"]
     data = STUDY_SET if images == RUN["train_images"] else f"{STUDY_SET}-{images}"
     PATHFINDER_SETS.setdefault(data, replace(PATHFINDER_SETS[STUDY_SET], n_train=images))  # the study's images first
     os.environ.setdefault(DATA_CACHE, str(args.runs / "data"))
-    pathfinder_arrays(data, "train", CONFIG.size, workers=args.jobs)
-    seed = PILOT_SEEDS[0]
-    name = f"{arm}-d{depth}-{seed}" + (f"-{images}" if data != STUDY_SET else "")
-    result = train_run(arm, seed, args.runs / "probe" / name, int(depth), data)
-    return store("probes", f"{arm}/d{depth}/{seed}" + (f"/{images}" if data != STUDY_SET else ""), result)
+    for split in ("train", "val"):
+        pathfinder_arrays(data, split, CONFIG.size, workers=args.jobs)
+    seed, epochs = PILOT_SEEDS[0], args.epochs or RUN["epochs"]
+    key = probe_key(args.probe, args.depth, seed, images, epochs, args.lr)
+    result = train_run(args.probe, seed, args.runs / "probe" / key.replace("/", "-"), args.depth, data, epochs, args.lr)
+    return store("probes", key, result)
+
+
+def probe_key(arm: str, depth: int, seed: int, images: int, epochs: int, lr: float | None) -> str:
+    """``arm/dDEPTH/SEED`` and, where they differ from the pilot's run, ``/IMAGES``, ``/eEPOCHS``, ``/lrRATE``."""
+    key = f"{arm}/d{depth}/{seed}" + (f"/{images}" if images != RUN["train_images"] else "")
+    return key + (f"/e{epochs}" if epochs != RUN["epochs"] else "") + (f"/lr{lr:g}" if lr is not None else "")
+
+
+def probe_flags(r: dict[str, Any]) -> str:
+    """The command-line flags that ran probe ``r`` (a record's entry)."""
+    flags = [f"--probe {r['arm']}"] + ([f"--depth {r['depth']}"] if r["depth"] != DEPTH else [])
+    for name, value, default in (
+        ("images", r.get("train_images"), RUN["train_images"]),
+        ("epochs", r.get("epochs"), RUN["epochs"]),
+        ("lr", r.get("lr"), None),
+    ):
+        if value is not None and value != default:
+            flags.append(f"--{name} {value:g}")
+    return " ".join(flags)
 
 
 def store(part: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -492,6 +525,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
     per_image = {arm: step_seconds(arm) / 64 for arm in STUDY_ARMS}
     record = {
+        "generator_version": VERSION,
         "config": asdict(CONFIG),
         "model": MODEL,
         "depth": DEPTH,
@@ -643,21 +677,7 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
             "cannot plan the study at this size. The run's size (training images, epochs) or the skeleton's depth "
             "must change, and the design check run again, before the pilot goes on.",
         ]
-    images = run["train_images"]
-    for r in record.get("probes", {}).values():
-        lines += [
-            "",
-            f"Probe outside the pilot (`--probe {r['arm']}:{r['depth']}"
-            + (f":{r['train_images']}" if r.get("train_images", images) != images else "")
-            + f"`): {r['arm']} at {r['depth']} blocks, {r.get('train_images', images):,} training images, seed "
-            f"{r['seed']}, the same run otherwise: {r['val_top1'][-1]:.2f}% after its last epoch, at most "
-            f"{max(r['val_top1']):.2f}%, {r['seconds']:.0f} s"
-            + (
-                f"; training loss {min(r['train_loss']):.4f} at its lowest (ln 2 = 0.6931)."
-                if "train_loss" in r
-                else "."
-            ),
-        ]
+    lines += probe_report(record)
     if "contrasts" not in p:
         return [*lines, "", "The pilot is not complete: no spread of paired differences to plan the seeds from.", ""]
     lines += [
@@ -678,6 +698,24 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def probe_report(record: dict[str, Any]) -> list[str]:
+    """One line per probe: its flags, what it changed and where it ended."""
+    lines = []
+    for r in record.get("probes", {}).values():
+        rate = "the recipe's rate" if r.get("lr") is None else f"peak rate {r['lr']:g}"
+        escape = next((e + 1 for e, v in enumerate(r["val_top1"]) if v > ESCAPE), None)
+        lines += [
+            "",
+            f"Probe outside the pilot (`{probe_flags(r)}`): {r['arm']} at {r['depth']} blocks, "
+            f"{r['train_images']:,} training images, {len(r['val_top1'])} epochs, {rate}, seed {r['seed']}, "
+            f"generator version {r.get('generator_version', 3)}: "
+            f"{r['val_top1'][-1]:.2f}% after its last epoch, at most {max(r['val_top1']):.2f}%"
+            + ("" if escape is None else f", past {ESCAPE:.0f}% at epoch {escape}")
+            + f", {r['seconds']:.0f} s; training loss {min(r['train_loss']):.4f} at its lowest (ln 2 = 0.6931).",
+        ]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="run the design check and write the record")
@@ -689,25 +727,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="a folder to keep the drawn images in for a later check")
     parser.add_argument("--pilot", action="store_true", help="run (or continue) the pilot and write it to the record")
     parser.add_argument("--jobs", type=int, default=2, help="runs of the pilot at once, one thread each")
-    parser.add_argument(
-        "--probe", metavar="ARM:DEPTH[:IMAGES]", help="one run of the pilot's first seed at another depth or size"
-    )
+    parser.add_argument("--probe", choices=list(FLAT_ARMS), help="one run of the pilot's first seed of this arm")
+    parser.add_argument("--depth", type=V.count, default=DEPTH, help="the probe's blocks")
+    parser.add_argument("--images", type=V.scenes, help="the probe's training images (default: the pilot's)")
+    parser.add_argument("--epochs", type=V.epochs, help="the probe's epochs (default: the pilot's)")
+    parser.add_argument("--lr", type=V.positive, help="the probe's peak rate (default: the recipe's)")
     parser.add_argument("--runs", type=Path, default=Path("runs/pathfinder_flat"), help="the runs' folders")
     args = parser.parse_args(argv)
     if sum(map(bool, (args.check, args.report_only, args.power, args.pilot, args.probe))) != 1:
         print(
-            "pathfinder_flat: give one of --check, --pilot, --probe ARM:DEPTH[:IMAGES], --report-only, --power FILE",
+            "pathfinder_flat: give one of --check, --pilot, --probe ARM, --report-only, --power FILE",
             file=sys.stderr,
         )
         return 2
-    parts = (args.probe or "").split(":")
-    if args.probe and not (
-        len(parts) in (2, 3) and parts[0] in FLAT_ARMS and all(p.isdigit() and int(p) > 0 for p in parts[1:])
-    ):
-        print(
-            f"pathfinder_flat: --probe takes ARM:DEPTH[:IMAGES] (an arm of {list(FLAT_ARMS)}), got {args.probe!r}",
-            file=sys.stderr,
-        )
+    if not args.probe and (args.depth != DEPTH or args.images or args.epochs or args.lr):
+        print("pathfinder_flat: --depth, --images, --epochs and --lr set a probe: give --probe ARM", file=sys.stderr)
         return 2
     if args.power:
         try:
@@ -720,7 +754,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         record = check(args)
         before = json.loads(RECORD.read_text()) if RECORD.exists() else {}
-        record.update({k: before[k] for k in ("pilot", "probes") if k in before})  # runs of the same design
+        if (before.get("generator_version"), before.get("config")) == (VERSION, record["config"]):
+            record.update({k: before[k] for k in ("pilot", "probes") if k in before})  # runs of the same design
         write_record(RECORD, record)
     elif args.pilot and RECORD.exists():
         run_pilot(args, json.loads(RECORD.read_text()))

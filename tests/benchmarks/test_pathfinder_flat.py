@@ -165,10 +165,24 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(pf, "RECORD", tmp_path / "none.json")
     assert pf.main(["--report-only"]) == 2
     assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
-    for probe in ("heat", "heat:x", "nope:2", "heat:2:0", "heat:2:3:4"):
-        assert pf.main(["--probe", probe]) == 2
+    assert pf.main(["--depth", "3"]) == 2  # a probe's setting without a probe
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 8 and all(line.startswith("pathfinder_flat:") for line in err)
+    assert len(err) == 4 and all(line.startswith("pathfinder_flat:") for line in err)
+    for argv in (["nope"], ["heat", "--depth", "0"], ["heat", "--lr", "nan"], ["heat", "--images", "x"]):
+        with pytest.raises(SystemExit) as exit_:
+            pf.main(["--probe", *argv])
+        assert exit_.value.code == 2
+        assert "error: argument" in capsys.readouterr().err  # argparse names the flag and why
+
+
+def test_a_probe_is_keyed_and_reported_by_the_settings_it_changed() -> None:
+    assert pf.probe_key("heat", pf.DEPTH, 1000, pf.RUN["train_images"], pf.RUN["epochs"], None) == "heat/d2/1000"
+    assert pf.probe_key("heat", 6, 1000, 16000, 30, 2.5e-4) == "heat/d6/1000/16000/e30/lr0.00025"
+    r = {"arm": "heat", "depth": 6, "train_images": 16000, "epochs": 30, "lr": 2.5e-4}
+    assert pf.probe_flags(r) == "--probe heat --depth 6 --images 16000 --epochs 30 --lr 0.00025"
+    assert pf.probe_flags({**r, "depth": pf.DEPTH, "train_images": pf.RUN["train_images"], "lr": None}) == (
+        "--probe heat --epochs 30"
+    )
 
 
 def _pilot_record(curves: dict[str, list[list[float]]], seconds: float = 600.0) -> dict:
@@ -208,14 +222,24 @@ def test_a_pilot_cut_short_reports_its_runs_and_plans_nothing() -> None:
     assert "No run has left chance" not in text
     at_chance = _pilot_record({"heat": [[50.0, 51.0]] * 3})
     at_chance["probes"] = {
-        "heat/d6/1000": {"arm": "heat", "depth": 6, "seed": 1000, "val_top1": [50.0, 51.7, 50.0], "seconds": 600.0}
+        "heat/d6/1000/lr0.00025": {
+            "arm": "heat",
+            "depth": 6,
+            "seed": 1000,
+            "train_images": pf.RUN["train_images"],
+            "epochs": 3,
+            "lr": 2.5e-4,
+            "val_top1": [50.0, 61.7, 50.0],
+            "train_loss": [0.6931, 0.69, 0.6929],
+            "seconds": 600.0,
+        }
     }
     text = "\n".join(pf.pilot_report(at_chance))
     assert "No run has left chance" in text
     assert (
-        "(`--probe heat:6`): heat at 6 blocks, 4,000 training images, seed 1000, the same run otherwise: 50.00% "
-        "after its last epoch, "
-        "at most 51.70%, 600 s." in text
+        "(`--probe heat --depth 6 --epochs 3 --lr 0.00025`): heat at 6 blocks, 4,000 training images, 3 epochs, peak "
+        "rate 0.00025, seed 1000, generator version 3: 50.00% after its last epoch, at most 61.70%, past 60% at "
+        "epoch 2, 600 s; training loss 0.6900 at its lowest (ln 2 = 0.6931)." in text
     )
 
 

@@ -22,10 +22,11 @@ classifier on the dots' geometry reached 53.6%).
 A path is a walk of dashes: dash ``j`` runs ``dash_length`` from ``p_j`` in the direction ``theta_j``; dash
 ``j + 1`` starts ``dash_gap`` after its end, with ``theta_{j+1} = theta_j + U(-max_turn, max_turn)``. Each dash is
 drawn up to ``tries`` times (new turns) until it lies inside the image, more than ``separation`` from every other
-path (and from the targets' end dots); a target pair that gets stuck is drawn again from its start. A path may
-come close to itself. Geometry is computed in the coordinates of a 32-px image (points every ``STEP`` along each
-dash, checked on a grid of ``CELL`` px) and then drawn at ``size``: the images of one seed at two sizes are the
-same drawing at two resolutions.
+path (and from the targets' end dots); a target pair that gets stuck is drawn again from its start, and so is
+one where a path comes back within ``separation`` of one of its own end dots (beyond the dash next to it). A
+path may otherwise come close to itself. Geometry is computed in the coordinates of a 32-px image (points every
+``STEP`` along each dash, checked on a grid of ``CELL`` px) and then drawn at ``size``: the images of one seed at
+two sizes are the same drawing at two resolutions.
 
 Rendering is binary (0 or 255, one channel), without anti-aliasing: a dash is the pixels that points sampled at
 most half a pixel apart along it fall in, thickened to ``thickness`` (scaled) pixels. The dashes of one path are
@@ -49,7 +50,8 @@ import numpy as np
 
 from pdevision._values import is_finite_scalar, is_integer_scalar
 
-VERSION = 3  # 3: a pair placed jointly, its dots at one place (2: one dot distance; 1: the distance differed by label)
+VERSION = 4  # 4: a target path keeps clear of its own dots; 3: a pair placed jointly, its dots at one place (2: one
+# dot distance; 1: the distance differed by label)
 BLOCK = 256
 REFERENCE_SIZE = 32  # the lengths of PathfinderConfig are pixels of an image of this side
 CELL = 1.0  # side of the grid cells, in reference pixels, on which the distances between paths are checked
@@ -368,6 +370,7 @@ def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> di
                 grown[live] = points
                 shape.append(grown)
         ends = starts[:, :, -1] + cfg.dash_length * dirs[:, :, -1]
+        ok &= _clear_of_own_ends(starts, dirs, ends, cfg)
         for p in range(2):  # the end dots keep clear of the other path
             disc = _disc_points(ends[:, p], cfg)
             live = np.flatnonzero(ok)
@@ -387,6 +390,21 @@ def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> di
         f"pathfinder: two target paths of {cfg.n_dashes} dashes found no room in {MAX_ROUNDS} rounds; "
         "use fewer dashes, a smaller separation or a larger max_turn"
     )
+
+
+def _clear_of_own_ends(starts: np.ndarray, dirs: np.ndarray, ends: np.ndarray, cfg: PathfinderConfig) -> np.ndarray:
+    """Whether each target pair (k, 2, n, 2) keeps every dash of a path, but the two next to an end, at least
+    ``dot_radius + separation`` from that end's centre, at both ends of both paths: so a dot on an end has only
+    its own first dash within its radius, whichever path and label it marks (version 3 let a path come back near
+    its own start: a negative's first path, free to curl, crowded its dot with more pixels than a positive's,
+    which must run on to the other dot, and the dots' rendered sizes gave the label 52.6% of the time)."""
+    n, least = starts.shape[2], cfg.dot_radius + cfg.separation
+    points = _dash_points(starts, dirs, cfg)  # (k, 2, n, s, 2)
+    ok = np.ones(len(starts), dtype=bool)
+    for centre, dashes in ((starts[:, :, 0], slice(2, n)), (ends, slice(0, max(0, n - 2)))):
+        gap = np.linalg.norm(points[:, :, dashes] - centre[:, :, None, None], axis=-1)
+        ok &= ~(gap < least).any(axis=(1, 2, 3))  # NaN (a pair stuck) compares False: its own flag says it
+    return ok
 
 
 def _dot_distances(starts: np.ndarray, dirs: np.ndarray, cfg: PathfinderConfig) -> np.ndarray:
