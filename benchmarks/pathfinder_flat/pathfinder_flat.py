@@ -558,6 +558,21 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     return record
 
 
+def same_design_runs(before: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The pilot's runs and the probes of an earlier record that a new check keeps: those on this generator version
+    and testbed (a run records its generator version; the record its testbed)."""
+    if before.get("config") != config:
+        return {}
+    kept: dict[str, Any] = {}
+    probes = {k: r for k, r in before.get("probes", {}).items() if r.get("generator_version") == VERSION}
+    if probes:
+        kept["probes"] = probes
+    runs = {k: r for k, r in before.get("pilot", {}).get("runs", {}).items() if r.get("generator_version") == VERSION}
+    if runs:
+        kept["pilot"] = {**before["pilot"], "runs": runs}
+    return kept
+
+
 def failures(record: dict[str, Any]) -> list[str]:
     fail = field_conditions(record["receptive_fields"], record["config"]["size"])
     both = record["path_extent"]["dots_within_one_local_field"]
@@ -754,8 +769,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         record = check(args)
         before = json.loads(RECORD.read_text()) if RECORD.exists() else {}
-        if (before.get("generator_version"), before.get("config")) == (VERSION, record["config"]):
-            record.update({k: before[k] for k in ("pilot", "probes") if k in before})  # runs of the same design
+        record.update(same_design_runs(before, record["config"]))
         write_record(RECORD, record)
     elif args.pilot and RECORD.exists():
         run_pilot(args, json.loads(RECORD.read_text()))

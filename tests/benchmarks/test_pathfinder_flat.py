@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -270,3 +270,17 @@ def test_each_result_is_stored_into_the_record_as_it_is_on_disk(tmp_path: Path, 
     assert record["shortcuts"] == {"x": 1}
     assert record["pilot"]["runs"] == {"heat/1000": {"seconds": 2.0}} and record["pilot"]["run"] == pf.RUN
     assert set(record["probes"]) == {"heat/d6/1000", "heat/d2/1000/16000"}
+
+
+def test_a_new_check_keeps_only_the_runs_of_its_generator_version_and_testbed() -> None:
+    config = asdict(pf.CONFIG)
+    old, new = {"generator_version": pf.VERSION - 1}, {"generator_version": pf.VERSION}
+    before = {
+        "config": config,
+        "probes": {"heat/d2/1000": old, "heat/d6/1000/lr0.00025": new},
+        "pilot": {"run": pf.RUN, "seeds": [1000], "runs": {"heat/1000": old}},
+    }
+    assert pf.same_design_runs(before, config) == {"probes": {"heat/d6/1000/lr0.00025": new}}
+    before["pilot"]["runs"]["wave/1000"] = new
+    assert pf.same_design_runs(before, config)["pilot"]["runs"] == {"wave/1000": new}
+    assert pf.same_design_runs(before, {**config, "dot_span": 0.0}) == {}  # another testbed: nothing kept
