@@ -132,10 +132,13 @@ def linear(
 
 
 def linear_add(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, other: torch.Tensor) -> torch.Tensor:
-    """``other + F.linear(x, weight, bias)`` over the last dimension (a residual branch's output product): one
-    float32 oneDNN product with the sum fused into it where :func:`compute_dtype` of ``x`` is float32, else the plain
-    sum. ``other`` has the output's shape."""
-    if compute_dtype(x) != torch.float32 or {x.dtype, weight.dtype, other.dtype} != {torch.float32}:
+    """``other + F.linear(x, weight, bias)`` over the last dimension (a residual branch's output product): one oneDNN
+    product with the sum fused into it where :func:`compute_dtype` of ``x`` is the dtype of ``x``, ``weight``,
+    ``bias`` and ``other`` alike (float32; bfloat16 under autocast, with weights the caller cast), else the plain sum
+    (autocast's product, then the sum in the promoted dtype). ``other`` has the output's shape."""
+    dtype = compute_dtype(x)
+    tensors = (x, weight, other) if bias is None else (x, weight, bias, other)
+    if dtype is None or any(t.dtype != dtype for t in tensors):
         return other + F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise.binary(x, other.contiguous(), weight, bias, "add")
 
