@@ -194,8 +194,8 @@ def family(event: Any) -> str | None:
         return F_HEAT if "heat" in scopes and name != "aten::view" else F_COPY
     if scopes and scopes[0] == "heat":
         return F_HEAT
-    if scopes and scopes[0] == "block" and (name.endswith("_") or name == "aten::avg_pool2d"):
-        return F_HEAT  # the fused block's heat step: one pool, then in-place passes
+    if scopes and scopes[0] == "block" and (name.endswith("_") or name in ("aten::avg_pool2d", "aten::lerp")):
+        return F_HEAT  # the fused block's heat step: one pool, in-place passes, a lerp
     if name.startswith("aten::") and name in _ELEMENTWISE:
         return F_ELEMENTWISE
     return F_OTHER
@@ -219,6 +219,20 @@ def _scopes_of(event: Any) -> list[str]:
             out.append(event.name[len(SCOPE_PREFIX) :])
         event = event.cpu_parent
     return out
+
+
+def cpu_features() -> str:
+    """PyTorch's CPU capability and the CPU's bf16 flags (``/proc/cpuinfo``), as the report states them."""
+    flags: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    bf16 = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return (
+        f"PyTorch CPU capability {torch.backends.cpu.get_cpu_capability()}, bf16 CPU flags: {', '.join(bf16) or 'none'}"
+    )
 
 
 @contextlib.contextmanager
@@ -433,8 +447,9 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         "# HcNet-T on the fast path: where the time goes, and the HcNet kernels (float32 and bfloat16)",
         "",
-        f"{machine_line(args.threads)}; dtypes {dtypes} (bf16: `torch.autocast('cpu', dtype=torch.bfloat16)` around "
-        "the float32 model, as `pdevision bench --dtype bf16`), eval mode, models built as `pdevision bench` builds "
+        f"{machine_line(args.threads)} ({cpu_features()}); dtypes {dtypes} (bf16: "
+        "`torch.autocast('cpu', dtype=torch.bfloat16)` around the float32 model, as `pdevision bench --dtype bf16`), "
+        "eval mode, models built as `pdevision bench` builds "
         f"them (folded, `accelerate`d); allocator steady: {steady}. **A shared machine**: other jobs ran on its cores "
         f"during the run (load average at the start: {load_average()}), so single timings are noisy; the arms and "
         "dtypes are interleaved and every figure is a median. Arms: `hcnet_tiny plain` (the authors' network as "

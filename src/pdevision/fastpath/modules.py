@@ -98,8 +98,10 @@ class FusedHcRaBlock(HcRaBlock):
     channels-last map, the RaL's 1x1 convolutions as oneDNN products (the residual sum fused into the second), its
     depthwise filter on the channels-last map. In float32 the RaL's GELU runs after the first product (not oneDNN's erf
     post-op, the slower of the two on the AVX2 development machine at HcNet-T's stage-3 shapes and at 768 px, about
-    equal at 224 px's first stage: ``benchmarks/hcnet_fastpath``); in bfloat16 it is the post-op (as fast or faster at
-    every shape there, on AVX-512), with the products' weights cast once and kept. Under bfloat16 autocast the block
+    equal at 224 px's first stage; on the AVX-512 machine of ``benchmarks/hcnet_fastpath``'s current record the post-op
+    took 0.90-0.98x the time at the four shapes there, so the better choice depends on the machine); in bfloat16 it is
+    the post-op (0.95-0.99x the time of the product then the GELU at three of those shapes, 1.07x at 768 px's first
+    stage, in that record), with the products' weights cast once and kept. Under bfloat16 autocast the block
     computes as autocast runs the plain one: the products, the filter and (for a bfloat16 input, as the stem and the
     blocks hand on) the heat step, norm and sums in bfloat16; ``alpha`` is computed in float32 and rounded to the
     stream's dtype. Elsewhere (training mode, autograd, other devices, traces,
