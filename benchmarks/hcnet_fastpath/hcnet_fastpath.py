@@ -1,30 +1,38 @@
 """HcNet-T on the fast path: where its inference time goes, operator family by family, against ConvNeXt-T on the same
-kernels, and what the fast path's HcNet kernels (``pdevision.fastpath``'s ``FusedHcRaBlock``) change.
+kernels, in float32 and bfloat16, and what the fast path's HcNet kernels (``pdevision.fastpath``'s ``FusedHcRaBlock``)
+change; vHeat-T beside them.
 
-Run: ``python -m benchmarks.hcnet_fastpath.hcnet_fastpath [--threads 2] [--profiles 5] [--repeats 15]``;
-``--report-only`` writes the report from the record. Float32, eval mode, the models as ``pdevision bench`` builds
-them (``create_for_bench``: folded, then ``accelerate``d). Four arms:
+Run: ``python -m benchmarks.hcnet_fastpath.hcnet_fastpath [--threads 1] [--dtypes fp32 bf16] [--profiles 5]
+[--repeats 15]``; ``--report-only`` writes the report from the record. Eval mode, the models as ``pdevision bench``
+builds them (``create_for_bench``: folded, then ``accelerate``d) and runs them: bfloat16 is
+``torch.autocast("cpu", dtype=torch.bfloat16)`` around a float32 model, as ``pdevision bench --dtype bf16``
+(``pdevision.bench.measure.inference_fn``). Five arms:
 
 - ``hcnet_tiny plain``: the authors' network as written (NCHW), no fast path;
 - ``hcnet_tiny before``: ``accelerate`` as it was before the HcNet kernels (only the head's linear layer and, in
   bfloat16, cached convolution weights differ from the plain model; in float32 the blocks run their plain forward):
   the accelerated model with its blocks and stem put back to the plain classes and NCHW memory;
 - ``hcnet_tiny accelerated``: ``accelerate`` now;
-- ``convnext_tiny+fused``: ConvNeXt-T on the same kernels.
+- ``convnext_tiny+fused``: ConvNeXt-T on the same kernels;
+- ``vheat_tiny accelerated``: vHeat-T as ``pdevision bench`` runs it.
 
 Profile: torch.profiler over single forwards (``--profiles`` of them per arm, after a warm-up); each operator's self
 time goes to a family by its name, its shapes and the HcNet module it runs in (forward hooks open a profiler scope per
 module; the Python time between operators is not counted, for any model); a family's time is its median over the
-profiled forwards, its share that median over the sum of the families' medians. Timing: the arms interleaved in one
-process, ``--repeats`` forwards each (after one warm-up), medians, with the interquartile range.
+profiled forwards, its share that median over the sum of the families' medians. Each operator's self time is also
+split by the dtype it computes in (its first floating-point input), so that in bfloat16 the time left in float32
+operators shows. Timing: the arms and dtypes interleaved in one process (one model per arm, run in both dtypes),
+``--repeats`` forwards each (after one warm-up), medians, with the interquartile range.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,23 +56,36 @@ from pdevision.bench.measure import steady_allocator
 from pdevision.bench.models import create_for_bench
 from pdevision.fastpath.modules import FusedHcRaBlock
 from pdevision.layers.hcl import HcDownsample, HcRaBlock, HcStem, NeighbourMeanHeat, RefinementMlp
+from pdevision.layers.spectral import SpectralOperator
 
 OUT = Path(__file__).with_suffix(".md")
 RECORD = Path(__file__).with_suffix(".json")
 
-ARMS = ("hcnet_tiny plain", "hcnet_tiny before", "hcnet_tiny accelerated", "convnext_tiny+fused")
+ARMS = (
+    "hcnet_tiny plain",
+    "hcnet_tiny before",
+    "hcnet_tiny accelerated",
+    "convnext_tiny+fused",
+    "vheat_tiny accelerated",
+)
+DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # autocast's dtype, as pdevision bench's --dtype
 FAMILIES = (
     "1x1 convolutions / linear layers",
     "alpha (pool, 1x1 projection, sigmoid)",
     "heat step (3x3 pool, neighbour count, element-wise)",
+    "DCT products and decay (vHeat's heat filter)",
     "norms (GroupNorm / LayerNorm)",
     "depthwise convolutions",
     "dense convolutions (stem, downsampling)",
     "GELU (not fused)",
     "residual sums and other element-wise",
+    "dtype casts (float32 <-> bfloat16)",
     "copies and layout",
     "other operators",
 )
+F_LINEAR, F_ALPHA, F_HEAT, F_DCT, F_NORM, F_DW, F_DENSE, F_GELU, F_ELEMENTWISE, F_CAST, F_COPY, F_OTHER = FAMILIES
+COMPUTE = ("bfloat16", "float32", "no floating-point input")
+_COMPUTE_OF = {"c10::BFloat16": COMPUTE[0], "float": COMPUTE[1]}
 # the HcNet modules a profiled operator is attributed to (the innermost one that runs it)
 SCOPES: tuple[tuple[type[nn.Module], str], ...] = (
     (NeighbourMeanHeat, "heat"),
@@ -73,20 +94,24 @@ SCOPES: tuple[tuple[type[nn.Module], str], ...] = (
     (RefinementMlp, "ral"),
     (HcStem, "stem"),
     (HcDownsample, "stem"),
+    (SpectralOperator, "spectral"),
 )
 SCOPE_PREFIX = "scope:"
+CASTS = ("aten::_to_copy",)
 CONVOLUTIONS = ("aten::convolution",)
 LINEARS = ("aten::linear", "mkldnn::_linear_pointwise")
 COPIES = ("aten::copy_", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::empty_like", "aten::to")
 
 
 def build(arm: str, res: int) -> nn.Module:
-    """The model of an arm (see the module docstring), eval mode, float32."""
+    """The model of an arm (see the module docstring), eval mode, float32 weights."""
     cpu = torch.device("cpu")
     if arm == "hcnet_tiny plain":
         return timm.create_model("hcnet_tiny", img_size=res).eval()
     if arm == "convnext_tiny+fused":
         return create_for_bench("convnext_tiny+fused", res, cpu)
+    if arm == "vheat_tiny accelerated":
+        return create_for_bench("vheat_tiny", res, cpu)
     model = create_for_bench("hcnet_tiny", res, cpu)
     if arm == "hcnet_tiny before":
         for module in model.modules():
@@ -120,45 +145,68 @@ def add_scopes(model: nn.Module) -> None:
 def _conv_family(shapes: list[list[int]]) -> str:
     x, w = shapes[0], shapes[1]
     if w[2:] == [1, 1]:
-        return FAMILIES[1] if x[2:] == [1, 1] else FAMILIES[0]
+        return F_ALPHA if x[2:] == [1, 1] else F_LINEAR
     if w[1] == 1 and w[0] == x[1] and x[1] > 1:
-        return FAMILIES[4]
-    return FAMILIES[5]
+        return F_DW
+    return F_DENSE
+
+
+def _linear_family(shapes: list[list[int]], scopes: list[str]) -> str:
+    """A oneDNN product or linear layer: alpha's projection (a pooled 2-d input in an HcNet block), a product of
+    vHeat's DCT basis (a square 2-d matrix first, in the spectral operator: the fused heat filter), else a linear
+    layer."""
+    if any(s in ("block", "heat") for s in scopes) and len(shapes[0]) == 2:
+        return F_ALPHA
+    if "spectral" in scopes and len(shapes[0]) == 2 and shapes[0][0] == shapes[0][1]:
+        return F_DCT
+    return F_LINEAR
 
 
 def family(event: Any) -> str | None:
-    """The family of a profiled operator: by the nearest convolution, linear layer, norm or GELU that it is (or runs
-    inside), else by its name and the innermost HcNet scope it runs in."""
+    """The family of a profiled operator: a dtype cast (or the copy inside one), else by the nearest convolution,
+    linear layer, norm or GELU that it is (or runs inside), else by its name and the innermost HcNet or vHeat scope
+    it runs in."""
     if event.name.startswith(SCOPE_PREFIX):
         return None  # the time between operators inside a scope: Python, which ConvNeXt-T's profile cannot show
     scopes = []
     node = event
     while node is not None:
         name, shapes = node.name, node.input_shapes
+        if name in CASTS:
+            return F_CAST  # autocast's casts of inputs and weights, and the kernels' own
         if name in CONVOLUTIONS and shapes and len(shapes[1]) == 4:
             return _conv_family(shapes)
         if name in LINEARS and shapes:
-            in_block = any(s in ("block", "heat") for s in _scopes_of(node))
-            return FAMILIES[1] if in_block and len(shapes[0]) == 2 else FAMILIES[0]
+            return _linear_family(shapes, _scopes_of(node))
         if name in ("aten::group_norm", "aten::layer_norm", "aten::native_group_norm", "aten::native_layer_norm"):
-            return FAMILIES[3]
+            return F_NORM
         if name == "aten::gelu":
-            return FAMILIES[6]
+            return F_GELU
         if name.startswith(SCOPE_PREFIX):
             scopes.append(name[len(SCOPE_PREFIX) :])
         node = node.cpu_parent
     name = event.name
+    if "spectral" in scopes and (name in ("aten::bmm", "aten::mm", "aten::matmul") or name == "aten::mul_"):
+        return F_DCT  # the matrix DCT's batched products and the decay multiplied into the spectrum
     if name in ("aten::mean", "aten::sigmoid") and {"heat", "block"} & set(scopes):
-        return FAMILIES[1]
+        return F_ALPHA
     if name in COPIES or name in ("aten::permute", "aten::reshape", "aten::view", "aten::as_strided"):
-        return FAMILIES[2] if "heat" in scopes and name != "aten::view" else FAMILIES[8]
+        return F_HEAT if "heat" in scopes and name != "aten::view" else F_COPY
     if scopes and scopes[0] == "heat":
-        return FAMILIES[2]
-    if scopes and scopes[0] == "block" and (name.endswith("_") or name == "aten::avg_pool2d"):
-        return FAMILIES[2]  # the fused block's heat step: one pool, then in-place passes
+        return F_HEAT
+    if scopes and scopes[0] == "block" and (name.endswith("_") or name in ("aten::avg_pool2d", "aten::lerp")):
+        return F_HEAT  # the fused block's heat step: one pool, in-place passes, a lerp
     if name.startswith("aten::") and name in _ELEMENTWISE:
-        return FAMILIES[7]
-    return FAMILIES[9]
+        return F_ELEMENTWISE
+    return F_OTHER
+
+
+def compute_dtype_of(event: Any) -> str:
+    """The dtype an operator computes in, as its first floating-point input's (bfloat16 or float32)."""
+    for dtype in event.input_dtypes or ():
+        if dtype in _COMPUTE_OF:
+            return _COMPUTE_OF[dtype]
+    return COMPUTE[2]
 
 
 _ELEMENTWISE = {"aten::add", "aten::mul", "aten::sub", "aten::div", "aten::add_", "aten::mul_"}
@@ -173,47 +221,94 @@ def _scopes_of(event: Any) -> list[str]:
     return out
 
 
-def profile_once(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
-    """Milliseconds of self CPU time per family in one forward."""
-    with torch.inference_mode(), profile(record_shapes=True) as prof:
+def cpu_features() -> str:
+    """PyTorch's CPU capability and the CPU's bf16 flags (``/proc/cpuinfo``), as the report states them."""
+    flags: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    bf16 = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return (
+        f"PyTorch CPU capability {torch.backends.cpu.get_cpu_capability()}, bf16 CPU flags: {', '.join(bf16) or 'none'}"
+    )
+
+
+@contextlib.contextmanager
+def running(dtype: str) -> Iterator[None]:
+    """Inference mode, under bfloat16 autocast for ``"bf16"`` (as ``pdevision.bench.measure.inference_fn``)."""
+    autocast = DTYPES[dtype]
+    with torch.inference_mode(), torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        yield
+
+
+def profile_once(model: nn.Module, x: torch.Tensor, dtype: str) -> dict[str, dict[str, float]]:
+    """Milliseconds of self CPU time in one forward, per family and per compute dtype."""
+    with running(dtype), profile(record_shapes=True) as prof:
         model(x)
-    totals: dict[str, float] = defaultdict(float)
+    families: dict[str, float] = defaultdict(float)
+    computes: dict[str, float] = defaultdict(float)
     for event in prof.events():
         name = family(event)
         if name is not None:
-            totals[name] += event.self_cpu_time_total / 1000.0
-    return dict(totals)
+            families[name] += event.self_cpu_time_total / 1000.0
+            computes[compute_dtype_of(event)] += event.self_cpu_time_total / 1000.0
+    return {"families": dict(families), "compute": dict(computes)}
 
 
-def profile_arms(arms: list[str], res: int, batch: int, forwards: int) -> dict[str, dict[str, float]]:
-    """Per arm, the median over ``forwards`` profiled forwards of each family's milliseconds (arms interleaved)."""
+def profile_arms(
+    arms: list[str], dtypes: list[str], res: int, batch: int, forwards: int
+) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Per dtype and arm, the median over ``forwards`` profiled forwards of each family's milliseconds and of the
+    milliseconds per compute dtype (arms and dtypes interleaved)."""
     models = {arm: build(arm, res) for arm in arms}
     for model in models.values():
         add_scopes(model)
     x = torch.randn(batch, 3, res, res)
-    with torch.inference_mode():
+    for dtype in dtypes:
         for model in models.values():
-            model(x)
-    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
+            with running(dtype):
+                model(x)
+    runs: dict[tuple[str, str], list[dict[str, dict[str, float]]]] = {(d, a): [] for d in dtypes for a in arms}
     for _ in range(forwards):
-        for arm, model in models.items():
-            runs[arm].append(profile_once(model, x))
-    return {arm: {f: statistics.median(r.get(f, 0.0) for r in runs[arm]) for f in FAMILIES} for arm in arms}
+        for dtype in dtypes:
+            for arm, model in models.items():
+                runs[dtype, arm].append(profile_once(model, x, dtype))
+
+    def medians(dtype: str, arm: str, part: str, keys: tuple[str, ...]) -> dict[str, float]:
+        return {k: statistics.median(r[part].get(k, 0.0) for r in runs[dtype, arm]) for k in keys}
+
+    return {
+        dtype: {
+            arm: {
+                "families": medians(dtype, arm, "families", FAMILIES),
+                "compute": medians(dtype, arm, "compute", COMPUTE),
+            }
+            for arm in arms
+        }
+        for dtype in dtypes
+    }
 
 
-def time_arms(arms: list[str], res: int, batch: int, repeats: int) -> dict[str, list[float]]:
-    """Seconds of each forward of each arm, the arms interleaved, after one warm-up forward each."""
+def time_arms(
+    arms: list[str], dtypes: list[str], res: int, batch: int, repeats: int
+) -> dict[str, dict[str, list[float]]]:
+    """Per dtype and arm, seconds of each forward, the arms and dtypes interleaved, after one warm-up forward each."""
     models = {arm: build(arm, res) for arm in arms}
     x = torch.randn(batch, 3, res, res)
-    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
-    with torch.inference_mode():
+    seconds: dict[str, dict[str, list[float]]] = {d: {arm: [] for arm in arms} for d in dtypes}
+    for dtype in dtypes:
         for model in models.values():
-            model(x)
-        for _ in range(repeats):
-            for arm, model in models.items():
-                start = time.perf_counter()
+            with running(dtype):
                 model(x)
-                seconds[arm].append(time.perf_counter() - start)
+    for _ in range(repeats):
+        for dtype in dtypes:
+            for arm, model in models.items():
+                with running(dtype):
+                    start = time.perf_counter()
+                    model(x)
+                    seconds[dtype][arm].append(time.perf_counter() - start)
     return seconds
 
 
@@ -221,42 +316,50 @@ def time_arms(arms: list[str], res: int, batch: int, repeats: int) -> dict[str, 
 GELU_SHAPES = ((3136, 64, 256), (196, 320, 1280), (36864, 64, 256), (2304, 320, 1280))
 
 
-def gelu_ab(repeats: int) -> dict[str, dict[str, list[float]]]:
-    """Seconds of the RaL's first product with GELU as oneDNN's erf post-op (``fused``) and as the product then
-    PyTorch's GELU (``separate``), interleaved, per shape of :data:`GELU_SHAPES`."""
+def gelu_ab(repeats: int, dtypes: list[str]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Per dtype, seconds of the RaL's first product with GELU as oneDNN's erf post-op (``fused``) and as the product
+    then PyTorch's GELU (``separate``), interleaved, per shape of :data:`GELU_SHAPES` (bfloat16: inputs and weights
+    in bfloat16, as the fast path's products under autocast)."""
     product = torch.ops.mkldnn._linear_pointwise
-    out = {}
+    out: dict[str, dict[str, dict[str, list[float]]]] = {d: {} for d in dtypes}
     with torch.inference_mode():
         for rows, cin, cout in GELU_SHAPES:
-            x, w, b = torch.randn(rows, cin), torch.randn(cout, cin), torch.randn(cout)
-            arms: dict[str, Any] = {
-                "fused": lambda x=x, w=w, b=b: product(x, w, b, "gelu", [], "none"),
-                "separate": lambda x=x, w=w, b=b: F.gelu(product(x, w, b, "none", [], "")),
-            }
-            seconds: dict[str, list[float]] = {arm: [] for arm in arms}
-            for _ in range(repeats + 1):
-                for arm, fn in arms.items():
-                    start = time.perf_counter()
-                    fn()
-                    seconds[arm].append(time.perf_counter() - start)
-            out[f"{rows}x{cin}->{cout}"] = {arm: v[1:] for arm, v in seconds.items()}
+            for dtype in dtypes:
+                dt = DTYPES[dtype] or torch.float32
+                x, w, b = (
+                    torch.randn(rows, cin, dtype=dt),
+                    torch.randn(cout, cin, dtype=dt),
+                    torch.randn(cout, dtype=dt),
+                )
+                arms: dict[str, Any] = {
+                    "fused": lambda x=x, w=w, b=b: product(x, w, b, "gelu", [], "none"),
+                    "separate": lambda x=x, w=w, b=b: F.gelu(product(x, w, b, "none", [], "")),
+                }
+                seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+                for _ in range(repeats + 1):
+                    for arm, fn in arms.items():
+                        start = time.perf_counter()
+                        fn()
+                        seconds[arm].append(time.perf_counter() - start)
+                out[dtype][f"{rows}x{cin}->{cout}"] = {arm: v[1:] for arm, v in seconds.items()}
     return out
 
 
-def gelu_table(result: dict[str, dict[str, list[float]]]) -> list[str]:
+def gelu_table(result: dict[str, dict[str, dict[str, list[float]]]]) -> list[str]:
     lines = [
-        "| product (rows x in -> out) | fused: median ms (fastest) | separate: median ms (fastest) "
+        "| dtype | product (rows x in -> out) | fused: median ms (fastest) | separate: median ms (fastest) "
         "| fused / separate, median | fused / separate, 10th percentile |",
-        "|---|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|",
     ]
-    for shape, arms in result.items():
-        f, s = arms["fused"], arms["separate"]
-        p10 = statistics.quantiles(f, n=10)[0] / statistics.quantiles(s, n=10)[0]
-        lines.append(
-            f"| {shape} | {1e3 * statistics.median(f):.2f} ({1e3 * min(f):.2f}) | "
-            f"{1e3 * statistics.median(s):.2f} ({1e3 * min(s):.2f}) | "
-            f"{statistics.median(f) / statistics.median(s):.2f} | {p10:.2f} |"
-        )
+    for dtype, shapes in result.items():
+        for shape, arms in shapes.items():
+            f, s = arms["fused"], arms["separate"]
+            p10 = statistics.quantiles(f, n=10)[0] / statistics.quantiles(s, n=10)[0]
+            lines.append(
+                f"| {dtype} | {shape} | {1e3 * statistics.median(f):.2f} ({1e3 * min(f):.2f}) | "
+                f"{1e3 * statistics.median(s):.2f} ({1e3 * min(s):.2f}) | "
+                f"{statistics.median(f) / statistics.median(s):.2f} | {p10:.2f} |"
+            )
     return lines
 
 
@@ -265,34 +368,68 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
-def profile_table(result: dict[str, dict[str, float]]) -> list[str]:
+def profile_table(result: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """Milliseconds and share per family (rows) and arm (columns) of one dtype."""
     arms = list(result)
     lines = ["| family | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
-    totals = {arm: sum(result[arm].values()) for arm in arms}
+    totals = {arm: sum(result[arm]["families"].values()) for arm in arms}
     for fam in FAMILIES:
-        cells = [f"{result[a][fam]:.1f} ({100 * result[a][fam] / totals[a]:.0f}%)" for a in arms]
+        cells = [
+            f"{result[a]['families'][fam]:.1f} ({100 * result[a]['families'][fam] / totals[a]:.0f}%)" for a in arms
+        ]
         lines.append(f"| {fam} | " + " | ".join(cells) + " |")
     lines.append("| **total** | " + " | ".join(f"{totals[a]:.1f}" for a in arms) + " |")
     return lines
 
 
-def timing_table(result: dict[str, list[float]]) -> list[str]:
-    ref = statistics.median(result["convnext_tiny+fused"])
-    plain = statistics.median(result["hcnet_tiny plain"])
+def dtype_table(result: dict[str, dict[str, dict[str, dict[str, float]]]]) -> list[str]:
+    """bfloat16 against float32 per family and arm: ``bf16 ms / fp32 ms`` (below 1: bfloat16 faster), then the
+    bfloat16 forward's milliseconds per compute dtype of its operators."""
+    arms = list(result["fp32"])
+    lines = ["| family: bf16 ms / fp32 ms | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
+    rows = [*FAMILIES, "**total**"]
+    for fam in rows:
+        cells = []
+        for arm in arms:
+            fp32, bf16 = (
+                (sum(result[d][arm]["families"].values()) if fam == rows[-1] else result[d][arm]["families"][fam])
+                for d in ("fp32", "bf16")
+            )
+            cells.append(f"{bf16:.1f} / {fp32:.1f} = {bf16 / fp32:.2f}" if fp32 > 0.05 else f"{bf16:.1f} / {fp32:.1f}")
+        lines.append(f"| {fam} | " + " | ".join(cells) + " |")
+    for compute in COMPUTE:
+        cells = [f"{result['bf16'][a]['compute'][compute]:.1f}" for a in arms]
+        lines.append(f"| bf16 forward: ms in operators computing in {compute} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def timing_table(result: dict[str, dict[str, list[float]]]) -> list[str]:
+    """Per dtype and arm: median and quartiles, throughput against plain HcNet-T and ConvNeXt-T on the same kernels in
+    the same dtype, and bfloat16's throughput against the arm's own float32 (all interleaved in one process)."""
     lines = [
-        "| arm | median ms | quartiles ms | x plain HcNet-T | x ConvNeXt-T+fused (same kernels) |",
-        "|---|---:|---:|---:|---:|",
+        "| dtype | arm | median ms | quartiles ms | x plain HcNet-T (same dtype) | x ConvNeXt-T+fused (same kernels, "
+        "same dtype) | bf16 x fp32 (same arm) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for arm, values in result.items():
-        q1, q2, q3 = _quartiles(values)
-        spread = f"{1e3 * q1:.0f}-{1e3 * q3:.0f}"
-        lines.append(f"| {arm} | {1e3 * q2:.0f} | {spread} | {plain / q2:.2f}x | {ref / q2:.2f}x |")
+    for dtype, arms in result.items():
+        ref = statistics.median(arms["convnext_tiny+fused"])
+        plain = statistics.median(arms["hcnet_tiny plain"])
+        for arm, values in arms.items():
+            q1, q2, q3 = _quartiles(values)
+            spread = f"{1e3 * q1:.0f}-{1e3 * q3:.0f}"
+            own = ""
+            if dtype == "bf16" and "fp32" in result:
+                own = f"{statistics.median(result['fp32'][arm]) / q2:.2f}x"
+            lines.append(
+                f"| {dtype} | {arm} | {1e3 * q2:.0f} | {spread} | {plain / q2:.2f}x | {ref / q2:.2f}x | {own} |"
+            )
     return lines
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     parser.add_argument("--profiles", type=int, default=5, help="profiled forwards per arm and setting (median)")
     parser.add_argument("--repeats", type=int, default=15, help="timed forwards per arm and size (median)")
     parser.add_argument("--profile-batches", type=int, nargs="+", default=[1, 8])
@@ -306,45 +443,63 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     steady = steady_allocator()
     data: dict[str, Any] = {"profiles": {}, "timings": {}}
+    dtypes = ", ".join(f"`{d}`" for d in args.dtypes)
     lines = [
-        "# HcNet-T on the fast path: where the time goes, and the HcNet kernels",
+        "# HcNet-T on the fast path: where the time goes, and the HcNet kernels (float32 and bfloat16)",
         "",
-        f"{machine_line(args.threads)}; float32, eval mode, models built as `pdevision bench` builds them (folded, "
-        f"`accelerate`d); allocator steady: {steady}. **A shared machine**: other jobs ran on its cores during the "
-        f"run (load average at the start: {load_average()}), so single timings are noisy; the arms are interleaved "
-        "and every figure is a median. Arms: `hcnet_tiny plain` (the authors' network as written, NCHW, no fast "
-        "path); `hcnet_tiny before` (the fast path before the HcNet kernels: in float32 only the head's linear layer "
-        "is on oneDNN); `hcnet_tiny accelerated` (`accelerate` now: `FusedHcRaBlock`, stem and downsampling "
-        "channels-last); `convnext_tiny+fused` (ConvNeXt-T on the same kernels).",
+        f"{machine_line(args.threads)} ({cpu_features()}); dtypes {dtypes} (bf16: "
+        "`torch.autocast('cpu', dtype=torch.bfloat16)` around the float32 model, as `pdevision bench --dtype bf16`), "
+        "eval mode, models built as `pdevision bench` builds "
+        f"them (folded, `accelerate`d); allocator steady: {steady}. **A shared machine**: other jobs ran on its cores "
+        f"during the run (load average at the start: {load_average()}), so single timings are noisy; the arms and "
+        "dtypes are interleaved and every figure is a median. Arms: `hcnet_tiny plain` (the authors' network as "
+        "written, NCHW, no fast path); `hcnet_tiny before` (the fast path without the HcNet kernels: the blocks' "
+        "plain forward, stem and downsampling NCHW); `hcnet_tiny accelerated` (`accelerate` now: `FusedHcRaBlock`, "
+        "stem and downsampling channels-last); `convnext_tiny+fused` (ConvNeXt-T on the same kernels); "
+        "`vheat_tiny accelerated` (vHeat-T as `pdevision bench` runs it).",
         "",
     ]
     for batch in args.profile_batches:
-        result = profile_arms(list(ARMS), 224, batch, args.profiles)
+        result = profile_arms(list(ARMS), args.dtypes, 224, batch, args.profiles)
         data["profiles"][f"224_b{batch}"] = result
-        lines += [
-            f"## Profile: 224 px, batch {batch}",
-            "",
-            f"Self CPU milliseconds of one forward's operators by family (median of {args.profiles} profiled "
-            "forwards per arm, interleaved; Python between operators not counted), and the family's share.",
-            "",
-            *profile_table(result),
-            "",
-        ]
-        print("\n".join(lines[-len(FAMILIES) - 4 :]), flush=True)
+        for dtype in args.dtypes:
+            lines += [
+                f"## Profile: 224 px, batch {batch}, {dtype}",
+                "",
+                f"Self CPU milliseconds of one forward's operators by family (median of {args.profiles} profiled "
+                "forwards per arm, arms and dtypes interleaved; Python between operators not counted), and the "
+                "family's share.",
+                "",
+                *profile_table(result[dtype]),
+                "",
+            ]
+            print("\n".join(lines[-len(FAMILIES) - 4 :]), flush=True)
+        if {"fp32", "bf16"} <= set(args.dtypes):
+            lines += [
+                f"## bfloat16 against float32: 224 px, batch {batch}",
+                "",
+                "Per family, the bf16 forward's milliseconds over the fp32 forward's (the medians above; below 1: "
+                "faster in bf16); then the bf16 forward's self time by the dtype its operators compute in (their "
+                "first floating-point input): what runs in float32 under autocast has left the bf16 kernels.",
+                "",
+                *dtype_table(result),
+                "",
+            ]
+            print("\n".join(lines[-len(FAMILIES) - 7 :]), flush=True)
     for res in args.time_sizes:
-        result = time_arms(list(ARMS), res, 1, args.repeats)
+        result = time_arms(list(ARMS), args.dtypes, res, 1, args.repeats)
         data["timings"][f"{res}_b1"] = result
         lines += [
             f"## Timing: {res} px, batch 1",
             "",
-            f"Forward time, {args.repeats} interleaved forwards per arm (median and quartiles); ratios are throughput "
-            "ratios (the arm's against the named model's median time).",
+            f"Forward time, {args.repeats} forwards per arm and dtype, arms and dtypes interleaved (median and "
+            "quartiles); ratios are throughput ratios (the arm's against the named model's median time).",
             "",
             *timing_table(result),
             "",
         ]
-        print("\n".join(lines[-len(ARMS) - 3 :]), flush=True)
-    result = gelu_ab(args.gelu_repeats)
+        print("\n".join(lines[-len(ARMS) * len(args.dtypes) - 3 :]), flush=True)
+    result = gelu_ab(args.gelu_repeats, args.dtypes)
     data["gelu"] = result
     lines += [
         "## GELU: oneDNN's erf post-op against the product then PyTorch's GELU",
@@ -355,7 +510,7 @@ def main(argv: list[str] | None = None) -> None:
         *gelu_table(result),
         "",
     ]
-    print("\n".join(lines[-len(GELU_SHAPES) - 3 :]), flush=True)
+    print("\n".join(lines[-len(GELU_SHAPES) * len(args.dtypes) - 3 :]), flush=True)
     lines.append(f"Load average at the end: {load_average()}.")
     save_study(RECORD, OUT, "\n".join(lines), command_line(__spec__.name, argv), data=data)
 

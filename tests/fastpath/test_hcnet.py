@@ -1,6 +1,7 @@
 """HcNet (the authors' network) on the fast path: the NHWC heat step against the plain one at every map size, the
-fused block against the plain block in every ``k_mode`` and layout, the accelerated model against the authors'
-recorded logits, and the plain path (NCHW, no oneDNN product) under ``no_fused_kernels``."""
+fused block against the plain block in every ``k_mode`` and layout, in float32 and under bfloat16 autocast, the
+accelerated model against the authors' recorded logits, and the plain path (NCHW, no oneDNN product) under
+``no_fused_kernels``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from pdevision.ops.fdm import neighbour_mean
 from tests.helpers import FIXTURES, relative_error, seeded_input, seeded_state
 
 pytestmark = pytest.mark.skipif(not kernels.onednn_available(), reason="PyTorch built without oneDNN")
+needs_bf16 = pytest.mark.skipif(
+    not kernels.onednn_available(torch.bfloat16), reason="oneDNN's bf16 products need AVX-512 or AMX"
+)
 
 SIZES = [(1, 1), (1, 6), (2, 2), (2, 3), (7, 9), (16, 16)]
 
@@ -44,6 +48,23 @@ def test_nhwc_heat_step_equals_the_plain_step(h: int, w: int, per_channel: bool)
         assert torch.equal(got.permute(0, 3, 1, 2), x)
 
 
+@needs_bf16
+@pytest.mark.parametrize(("h", "w"), SIZES)
+def test_nhwc_heat_step_in_bf16_equals_the_float32_step_to_bf16_rounding(h: int, w: int) -> None:
+    """A bfloat16 map (what the stem and the blocks hand on under autocast), alpha per sample and channel in bfloat16
+    or one float32 number (the learnable mode's sigmoid): a bfloat16 result within 2% of the float32 step on the same
+    (bfloat16) values."""
+    torch.manual_seed(8)
+    x = torch.randn(3, 5, h, w).to(torch.bfloat16)
+    for alpha in (torch.rand(3, 5, 1, 1).to(torch.bfloat16), torch.tensor(0.3)):
+        want = _plain_step(x.float(), alpha.float())
+        alpha_nhwc = alpha.permute(0, 2, 3, 1) if alpha.ndim else alpha
+        with torch.inference_mode():
+            got = kernels.neighbour_heat_nhwc(x.permute(0, 2, 3, 1).contiguous(), alpha_nhwc)
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.permute(0, 3, 1, 2).float(), want, rtol=2e-2, atol=2e-2)
+
+
 def test_inverse_neighbour_count_is_made_once_per_size() -> None:
     """The count's inverse is one tensor per map size and dtype (not remade each call), 1/3 at corners, 1/5 on edges,
     1/8 inside, and usable outside inference mode though first made inside it."""
@@ -65,6 +86,24 @@ def test_linear_add_fuses_the_sum_in_inference_only() -> None:
     got = kernels.linear_add(x, w, b, other)  # autograd: the plain sum, which records the graph
     assert got.grad_fn is not None
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_bf16
+def test_linear_add_fuses_the_sum_in_bf16_when_every_operand_is_bf16() -> None:
+    """Under bfloat16 autocast with bfloat16 operands: oneDNN's product with the sum as its post-op (one bfloat16
+    output, the sum rounded once); with a float32 residual the plain sum, in float32 (the promoted dtype)."""
+    torch.manual_seed(5)
+    x, w, b = torch.randn(2, 3, 4, 16), torch.randn(8, 16), torch.randn(8)
+    other = torch.randn(2, 3, 4, 8)
+    want = other + F.linear(x, w, b)
+    bf = torch.bfloat16
+    with torch.inference_mode(), torch.autocast("cpu", dtype=bf):
+        with profile() as prof:
+            fused = kernels.linear_add(x.to(bf), w.to(bf), b.to(bf), other.to(bf))
+        mixed = kernels.linear_add(x.to(bf), w.to(bf), b.to(bf), other)
+    assert "mkldnn::_linear_pointwise" in {e.key for e in prof.key_averages()}
+    assert fused.dtype == bf and mixed.dtype == torch.float32
+    assert relative_error(fused.float(), want) < 1e-2 and relative_error(mixed, want) < 1e-2
 
 
 def _blocks(dim: int, **options: object) -> tuple[HcRaBlock, HcRaBlock]:
@@ -99,6 +138,40 @@ def test_fused_block_equals_the_plain_block(options: dict, h: int, w: int, chann
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@needs_bf16
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"k_mode": "learnable", "k_init": 0.3}, {"k_mode": "fixed", "k_init": 0.7}, {"ra_filter": False}],
+    ids=["input", "learnable", "fixed", "no-filter"],
+)
+@pytest.mark.parametrize(("h", "w"), [(1, 1), (2, 3), (7, 9)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16-input", "fp32-input"])
+def test_fused_block_equals_the_plain_block_under_bf16_autocast(
+    options: dict, h: int, w: int, dtype: torch.dtype
+) -> None:
+    """Under bfloat16 autocast the fused block computes in bfloat16 on NHWC memory (its products on oneDNN) and gives
+    the plain block's output to bfloat16 rounding: both within 2% (relative, over the whole output) of the float32
+    block, and of each other, in the plain block's output dtype (bfloat16 for a bfloat16 input, as the stem hands on;
+    float32 for a float32 input, whose residual sums autocast leaves in float32)."""
+    torch.manual_seed(6)
+    plain, fast = _blocks(6, **options)
+    x = torch.randn(3, 6, h, w).contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        exact = plain(x.to(dtype).float())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            want = plain(x.to(dtype))
+            fast(x.to(dtype))  # the first call at a size makes the neighbour count's inverse
+            with profile() as prof:
+                got = fast(x.to(dtype))
+    assert got.dtype == want.dtype == dtype
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    ops = {e.key for e in prof.key_averages()}
+    assert "mkldnn::_linear_pointwise" in ops and "aten::where" not in ops  # the NHWC path, not the plain one
+    assert relative_error(want.float(), exact) < 2e-2
+    assert relative_error(got.float(), exact) < 2e-2
+    assert relative_error(got.float(), want.float()) < 2e-2
+
+
 def test_fused_block_runs_the_plain_forward_where_the_kernels_do_not_apply() -> None:
     """Autograd, training mode and no_fused_kernels: the plain forward, bit for bit; gradients flow."""
     torch.manual_seed(2)
@@ -125,9 +198,10 @@ def test_accelerated_block_traces_to_the_plain_graph() -> None:
         torch.testing.assert_close(graph(x), plain(x))
 
 
-def _ops(model: torch.nn.Module, x: torch.Tensor) -> tuple[set[str], int]:
-    """The operators one forward runs after a first one, and how many of its convolutions have 1x1 kernels."""
-    with torch.inference_mode():
+def _ops(model: torch.nn.Module, x: torch.Tensor, bf16: bool = False) -> tuple[set[str], int]:
+    """The operators one forward runs after a first one (under bfloat16 autocast with ``bf16``), and how many of its
+    convolutions have 1x1 kernels."""
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         model(x)
         with profile(record_shapes=True) as prof:
             model(x)
@@ -150,6 +224,33 @@ def test_accelerated_hcnet_runs_on_onednn_and_plain_under_no_fused_kernels() -> 
         plain, pointwise = _ops(model, x)
     assert "mkldnn::_linear_pointwise" not in plain
     assert "aten::where" in plain and pointwise == 3 * blocks == 18  # the plain neighbour mean, k_proj, fc1, fc2
+
+
+@needs_bf16
+def test_accelerated_hcnet_under_bf16_autocast_runs_its_blocks_on_onednn_and_equals_the_plain_model() -> None:
+    """Under bfloat16 autocast (as ``pdevision bench --dtype bf16``) the accelerated blocks run on NHWC memory: no 1x1
+    convolution left, no neighbour count made per block; the logits equal the plain model's under
+    autocast to bfloat16 rounding (within 3%, relative, as the plain model's own bfloat16 logits are of its float32
+    ones)."""
+    torch.manual_seed(7)
+    plain = timm.create_model("hcnet_micro", num_classes=10).eval()
+    for p in plain.parameters():  # away from the initialisation (near-zero projections, alpha 0.5 everywhere)
+        if p.ndim > 1:
+            p.data.normal_(0.0, 0.1)
+    model = timm.create_model("hcnet_micro", num_classes=10).eval()
+    model.load_state_dict(plain.state_dict())
+    accelerate(model)
+    x = torch.randn(1, 3, 64, 72)
+    fast, pointwise = _ops(model, x, bf16=True)
+    assert "mkldnn::_linear_pointwise" in fast and "aten::where" not in fast and pointwise == 0
+    with torch.inference_mode():
+        exact = plain(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            want, got = plain(x), model(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert relative_error(want.float(), exact) < 3e-2
+    assert relative_error(got.float(), exact) < 3e-2
+    assert relative_error(got.float(), want.float()) < 3e-2
 
 
 @pytest.mark.parametrize("size", [64, 96])

@@ -132,10 +132,13 @@ def linear(
 
 
 def linear_add(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, other: torch.Tensor) -> torch.Tensor:
-    """``other + F.linear(x, weight, bias)`` over the last dimension (a residual branch's output product): one
-    float32 oneDNN product with the sum fused into it where :func:`compute_dtype` of ``x`` is float32, else the plain
-    sum. ``other`` has the output's shape."""
-    if compute_dtype(x) != torch.float32 or {x.dtype, weight.dtype, other.dtype} != {torch.float32}:
+    """``other + F.linear(x, weight, bias)`` over the last dimension (a residual branch's output product): one oneDNN
+    product with the sum fused into it where :func:`compute_dtype` of ``x`` is the dtype of ``x``, ``weight``,
+    ``bias`` and ``other`` alike (float32; bfloat16 under autocast, with weights the caller cast), else the plain sum
+    (autocast's product, then the sum in the promoted dtype). ``other`` has the output's shape."""
+    dtype = compute_dtype(x)
+    tensors = (x, weight, other) if bias is None else (x, weight, bias, other)
+    if dtype is None or any(t.dtype != dtype for t in tensors):
         return other + F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise.binary(x, other.contiguous(), weight, bias, "add")
 
@@ -263,16 +266,17 @@ def _inverse_neighbour_count(h: int, w: int, dtype: torch.dtype) -> torch.Tensor
 def neighbour_heat_nhwc(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """The HcNet authors' heat step ``x + alpha (mean_8(x) - x)`` (:class:`~pdevision.layers.hcl.NeighbourMeanHeat`:
     ``mean_8`` the mean of the neighbours inside the image) on an NHWC map ``x (B, H, W, C)``, ``alpha`` broadcasting
-    against ``(B, 1, 1, C)``; a new NHWC tensor, contiguous when ``x`` is.
+    against ``(B, 1, 1, C)`` (cast to the dtype of ``x``); a new NHWC tensor, contiguous when ``x`` is.
 
-    One 3x3 average pool over the channels-last map (the 3x3 sum over 9) and five in-place element-wise passes over
-    its output, with the neighbour count's inverse made once per map size (:func:`_inverse_neighbour_count`): the
-    plain path, on NCHW memory, pools the map and a map of ones and makes a new tensor in each of six more steps. A
-    map of one pixel, which has no neighbours, is returned unchanged (as by the plain path). Equals
+    One 3x3 sum pool over the channels-last map (an average pool with divisor 1), two in-place passes over its output
+    (minus the centre, times the neighbour count's inverse, made once per map size: :func:`_inverse_neighbour_count`)
+    and one ``lerp`` into it, which rounds once (in bfloat16, where the plain path rounds after each of its steps):
+    the plain path, on NCHW memory, pools the map and a map of ones and makes a new tensor in each of six more steps.
+    A map of one pixel, which has no neighbours, is returned unchanged (as by the plain path). Equals
     :func:`~pdevision.ops.fdm.neighbour_mean`'s step to float rounding."""
     h, w = x.shape[1], x.shape[2]
     if h * w == 1:
         return x.clone()
-    s = F.avg_pool2d(x.permute(0, 3, 1, 2), 3, stride=1, padding=1).permute(0, 2, 3, 1)
-    inverse_count = _inverse_neighbour_count(h, w, x.dtype)
-    return s.mul_(9.0).sub_(x).mul_(inverse_count).sub_(x).mul_(alpha).add_(x)
+    s = F.avg_pool2d(x.permute(0, 3, 1, 2), 3, stride=1, padding=1, divisor_override=1).permute(0, 2, 3, 1)
+    s.sub_(x).mul_(_inverse_neighbour_count(h, w, x.dtype))  # the mean of the neighbours
+    return torch.lerp(x, s, alpha.to(x.dtype), out=s)  # x + alpha (mean - x)

@@ -91,38 +91,56 @@ class ChunkedMlp(Mlp):
 
 
 class FusedHcRaBlock(HcRaBlock):
-    """The HcNet authors' Hc-Ra block (:class:`~pdevision.layers.hcl.HcRaBlock`) on the kernels: in float32 inference
-    on the CPU it runs on NHWC memory, taking and returning NCHW tensors in channels-last memory (a copy in when the
-    input is not): ``alpha``'s 1x1 projection of the pooled map as a matrix-vector product, the heat step as
-    :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the channels-last map, the RaL's 1x1
-    convolutions as oneDNN products (the residual sum fused into the second), its GELU after the first product (not
-    oneDNN's erf post-op, the slower of the two on the AVX2 development machine at HcNet-T's stage-3 shapes and at
-    768 px, about equal at 224 px's first stage: ``benchmarks/hcnet_fastpath``), its depthwise filter on the
-    channels-last map. Elsewhere (training mode, autograd, bfloat16 autocast, other devices, traces,
+    """The HcNet authors' Hc-Ra block (:class:`~pdevision.layers.hcl.HcRaBlock`) on the kernels: in inference on the
+    CPU, float32 or under bfloat16 autocast, it runs on NHWC memory, taking and returning NCHW tensors in
+    channels-last memory (a copy in when the input is not): ``alpha``'s 1x1 projection of the pooled map as a
+    matrix-vector product, the heat step as :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the
+    channels-last map, the RaL's 1x1 convolutions as oneDNN products (the residual sum fused into the second), its
+    depthwise filter on the channels-last map. In float32 the RaL's GELU runs after the first product (not oneDNN's erf
+    post-op, the slower of the two on the AVX2 development machine at HcNet-T's stage-3 shapes and at 768 px, about
+    equal at 224 px's first stage; on the AVX-512 machine of ``benchmarks/hcnet_fastpath``'s current record the post-op
+    took 0.90-0.98x the time at the four shapes there, so the better choice depends on the machine); in bfloat16 it is
+    the post-op (0.95-0.99x the time of the product then the GELU at three of those shapes, 1.07x at 768 px's first
+    stage, in that record), with the products' weights cast once and kept. Under bfloat16 autocast the block
+    computes as autocast runs the plain one: the products, the filter and (for a bfloat16 input, as the stem and the
+    blocks hand on) the heat step, norm and sums in bfloat16; ``alpha`` is computed in float32 and rounded to the
+    stream's dtype. Elsewhere (training mode, autograd, other devices, traces,
     :func:`~pdevision.fastpath.kernels.no_fused_kernels`) the plain forward. Swapped in only where the RaL is a
     :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions around the activation and filter)."""
 
     mlp: RefinementMlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training or kernels.compute_dtype(x) != torch.float32 or x.dtype != torch.float32:  # traces first
+        dtype = kernels.compute_dtype(x)  # traces, autograd, other devices first: None
+        if self.training or dtype is None or x.dtype not in (torch.float32, dtype):
             return super().forward(x)
         xh = x.permute(0, 2, 3, 1)
         y = kernels.neighbour_heat_nhwc(xh if xh.is_contiguous() else xh.contiguous(), self._rate(xh))
         z = self.norm2(y.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         fc1, fc2 = self.mlp.fc1, self.mlp.fc2
-        h = self.mlp.act(kernels.linear(z, fc1.weight.flatten(1), fc1.bias))
+        w1, b1, w2, b2 = (
+            None if t is None else kernels.cast_cached(_cache(self), t, dtype)
+            for t in (fc1.weight, fc1.bias, fc2.weight, fc2.bias)
+        )
+        if dtype == torch.float32:
+            h = self.mlp.act(kernels.linear(z, w1.flatten(1), b1))
+        else:  # the exact GELU as oneDNN's post-op (nn.GELU's default; RefinementMlp's act)
+            h = kernels.linear(z, w1.flatten(1), b1, act="gelu")
         h = self.mlp.dwconv(h.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
-        return kernels.linear_add(h, fc2.weight.flatten(1), fc2.bias, y).permute(0, 3, 1, 2)
+        return kernels.linear_add(h, w2.flatten(1), b2, y).permute(0, 3, 1, 2)
 
     def _rate(self, xh: torch.Tensor) -> torch.Tensor:
-        """``alpha`` for the NHWC input ``xh``: ``(B, 1, 1, C)`` in the input mode, else the heat step's 0-d one."""
+        """``alpha`` for the NHWC input ``xh``, in its dtype: ``(B, 1, 1, C)`` in the input mode, else the heat step's
+        0-d one."""
         proj = self.heat.k_proj
         if proj is None:
             return self.heat.rate(xh)
-        # a matrix-vector product per sample: PyTorch's own (oneDNN's call costs more than the product here)
-        pooled = xh.mean(dim=(1, 2))
-        return torch.sigmoid(F.linear(pooled, proj.weight.flatten(1), proj.bias))[:, None, None, :]
+        # a matrix-vector product per sample, in float32: PyTorch's own (oneDNN's call costs more than the product
+        # here, and autocast would cast the weight on every call)
+        with torch.autocast("cpu", enabled=False):
+            pooled = xh.mean(dim=(1, 2), dtype=torch.float32)
+            alpha = torch.sigmoid(F.linear(pooled, proj.weight.flatten(1), proj.bias))
+        return alpha.to(xh.dtype)[:, None, None, :]
 
 
 def _fused_filter_fits(u: torch.Tensor, h: int, w: int, method: str) -> bool:
