@@ -32,7 +32,7 @@ import contextlib
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +122,16 @@ def build(arm: str, res: int) -> nn.Module:
     return model
 
 
-def add_scopes(model: nn.Module) -> None:
-    """A profiler scope (``scope:<name>``) around the forward of each HcNet module of :data:`SCOPES`."""
+def scope_of(module: nn.Module) -> str | None:
+    """The scope of an HcNet or vHeat module of :data:`SCOPES` (the first class it is an instance of)."""
+    return next((n for cls, n in SCOPES if isinstance(module, cls)), None)
+
+
+def add_scopes(model: nn.Module, name_of: Callable[[nn.Module], str | None] = scope_of) -> None:
+    """A profiler scope (``scope:<name>``) around the forward of each module that ``name_of`` names (by default the
+    HcNet modules of :data:`SCOPES`)."""
     for module in model.modules():
-        name = next((n for cls, n in SCOPES if isinstance(module, cls)), None)
+        name = name_of(module)
         if name is None:
             continue
         stack: list[Any] = []
@@ -243,14 +249,17 @@ def running(dtype: str) -> Iterator[None]:
         yield
 
 
-def profile_once(model: nn.Module, x: torch.Tensor, dtype: str) -> dict[str, dict[str, float]]:
-    """Milliseconds of self CPU time in one forward, per family and per compute dtype."""
+def profile_once(
+    model: nn.Module, x: torch.Tensor, dtype: str, family_of: Callable[[Any], str | None] = family
+) -> dict[str, dict[str, float]]:
+    """Milliseconds of self CPU time in one forward, per family (``family_of`` a profiled operator, ``None`` for none)
+    and per compute dtype."""
     with running(dtype), profile(record_shapes=True) as prof:
         model(x)
     families: dict[str, float] = defaultdict(float)
     computes: dict[str, float] = defaultdict(float)
     for event in prof.events():
-        name = family(event)
+        name = family_of(event)
         if name is not None:
             families[name] += event.self_cpu_time_total / 1000.0
             computes[compute_dtype_of(event)] += event.self_cpu_time_total / 1000.0
