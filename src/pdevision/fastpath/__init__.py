@@ -23,9 +23,17 @@ from timm.layers import Mlp
 from torch import nn
 
 from pdevision.fastpath.kernels import fused_optimizer_supported, no_fused_kernels, set_fused_kernels
-from pdevision.fastpath.modules import ChunkedMlp, FusedConv2d, FusedHcRaBlock, FusedLinear, fused_spectral_class
+from pdevision.fastpath.modules import (
+    ChunkedMlp,
+    FusedConv2d,
+    FusedDerivativeConv,
+    FusedHcRaBlock,
+    FusedLinear,
+    fused_spectral_class,
+)
 from pdevision.layers import ConvDownsample, ConvStem, MixerBlock, RefinementActivation, SpectralOperator
 from pdevision.layers.hcl import HcDownsample, HcRaBlock, HcStem, RefinementMlp
+from pdevision.layers.hyperbolic import DerivativeConv
 
 __all__ = [
     "accelerate",
@@ -43,8 +51,9 @@ _CHANNELS_LAST = (ConvStem, ConvDownsample, HcStem, HcDownsample)
 def accelerate(model: nn.Module) -> nn.Module:
     """Put ``model``'s modules on the CPU kernels, in place, and return it: spectral operators, linear layers (an
     MLP's exact GELU fused into its first product), convolutions (bfloat16 weights cast once), the token-wise MLPs
-    of mixer blocks (chunked in inference), stems and downsampling channels-last, HcNet's blocks on NHWC memory.
-    Same parameters, same state dict, same function. Applying it twice changes nothing."""
+    of mixer blocks (chunked in inference), stems and downsampling channels-last, HcNet's blocks on NHWC memory,
+    PDE-ResNet's shared derivative bank as one convolution over single-channel images. Same parameters, same state
+    dict, same function. Applying it twice changes nothing."""
     for module in list(model.modules()):
         if isinstance(module, SpectralOperator):
             module.__class__ = fused_spectral_class(type(module))
@@ -52,6 +61,8 @@ def accelerate(model: nn.Module) -> nn.Module:
             module.mlp.__class__ = ChunkedMlp
         elif type(module) is HcRaBlock and type(module.mlp) is RefinementMlp:
             module.__class__ = FusedHcRaBlock
+        elif type(module) is DerivativeConv and module.shared and module.bank == module.splits:
+            module.__class__ = FusedDerivativeConv
         elif isinstance(module, _CHANNELS_LAST):
             module.to(memory_format=torch.channels_last)
     _fuse_mlp_gelus(model)

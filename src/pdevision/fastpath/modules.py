@@ -19,6 +19,7 @@ from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from pdevision.fastpath import kernels
 from pdevision.layers.hcl import HcRaBlock, RefinementMlp
+from pdevision.layers.hyperbolic import DerivativeConv
 from pdevision.layers.spectral import SpectralOperator, spectral_filter
 from pdevision.ops.dct import dct2, idct2, resolve_method
 
@@ -26,6 +27,7 @@ __all__ = [
     "FUSED_FILTER_MIN_TOKENS",
     "ChunkedMlp",
     "FusedConv2d",
+    "FusedDerivativeConv",
     "FusedHcRaBlock",
     "FusedLinear",
     "FusedSpectralOperator",
@@ -88,6 +90,28 @@ class ChunkedMlp(Mlp):
         for start in range(0, flat.shape[0], self.chunk):
             out[start : start + self.chunk] = super().forward(flat[start : start + self.chunk])
         return out.reshape(x.shape)
+
+
+class FusedDerivativeConv(DerivativeConv):
+    """PDE-ResNet's derivative filters (:class:`~pdevision.layers.hyperbolic.DerivativeConv`, one shared bank of
+    ``splits`` kernels) on the kernels: in inference on the CPU, float32 or under bfloat16 autocast, each input
+    channel is filtered as an image of its own by the bank (one ``1 -> splits`` convolution over ``B * C``
+    single-channel images), whose output is the plain one's ``(B, C * splits, H', W')`` tensor in the same order
+    (channel ``j * splits + a`` is kernel ``a`` of input ``j``) with the same sums: no copy of the bank into one kernel
+    per channel on every forward, and oneDNN's direct convolution instead of its grouped one with four outputs per
+    group, the slower on the AMD EPYC of ``benchmarks/pderesnet_profile``. Per-channel kernels (``shared=False``), a
+    bank that is not one kernel per split, training, autograd, other devices and traces: the plain forward. NCHW in
+    and out."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = kernels.compute_dtype(x)
+        if dtype is None or not self.shared or self.bank != self.splits or x.dtype not in (torch.float32, dtype):
+            return super().forward(x)
+        b, c, h, w = x.shape
+        weight = kernels.cast_cached(_cache(self), self.weight, dtype)
+        with torch.autocast("cpu", enabled=False):
+            y = F.conv2d(x.to(dtype).reshape(b * c, 1, h, w), weight, None, self.stride, 1)
+        return y.reshape(b, c * self.splits, y.shape[-2], y.shape[-1])
 
 
 class FusedHcRaBlock(HcRaBlock):
