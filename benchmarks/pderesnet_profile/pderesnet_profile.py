@@ -5,8 +5,9 @@ Run: ``python -m benchmarks.pderesnet_profile.pderesnet_profile [--threads 1] [-
 [--profiles 7] [--repeats 15]``; ``--report-only`` writes the report from the record. Both models are built as
 ``pdevision bench`` builds them (``create_for_bench``: ``pderesnet50`` folded with its BatchNorms and
 ``accelerate``d; ``resnet50+fused`` with its BatchNorms folded into its convolutions and ``accelerate``d), eval mode,
-224 px; bfloat16 is ``torch.autocast("cpu", dtype=torch.bfloat16)`` around the float32 model, as ``pdevision bench
---dtype bf16``.
+224 px; ``pderesnet50 before`` is ``pderesnet50`` with its derivative filters put back to the plain class (the fast
+path before :class:`~pdevision.fastpath.modules.FusedDerivativeConv`); bfloat16 is
+``torch.autocast("cpu", dtype=torch.bfloat16)`` around the float32 model, as ``pdevision bench --dtype bf16``.
 
 - **Rate**: the machine's matrix-multiply rate per dtype, measured in this process as ``pdevision bench`` measures it
   (``pdevision.bench.compare.matmul_rates``: the faster of ``torch.mm`` and oneDNN on 1024 x 1024 operands), at the
@@ -45,13 +46,14 @@ import pdevision  # noqa: F401
 from pdevision.bench.compare import matmul_rates
 from pdevision.bench.measure import inference_fn, interleaved_medians, steady_allocator
 from pdevision.bench.models import create_for_bench
+from pdevision.fastpath.modules import FusedDerivativeConv
 from pdevision.layers.hyperbolic import BoundedActivation, DerivativeConv
 
 OUT = Path(__file__).with_suffix(".md")
 RECORD = Path(__file__).with_suffix(".json")
 
-ARMS = ("pderesnet50", "resnet50+fused")
-MODEL, PEER = ARMS
+ARMS = ("pderesnet50", "pderesnet50 before", "resnet50+fused")
+MODEL, BEFORE, PEER = ARMS
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # autocast's dtype, as pdevision bench's --dtype
 RES = 224
 FAMILIES = (
@@ -148,6 +150,17 @@ def family_macs(model: nn.Module) -> dict[str, float]:
     return {**{f: macs.get(f, 0.0) for f in FAMILIES}, "total": counter.get_total_flops() / 2}
 
 
+def build(arm: str) -> nn.Module:
+    """The model of an arm: as ``pdevision bench`` builds it; ``pderesnet50 before``: its derivative filters put back
+    to the plain class (``accelerate`` before :class:`~pdevision.fastpath.modules.FusedDerivativeConv`)."""
+    model = create_for_bench(arm.removesuffix(" before"), RES, torch.device("cpu"))
+    if arm == BEFORE:
+        for module in model.modules():
+            if type(module) is FusedDerivativeConv:
+                module.__class__ = DerivativeConv
+    return model
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every figure of the report (see the module docstring), as the record's ``data``."""
     cpu = torch.device("cpu")
@@ -158,7 +171,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "load_start": load_average(),
         "rates_start": {d: matmul_rates(cpu, d) for d in args.dtypes},
     }
-    models = {arm: create_for_bench(arm, RES, cpu) for arm in ARMS}
+    models = {arm: build(arm) for arm in ARMS}
     data["macs"] = {arm: family_macs(model) for arm, model in models.items()}
     data["profiles"], data["timings"] = {}, {}
     for batch in args.batches:
@@ -205,7 +218,7 @@ def whole_table(data: dict[str, Any]) -> list[str]:
     """Per batch, dtype and arm: the timed forward, its GFLOP/s and share of the matmul rate."""
     lines = [
         "| batch | dtype | model | median ms (min-max) | GMACs / image | GFLOP/s | share of the matmul rate "
-        "| pderesnet50 throughput x resnet50+fused (same kernels, same dtype) |",
+        "| throughput x resnet50+fused (same kernels, same dtype) |",
         "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for key, timings in data["timings"].items():
@@ -214,7 +227,7 @@ def whole_table(data: dict[str, Any]) -> list[str]:
             for arm in ARMS:
                 t = timings[f"{arm} {dtype}"]
                 gflops = 2 * data["macs"][arm]["total"] * batch / t["median"] / 1e9
-                ratio = timings[f"{PEER} {dtype}"]["median"] / t["median"] if arm == MODEL else None
+                ratio = timings[f"{PEER} {dtype}"]["median"] / t["median"] if arm != PEER else None
                 lines.append(
                     f"| {batch} | {dtype} | {arm} | {1e3 * t['median']:.1f} ({1e3 * t['min']:.1f}-"
                     f"{1e3 * t['max']:.1f}) | {data['macs'][arm]['total'] / 1e9:.2f} | {gflops:.0f} | "
@@ -224,11 +237,12 @@ def whole_table(data: dict[str, Any]) -> list[str]:
 
 
 def macs_table(data: dict[str, Any]) -> list[str]:
-    lines = ["| family | " + " | ".join(f"{a} GMACs / image" for a in ARMS) + " |", "|---|" + "---:|" * len(ARMS)]
+    arms = (MODEL, PEER)  # pderesnet50 before: pderesnet50's
+    lines = ["| family | " + " | ".join(f"{a} GMACs / image" for a in arms) + " |", "|---|" + "---:|" * len(arms)]
     for fam in FAMILIES:
-        if any(data["macs"][a][fam] for a in ARMS):
-            lines.append(f"| {fam} | " + " | ".join(f"{data['macs'][a][fam] / 1e9:.3f}" for a in ARMS) + " |")
-    lines.append("| **total (the counter's)** | " + " | ".join(f"{data['macs'][a]['total'] / 1e9:.3f}" for a in ARMS))
+        if any(data["macs"][a][fam] for a in arms):
+            lines.append(f"| {fam} | " + " | ".join(f"{data['macs'][a][fam] / 1e9:.3f}" for a in arms) + " |")
+    lines.append("| **total (the counter's)** | " + " | ".join(f"{data['macs'][a]['total'] / 1e9:.3f}" for a in arms))
     lines[-1] += " |"
     return lines
 
@@ -262,9 +276,10 @@ def profile_table(data: dict[str, Any], batch: int, dtype: str) -> list[str]:
     rows = {arm: family_rows(data, batch, dtype, arm) for arm in ARMS}
     lines = [
         "| family | pderesnet50 ms (of the forward) | pderesnet50 GFLOP/s (of the matmul rate) "
-        "| pderesnet50 ms above the rate | pderesnet50 share if at the rate | resnet50+fused ms (of the forward) "
+        "| pderesnet50 ms above the rate | pderesnet50 share if at the rate | pderesnet50 before ms (of the forward) "
+        "| pderesnet50 before GFLOP/s (of the matmul rate) | resnet50+fused ms (of the forward) "
         "| resnet50+fused GFLOP/s (of the matmul rate) | resnet50+fused ms above the rate |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def cells(r: dict[str, Any], arm: str, share_if: bool) -> list[str]:
@@ -278,7 +293,8 @@ def profile_table(data: dict[str, Any], batch: int, dtype: str) -> list[str]:
         return out
 
     for fam in [*FAMILIES, "total"]:
-        row = [*cells(rows[MODEL][fam], MODEL, True), *cells(rows[PEER][fam], PEER, False)]
+        before = cells(rows[BEFORE][fam], BEFORE, False)[:2]
+        row = [*cells(rows[MODEL][fam], MODEL, True), *before, *cells(rows[PEER][fam], PEER, False)]
         lines.append(f"| {'**total**' if fam == 'total' else fam} | " + " | ".join(row) + " |")
     return lines
 
@@ -318,7 +334,9 @@ def render(data: dict[str, Any]) -> str:
         f"{data['machine']}; {s['threads']} thread(s); {RES} px; dtypes {', '.join(s['dtypes'])} (bf16: "
         "`torch.autocast('cpu', dtype=torch.bfloat16)` around the float32 model, as `pdevision bench --dtype bf16`); "
         "both models built as `pdevision bench` builds them (folded, `accelerate`d: `pderesnet50` and "
-        f"`resnet50+fused`, the same oneDNN kernels); allocator steady: {data['steady_allocator']}. **A shared "
+        "`resnet50+fused`, the same oneDNN kernels), and `pderesnet50 before`: `pderesnet50` with its derivative "
+        "filters put back to the plain class (the fast path before `FusedDerivativeConv`, which filters each channel "
+        f"as an image of its own by the shared bank); allocator steady: {data['steady_allocator']}. **A shared "
         "machine**: another engineer's one-thread training jobs ran on its other core, so the arms and dtypes are "
         f"interleaved and every figure is a median; 1, 5 and 15-minute load averages {data['load_start']} at the "
         f"start and {data['load_end']} at the end. {rates_line(data)} A share is a GFLOP/s over the reference rate of "
