@@ -139,31 +139,31 @@ def test_layers_and_models_hold_no_kernel_code() -> None:
             assert not found, f"{path.relative_to(root)} names {found}"
 
 
+@needs_bf16_onednn
 @pytest.mark.parametrize("stride", [1, 2])
-def test_shared_derivative_bank_runs_as_one_convolution_of_single_channel_images(monkeypatch, stride: int) -> None:
+def test_shared_derivative_bank_runs_in_bf16_as_one_convolution_of_single_channel_images(monkeypatch, stride) -> None:
     from pdevision.layers.hyperbolic import DerivativeConv
 
     conv = DerivativeConv(6, 4, 4, shared=True, stride=stride)
     torch.nn.init.normal_(conv.weight)
     x = torch.randn(2, 6, 9, 7)
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
     with torch.inference_mode():
         want = conv(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with bf16:
             want_bf16 = conv(x)
     accelerate(torch.nn.Sequential(conv))
-    # the fused path never copies the bank into one kernel per channel (the plain forward's repeat)
-    monkeypatch.setattr(DerivativeConv, "kernels", lambda self: pytest.fail("the plain forward ran"))
+    assert type(conv).__name__ == "FusedDerivativeConv"
     with torch.inference_mode():
-        got = conv(x)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-        if onednn_available(torch.bfloat16):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                got_bf16 = conv(x)
-            assert got_bf16.dtype == torch.bfloat16
-            torch.testing.assert_close(got_bf16.float(), want_bf16.float(), rtol=1e-2, atol=1e-2)
-    monkeypatch.undo()
-    with no_fused_kernels(), torch.inference_mode():  # the switch off: the plain forward
-        torch.testing.assert_close(conv(x), want, rtol=0, atol=0)
+        torch.testing.assert_close(conv(x), want, rtol=0, atol=0)  # float32: the plain forward
+        # bfloat16: the fused form, which never copies the bank into one kernel per channel (the plain forward)
+        with monkeypatch.context() as m, bf16:
+            m.setattr(DerivativeConv, "kernels", lambda self: pytest.fail("the plain forward ran"))
+            got = conv(x)
+        assert got.dtype == torch.bfloat16 and got.shape == want_bf16.shape
+        torch.testing.assert_close(got.float(), want_bf16.float(), rtol=1e-2, atol=1e-2)
+        with no_fused_kernels(), bf16:  # the switch off: the plain forward
+            torch.testing.assert_close(conv(x), want_bf16, rtol=0, atol=0)
     unshared = DerivativeConv(6, 4, 4, shared=False)
     accelerate(torch.nn.Sequential(unshared))
     assert type(unshared) is DerivativeConv  # one kernel per channel: left as it is

@@ -52,8 +52,8 @@ def accelerate(model: nn.Module) -> nn.Module:
     """Put ``model``'s modules on the CPU kernels, in place, and return it: spectral operators, linear layers (an
     MLP's exact GELU fused into its first product), convolutions (bfloat16 weights cast once), the token-wise MLPs
     of mixer blocks (chunked in inference), stems and downsampling channels-last, HcNet's blocks on NHWC memory,
-    PDE-ResNet's shared derivative bank as one convolution over single-channel images. Same parameters, same state
-    dict, same function. Applying it twice changes nothing."""
+    PDE-ResNet's shared derivative bank in bfloat16 as one convolution over single-channel images. Same parameters,
+    same state dict, same function. Applying it twice changes nothing."""
     for module in list(model.modules()):
         if isinstance(module, SpectralOperator):
             module.__class__ = fused_spectral_class(type(module))

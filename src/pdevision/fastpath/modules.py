@@ -94,18 +94,25 @@ class ChunkedMlp(Mlp):
 
 class FusedDerivativeConv(DerivativeConv):
     """PDE-ResNet's derivative filters (:class:`~pdevision.layers.hyperbolic.DerivativeConv`, one shared bank of
-    ``splits`` kernels) on the kernels: in inference on the CPU, float32 or under bfloat16 autocast, each input
-    channel is filtered as an image of its own by the bank (one ``1 -> splits`` convolution over ``B * C``
-    single-channel images), whose output is the plain one's ``(B, C * splits, H', W')`` tensor in the same order
-    (channel ``j * splits + a`` is kernel ``a`` of input ``j``) with the same sums: no copy of the bank into one kernel
-    per channel on every forward, and oneDNN's direct convolution instead of its grouped one with four outputs per
-    group, the slower on the AMD EPYC of ``benchmarks/pderesnet_profile``. Per-channel kernels (``shared=False``), a
-    bank that is not one kernel per split, training, autograd, other devices and traces: the plain forward. NCHW in
-    and out."""
+    ``splits`` kernels) on the kernels: in inference on the CPU under bfloat16 autocast, each input channel is filtered
+    as an image of its own by the bank (one ``1 -> splits`` convolution over ``B * C`` single-channel images), whose
+    output is the plain one's ``(B, C * splits, H', W')`` tensor in the same order (channel ``j * splits + a`` is
+    kernel ``a`` of input ``j``) with the same sums: no copy of the bank into one kernel per channel on every forward,
+    and oneDNN's direct convolution instead of its grouped one with four outputs per group. In bfloat16 the filters
+    took 0.57x the time of the plain ones at batch 8 and 0.66x at batch 1 (the bank's copies not counted), on the AMD
+    EPYC of ``benchmarks/pderesnet_profile`` (its record at commit c78467d); in float32 this form was the slower at
+    batch 8 (1.18x, stage 1's 56 x 56 maps), so float32 runs the plain forward, as do per-channel kernels
+    (``shared=False``), a bank that is not one kernel per split, training, autograd, other devices and traces. NCHW
+    in and out."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = kernels.compute_dtype(x)
-        if dtype is None or not self.shared or self.bank != self.splits or x.dtype not in (torch.float32, dtype):
+        if (
+            dtype != torch.bfloat16
+            or not self.shared
+            or self.bank != self.splits
+            or x.dtype not in (torch.float32, dtype)
+        ):
             return super().forward(x)
         b, c, h, w = x.shape
         weight = kernels.cast_cached(_cache(self), self.weight, dtype)
