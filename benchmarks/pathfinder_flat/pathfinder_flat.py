@@ -663,6 +663,11 @@ def report(record: dict[str, Any]) -> str:
     ]
     if record.get("pilot", {}).get("runs"):
         lines += pilot_report(record)
+    if record.get("probes"):
+        lines += ["## Probes (runs outside the pilot, never reported)", *probe_report(record)]
+        if not any(max(r["val_top1"]) > ESCAPE for r in record["probes"].values()):
+            lines += ["", f"No probe has passed {ESCAPE:.0f}%: a pilot at this size would measure no spread."]
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -692,7 +697,6 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
             "cannot plan the study at this size. The run's size (training images, epochs) or the skeleton's depth "
             "must change, and the design check run again, before the pilot goes on.",
         ]
-    lines += probe_report(record)
     if "contrasts" not in p:
         return [*lines, "", "The pilot is not complete: no spread of paired differences to plan the seeds from.", ""]
     lines += [
@@ -715,13 +719,12 @@ def pilot_report(record: dict[str, Any]) -> list[str]:
 
 def probe_report(record: dict[str, Any]) -> list[str]:
     """One line per probe: its flags, what it changed and where it ended."""
-    lines = []
+    lines = [""]
     for r in record.get("probes", {}).values():
         rate = "the recipe's rate" if r.get("lr") is None else f"peak rate {r['lr']:g}"
         escape = next((e + 1 for e, v in enumerate(r["val_top1"]) if v > ESCAPE), None)
         lines += [
-            "",
-            f"Probe outside the pilot (`{probe_flags(r)}`): {r['arm']} at {r['depth']} blocks, "
+            f"- `{probe_flags(r)}`: {r['arm']} at {r['depth']} blocks, "
             f"{r['train_images']:,} training images, {len(r['val_top1'])} epochs, {rate}, seed {r['seed']}, "
             f"generator version {r.get('generator_version', 3)}: "
             f"{r['val_top1'][-1]:.2f}% after its last epoch, at most {max(r['val_top1']):.2f}%"

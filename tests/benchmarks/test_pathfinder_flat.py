@@ -234,10 +234,10 @@ def test_a_pilot_cut_short_reports_its_runs_and_plans_nothing() -> None:
             "seconds": 600.0,
         }
     }
-    text = "\n".join(pf.pilot_report(at_chance))
-    assert "No run has left chance" in text
+    assert "No run has left chance" in "\n".join(pf.pilot_report(at_chance))
+    text = "\n".join(pf.probe_report(at_chance))
     assert (
-        "(`--probe heat --depth 6 --epochs 3 --lr 0.00025`): heat at 6 blocks, 4,000 training images, 3 epochs, peak "
+        "- `--probe heat --depth 6 --epochs 3 --lr 0.00025`: heat at 6 blocks, 4,000 training images, 3 epochs, peak "
         "rate 0.00025, seed 1000, generator version 3: 50.00% after its last epoch, at most 61.70%, past 60% at "
         "epoch 2, 600 s; training loss 0.6900 at its lowest (ln 2 = 0.6931)." in text
     )
