@@ -25,9 +25,11 @@ accuracies given as ``{"arm": {"seed": accuracy}}``. The reported runs are not r
 ``--report-only`` writes the report from the record. The record was made with
 
     python -m benchmarks.pathfinder_flat.pathfinder_flat --check --workers 1 --cache DIR
-    python -m benchmarks.pathfinder_flat.pathfinder_flat --pilot --jobs 1    # stopped after its first run
-    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat --lr 2.5e-4   # the probes the report lists
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat --depth 6 --epochs 20 --lr 2.5e-4 --jobs 1
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat --epochs 80 --lr 2.5e-4 --jobs 1
     python -m benchmarks.pathfinder_flat.pathfinder_flat --report-only
+
+(the pilot, ``--pilot --jobs 2``, waits for a probe that leaves chance).
 """
 
 from __future__ import annotations
