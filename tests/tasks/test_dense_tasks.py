@@ -212,6 +212,12 @@ def test_cli_train_detect_init_from_and_predict(tmp_path: Path) -> None:
     (folder / "cut.jpg").write_bytes(photo.read_bytes()[:100])
     assert _run(["predict", "--checkpoint", out, folder, "--output", tmp_path / "pred2"]) == 3
     assert (tmp_path / "pred2" / "a_overlay.png").is_file() and not (tmp_path / "pred2" / "cut_overlay.png").exists()
+    # a 1 x 1 image, as segmentation's small-image case: torchvision's detector transform resizes it, the overlay
+    # keeps its own size
+    dot = tmp_path / "dot.png"
+    Image.fromarray(np.zeros((1, 1, 3), dtype=np.uint8)).save(dot)
+    assert _run(["predict", "--checkpoint", out, dot, "--output", tmp_path / "pred3"]) == 0
+    assert Image.open(tmp_path / "pred3" / "dot_overlay.png").size == (1, 1)
 
 
 def test_cli_dense_errors(tmp_path: Path, capsys) -> None:

@@ -94,16 +94,13 @@ class ChunkedMlp(Mlp):
 
 class FusedDerivativeConv(DerivativeConv):
     """PDE-ResNet's derivative filters (:class:`~pdevision.layers.hyperbolic.DerivativeConv`, one shared bank of
-    ``splits`` kernels) on the kernels: in inference on the CPU under bfloat16 autocast, each input channel is filtered
-    as an image of its own by the bank (one ``1 -> splits`` convolution over ``B * C`` single-channel images), whose
-    output is the plain one's ``(B, C * splits, H', W')`` tensor in the same order (channel ``j * splits + a`` is
-    kernel ``a`` of input ``j``) with the same sums: no copy of the bank into one kernel per channel on every forward,
-    and oneDNN's direct convolution instead of its grouped one with four outputs per group. In bfloat16 the filters
-    took 0.57x the time of the plain ones at batch 8 and 0.66x at batch 1 (the bank's copies not counted), on the AMD
-    EPYC of ``benchmarks/pderesnet_profile`` (its record at commit c78467d); in float32 this form was the slower at
-    batch 8 (1.18x, stage 1's 56 x 56 maps), so float32 runs the plain forward, as do per-channel kernels
-    (``shared=False``), a bank that is not one kernel per split, training, autograd, other devices and traces. NCHW
-    in and out."""
+    ``splits`` kernels) on the kernels, in inference on the CPU under bfloat16 autocast: each input channel is filtered
+    as an image of its own (one ``1 -> splits`` convolution over ``B * C`` single-channel images), which gives the
+    plain forward's ``(B, C * splits, H', W')`` tensor in the same order (channel ``j * splits + a`` is kernel ``a``
+    of input ``j``) without copying the bank into one kernel per channel on every forward. Faster in bfloat16 and
+    slower in float32 on the record's machine (``benchmarks/pderesnet_profile``), so float32 runs the plain forward,
+    as do per-channel kernels (``shared=False``), a bank that is not one kernel per split, training, autograd, other
+    devices and traces. NCHW in and out."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = kernels.compute_dtype(x)
@@ -122,20 +119,15 @@ class FusedDerivativeConv(DerivativeConv):
 
 
 class FusedHcRaBlock(HcRaBlock):
-    """The HcNet authors' Hc-Ra block (:class:`~pdevision.layers.hcl.HcRaBlock`) on the kernels: in inference on the
-    CPU, float32 or under bfloat16 autocast, it runs on NHWC memory, taking and returning NCHW tensors in
-    channels-last memory (a copy in when the input is not): ``alpha``'s 1x1 projection of the pooled map as a
-    matrix-vector product, the heat step as :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the
-    channels-last map, the RaL's 1x1 convolutions as oneDNN products (the residual sum fused into the second), its
-    depthwise filter on the channels-last map. In float32 the RaL's GELU runs after the first product (not oneDNN's erf
-    post-op, the slower of the two on the AVX2 development machine at HcNet-T's stage-3 shapes and at 768 px, about
-    equal at 224 px's first stage; on the AVX-512 machine of ``benchmarks/hcnet_fastpath``'s current record the post-op
-    took 0.90-0.98x the time at the four shapes there, so the better choice depends on the machine); in bfloat16 it is
-    the post-op (0.95-0.99x the time of the product then the GELU at three of those shapes, 1.07x at 768 px's first
-    stage, in that record), with the products' weights cast once and kept. Under bfloat16 autocast the block
-    computes as autocast runs the plain one: the products, the filter and (for a bfloat16 input, as the stem and the
-    blocks hand on) the heat step, norm and sums in bfloat16; ``alpha`` is computed in float32 and rounded to the
-    stream's dtype. Elsewhere (training mode, autograd, other devices, traces,
+    """The HcNet authors' Hc-Ra block (:class:`~pdevision.layers.hcl.HcRaBlock`) on the kernels, in inference on the
+    CPU in float32 or under bfloat16 autocast: NHWC memory inside (NCHW tensors in channels-last memory in and out),
+    ``alpha``'s 1x1 projection of the pooled map as a float32 matrix-vector product rounded to the stream's dtype, the
+    heat step as :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the channels-last map, the
+    RaL's 1x1 convolutions as oneDNN products (weights cast once; the residual sum fused into the second) and its
+    depthwise filter on the channels-last map. The RaL's GELU runs after the first product in float32 and as that
+    product's post-op in bfloat16: the faster choice of each on the machines of ``benchmarks/hcnet_fastpath`` (in
+    float32 it depends on the machine; its record says by how much). Under autocast the block computes in the dtypes
+    autocast gives the plain one. Elsewhere (training mode, autograd, other devices, traces,
     :func:`~pdevision.fastpath.kernels.no_fused_kernels`) the plain forward. Swapped in only where the RaL is a
     :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions around the activation and filter)."""
 

@@ -85,6 +85,15 @@ def test_tiles_blend_to_the_whole_image_result() -> None:
     np.testing.assert_allclose(tiled, whole, atol=1e-6)
 
 
+@pytest.mark.parametrize("side", [(1, 1), (3, 5)])
+def test_restore_of_an_image_of_a_few_pixels_keeps_its_size(run, tmp_path, side) -> None:
+    """As segmentation's small images (padded for the model, cropped back): a restoration model takes them whole."""
+    src, dst = tmp_path / "in.png", tmp_path / "out.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (*side, 3), dtype=np.uint8)).save(src)
+    restore_file(run, src, dst, tile=512, overlap=32)
+    assert Image.open(dst).size == side[::-1]
+
+
 @pytest.mark.parametrize("mode", ["L", "RGB", "RGBA", "LA"])
 def test_restore_keeps_odd_size_and_mode(run, tmp_path, mode) -> None:
     rng = np.random.default_rng(0)
