@@ -272,6 +272,29 @@ def test_an_earlier_bench_record_and_other_files_are_no_clash(tmp_path: Path) ->
     check_bench_folder(other)  # files of other names are left beside the record
 
 
+def test_the_runs_an_interrupted_series_left_are_no_clash_and_files_of_their_names_are(tmp_path: Path) -> None:
+    """A series cut off before its record leaves only its staging folder of run folders: the same command again
+    replaces it (it was refused, so an interrupted bench could not be re-run into its folder). A user's file named
+    like the staging folder or a run folder is refused, where it was deleted or stood in the way of a run."""
+    from pdevision.bench.compare import STAGING, check_bench_folder
+
+    (tmp_path / STAGING / "run1").mkdir(parents=True)
+    (tmp_path / STAGING / "run1" / "results.json").write_text("{")  # cut off while writing
+    check_bench_folder(tmp_path)
+    (tmp_path / "run2").mkdir()
+    (tmp_path / "run2" / "results.json").write_text(json.dumps({"machine": {}, "rows": []}))
+    check_bench_folder(tmp_path)  # a run folder holding a bench record of its own
+    for name in ("run3", STAGING):
+        mine = tmp_path / name.strip(".")
+        mine.mkdir()
+        (mine / name).write_text("my notes")
+        with pytest.raises(ValueError, match=name):
+            check_bench_folder(mine)
+    (tmp_path / STAGING / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=STAGING):
+        check_bench_folder(tmp_path)  # the staging folder holds a file that no run wrote
+
+
 def test_the_mac_count_of_pdeformer_works_with_trainable_parameters() -> None:
     """``bench --train-resolutions N`` always failed for pdeformer_micro: the probe's MAC count ("'NoneType' object
     has no attribute 'next_functions'": its mixers hand a parameter on as an input); the parameters stay trainable."""

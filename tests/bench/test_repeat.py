@@ -93,8 +93,9 @@ def test_runs_of_different_commands_are_not_combined() -> None:
 @pytest.mark.slow
 def test_bench_runs_in_fresh_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench"
-    (out / "run3").mkdir(parents=True)  # a run folder of an earlier, longer series
-    (out / STAGING).write_text("left by an interrupted series")
+    (out / "run3").mkdir(parents=True)  # a run folder of an earlier, longer series, beside its record
+    (out / "results.json").write_text(json.dumps({"machine": {}, "rows": []}))
+    (out / STAGING / "run1").mkdir(parents=True)  # and the first run of a series interrupted after it
     argv = ["bench", "--models", "vheat_micro", "--resolutions", "64", "--batch", "2", "--repeats", "1"]
     argv += ["--train-resolutions", "--no-operators", "--runs", "2", "--threads", "1", "--out", str(out)]
     assert main(argv) == 0
@@ -117,11 +118,12 @@ def test_bench_runs_in_fresh_processes(tmp_path: Path, capsys: pytest.CaptureFix
 def test_a_failed_run_stops_the_series_and_leaves_the_record(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     (out / "run1").mkdir(parents=True)
-    (out / "results.json").write_text('{"the record of": "an earlier series"}')
+    earlier = {"machine": {"cpu": "the record of an earlier series"}, "rows": []}
+    (out / "results.json").write_text(json.dumps(earlier))
     kwargs = {"models": ["no_such_model"], "resolutions": [64], "repeats": 1, "train_resolutions": ()}
     with pytest.raises(RuntimeError, match=r"bench run 1 of 2 failed: .*no_such_model.*the runs finished before it"):
         run_in_processes(2, out, 1, {**kwargs, "operators": False})
-    assert json.loads((out / "results.json").read_text()) == {"the record of": "an earlier series"}
+    assert json.loads((out / "results.json").read_text()) == earlier
     assert (out / "run1").is_dir() and not (out / "run2").exists()
 
 
@@ -129,7 +131,8 @@ def test_a_failed_run_stops_the_series_and_leaves_the_record(tmp_path: Path) -> 
 def test_ctrl_c_during_a_series_is_one_line_and_keeps_the_record(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     out.mkdir()
-    (out / "results.json").write_text("{}")
+    earlier = json.dumps({"machine": {}, "rows": []})
+    (out / "results.json").write_text(earlier)
     argv = ["bench", "--models", "vheat_micro", "--resolutions", "64", "--batch", "1", "--repeats", "1"]
     argv += ["--train-resolutions", "--no-operators", "--runs", "2", "--threads", "1", "--out", str(out)]
     # a shell that starts the tests in the background hands SIGINT down ignored, and Python then never raises
@@ -147,7 +150,7 @@ def test_ctrl_c_during_a_series_is_one_line_and_keeps_the_record(tmp_path: Path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "pdevision bench: interrupted" in err and "Traceback" not in err
-    assert (out / "results.json").read_text() == "{}"  # the record of the earlier series is untouched
+    assert (out / "results.json").read_text() == earlier  # the record of the earlier series is untouched
 
 
 @pytest.mark.parametrize("runs", ["0", "21", "two"])

@@ -107,7 +107,9 @@ def _first_calls(fns: dict[str, Any]) -> None:
 
 # what a bench writes into its folder (run{i} and the staging folder: a series of runs, bench.repeat)
 BENCH_FILES = ("results.json", "results.csv", "results.md", "cost_vs_resolution.png", "operators.png")
+STAGING = ".runs-in-progress"  # the runs of a series that has not finished, inside the output folder
 _BENCH_NAME = re.compile(r"^(results\.(json|csv|md)|cost_vs_resolution\.png|operators\.png|run\d+|\.runs-in-progress)$")
+_RUN_NAME = re.compile(r"run\d+")
 
 
 def _is_bench_record(out_dir: Path) -> bool:
@@ -122,17 +124,30 @@ def _is_bench_record(out_dir: Path) -> bool:
     return isinstance(record, dict) and isinstance(record.get("machine"), dict) and isinstance(record.get("rows"), list)
 
 
+def _is_ours(entry: Path, record: bool) -> bool:
+    """Whether ``entry``, of one of the bench's output names, is the bench's: the staging folder of an interrupted
+    series (run folders only), a run folder beside the folder's bench record or holding its own, an output file
+    beside the record (``record``)."""
+    if entry.name == STAGING:
+        return entry.is_dir() and all(c.is_dir() and _RUN_NAME.fullmatch(c.name) for c in entry.iterdir())
+    if _RUN_NAME.fullmatch(entry.name):
+        return entry.is_dir() and (record or _is_bench_record(entry))
+    return record
+
+
 def check_bench_folder(out_dir: Path) -> None:
     """The rules of every output folder, for ``--out``: an earlier bench record there is replaced (``make bench``
-    re-measures into one folder), files of other names are left untouched beside it, and a folder whose files have
-    the names of the bench's outputs without being a bench record (a user's ``results.csv``) is refused with a
-    ``ValueError`` naming them, before anything is measured."""
+    re-measures into one folder), and so are the runs an interrupted series left (:func:`_is_ours`); files of other
+    names are left untouched beside them; and a folder holding files of the bench's output names that are not the
+    bench's (a user's ``results.csv``, a file named like the staging folder) is refused with a ``ValueError`` naming
+    them, before anything is measured."""
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
         raise UsageError(f"--out {out_dir} exists and is not a folder")
-    clashes = sorted(e.name for e in out_dir.iterdir() if _BENCH_NAME.match(e.name))
-    if not clashes or _is_bench_record(out_dir):
+    record = _is_bench_record(out_dir)
+    clashes = sorted(e.name for e in out_dir.iterdir() if _BENCH_NAME.match(e.name) and not _is_ours(e, record))
+    if not clashes:
         return
     listed = ", ".join(clashes[:3]) + (f" and {len(clashes) - 3} more" if len(clashes) > 3 else "")
     raise UsageError(

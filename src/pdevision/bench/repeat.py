@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pdevision.bench.compare import check_bench_folder, run_bench, write_results
+from pdevision.bench.compare import STAGING, check_bench_folder, run_bench, write_results
 from pdevision.bench.operators import fit_exponent
 from pdevision.errors import UsageError
 
@@ -131,9 +131,6 @@ def failure_message(i: int, runs: int, proc: subprocess.CompletedProcess[str]) -
     return f"bench run {i} of {runs} failed: {why}"
 
 
-STAGING = ".runs-in-progress"  # the runs of a series that has not finished, inside the output folder
-
-
 def _install_runs(staging: Path, out_dir: Path, runs: int) -> None:
     """Replace the output folder's run folders of an earlier series by the ``runs`` finished ones in ``staging``."""
     for old in out_dir.iterdir():
@@ -158,10 +155,8 @@ def run_in_processes(runs: int, out_dir: Path, threads: int | None, bench_kwargs
         raise UsageError(f"runs must be a positive number, got {runs}")
     check_bench_folder(out_dir)
     staging = out_dir / STAGING
-    if staging.is_dir():  # the runs of an unfinished earlier series
+    if staging.is_dir():  # the runs of an unfinished earlier series (check_bench_folder refuses anything else there)
         shutil.rmtree(staging)
-    elif staging.exists():
-        staging.unlink()
     results = []
     series_start = time.perf_counter()
     for i in range(1, runs + 1):
