@@ -116,6 +116,9 @@ PATHFINDER_SETS.setdefault(
 PILOT_SEEDS = (1000, 1001, 1002)  # selection seeds: never reported (the reported seeds count from 0)
 NOT_RUN = "The pilot and the reported runs have not been run."
 ESCAPE = 60.0  # points: a run has left chance once its validation accuracy passes this
+# models outside the skeleton a probe may train with the same recipe, data and rate: whether the testbed can be
+# learnt at a number of training images at all (timm's ResNet-18: 11.2M parameters, its receptive field the image)
+REFERENCES = ("resnet18",)
 
 
 # ---- receptive fields --------------------------------------------------------------------------------------------
@@ -368,18 +371,20 @@ def train_run(
 ) -> dict[str, Any]:
     """One run of ``arm`` at ``seed`` (the weights outside the mixer and the data order) on one thread, in ``folder``:
     continued from its ``last/`` checkpoint where an earlier call was cut off, read back where it completed. Its
-    validation accuracy per epoch and its seconds. ``lr``: the peak rate (None: the recipe's at batch 64)."""
+    validation accuracy per epoch and its seconds. ``lr``: the peak rate (None: the recipe's at batch 64). ``arm`` may
+    be one of :data:`REFERENCES` (then ``depth`` does not apply)."""
     torch.set_num_threads(1)
     summary_file = folder / "summary.json"
     done = summary_file.is_file() and json.loads(summary_file.read_text()).get("status") == "completed"
     if not done:
         resume = (folder / "last" / "trainer.pt").is_file()
+        reference = arm in REFERENCES
         config = ClassifyConfig(
-            model=MODEL,
+            model=arm if reference else MODEL,
             data=data,
             recipe=RUN["recipe"],
             img_size=CONFIG.size,
-            model_args={"mixer": arm, "depths": [depth], "init_seed": seed},
+            model_args={} if reference else {"mixer": arm, "depths": [depth], "init_seed": seed},
             run=RunConfig(
                 output=str(folder),
                 resume=str(folder) if resume else None,
@@ -402,7 +407,7 @@ def train_run(
     return {
         "arm": arm,
         "seed": seed,
-        "depth": depth,
+        "depth": None if arm in REFERENCES else depth,
         "generator_version": VERSION,
         "train_images": images,
         "epochs": epochs,
@@ -448,14 +453,16 @@ def run_probe(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
 
 
 def probe_key(arm: str, depth: int, seed: int, images: int, epochs: int, lr: float | None) -> str:
-    """``arm/dDEPTH/SEED`` and, where they differ from the pilot's run, ``/IMAGES``, ``/eEPOCHS``, ``/lrRATE``."""
-    key = f"{arm}/d{depth}/{seed}" + (f"/{images}" if images != RUN["train_images"] else "")
+    """``arm/dDEPTH/SEED`` (a reference: ``arm/SEED``) and, where they differ from the pilot's run, ``/IMAGES``,
+    ``/eEPOCHS``, ``/lrRATE``."""
+    key = f"{arm}/{seed}" if arm in REFERENCES else f"{arm}/d{depth}/{seed}"
+    key += f"/{images}" if images != RUN["train_images"] else ""
     return key + (f"/e{epochs}" if epochs != RUN["epochs"] else "") + (f"/lr{lr:g}" if lr is not None else "")
 
 
 def probe_flags(r: dict[str, Any]) -> str:
     """The command-line flags that ran probe ``r`` (a record's entry)."""
-    flags = [f"--probe {r['arm']}"] + ([f"--depth {r['depth']}"] if r["depth"] != DEPTH else [])
+    flags = [f"--probe {r['arm']}"] + ([f"--depth {r['depth']}"] if r["depth"] not in (DEPTH, None) else [])
     for name, value, default in (
         ("images", r.get("train_images"), RUN["train_images"]),
         ("epochs", r.get("epochs"), RUN["epochs"]),
@@ -725,8 +732,9 @@ def probe_report(record: dict[str, Any]) -> list[str]:
     for r in record.get("probes", {}).values():
         rate = "the recipe's rate" if r.get("lr") is None else f"peak rate {r['lr']:g}"
         escape = next((e + 1 for e, v in enumerate(r["val_top1"]) if v > ESCAPE), None)
+        model = f"{r['arm']} (a reference)" if r["arm"] in REFERENCES else f"{r['arm']} at {r['depth']} blocks"
         lines += [
-            f"- `{probe_flags(r)}`: {r['arm']} at {r['depth']} blocks, "
+            f"- `{probe_flags(r)}`: {model}, "
             f"{r['train_images']:,} training images, {len(r['val_top1'])} epochs, {rate}, seed {r['seed']}, "
             f"generator version {r.get('generator_version', 3)}: "
             f"{r['val_top1'][-1]:.2f}% after its last epoch, at most {max(r['val_top1']):.2f}%"
@@ -747,7 +755,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="a folder to keep the drawn images in for a later check")
     parser.add_argument("--pilot", action="store_true", help="run (or continue) the pilot and write it to the record")
     parser.add_argument("--jobs", type=int, default=2, help="runs of the pilot at once, one thread each")
-    parser.add_argument("--probe", choices=list(FLAT_ARMS), help="one run of the pilot's first seed of this arm")
+    parser.add_argument(
+        "--probe", choices=[*FLAT_ARMS, *REFERENCES], help="one run of the pilot's first seed of this arm (or model)"
+    )
     parser.add_argument("--depth", type=V.count, default=DEPTH, help="the probe's blocks")
     parser.add_argument("--images", type=V.scenes, help="the probe's training images (default: the pilot's)")
     parser.add_argument("--epochs", type=V.epochs, help="the probe's epochs (default: the pilot's)")
@@ -759,6 +769,9 @@ def main(argv: list[str] | None = None) -> int:
             "pathfinder_flat: give one of --check, --pilot, --probe ARM, --report-only, --power FILE",
             file=sys.stderr,
         )
+        return 2
+    if args.probe in REFERENCES and args.depth != DEPTH:
+        print(f"pathfinder_flat: --depth sets the skeleton's blocks; {args.probe} has its own", file=sys.stderr)
         return 2
     if not args.probe and (args.depth != DEPTH or args.images or args.epochs or args.lr):
         print("pathfinder_flat: --depth, --images, --epochs and --lr set a probe: give --probe ARM", file=sys.stderr)

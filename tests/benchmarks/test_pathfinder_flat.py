@@ -166,8 +166,9 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     assert pf.main(["--report-only"]) == 2
     assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
     assert pf.main(["--depth", "3"]) == 2  # a probe's setting without a probe
+    assert pf.main(["--probe", "resnet18", "--depth", "3"]) == 2  # a reference has its own depth
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 4 and all(line.startswith("pathfinder_flat:") for line in err)
+    assert len(err) == 5 and all(line.startswith("pathfinder_flat:") for line in err)
     for argv in (["nope"], ["heat", "--depth", "0"], ["heat", "--lr", "nan"], ["heat", "--images", "x"]):
         with pytest.raises(SystemExit) as exit_:
             pf.main(["--probe", *argv])
@@ -183,6 +184,14 @@ def test_a_probe_is_keyed_and_reported_by_the_settings_it_changed() -> None:
     assert pf.probe_flags({**r, "depth": pf.DEPTH, "train_images": pf.RUN["train_images"], "lr": None}) == (
         "--probe heat --epochs 30"
     )
+    # a reference model outside the skeleton: no depth in its key, its flags or its line of the report
+    assert pf.probe_key("resnet18", pf.DEPTH, 1000, 64000, 16, 2.5e-4) == "resnet18/1000/64000/e16/lr0.00025"
+    ref = {**r, "arm": "resnet18", "depth": None, "seed": 1000, "generator_version": pf.VERSION}
+    ref |= {"val_top1": [50.0, 61.0], "train_loss": [0.69, 0.6], "seconds": 10.0}
+    assert pf.probe_flags(ref) == "--probe resnet18 --images 16000 --epochs 30 --lr 0.00025"
+    (line,) = [x for x in pf.probe_report({"probes": {"k": ref}}) if x]
+    assert line.startswith("- `--probe resnet18 --images 16000 --epochs 30 --lr 0.00025`: resnet18 (a reference), ")
+    assert "past 60% at epoch 2" in line
 
 
 def _pilot_record(curves: dict[str, list[list[float]]], seconds: float = 600.0) -> dict:
