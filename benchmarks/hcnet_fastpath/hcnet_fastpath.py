@@ -54,6 +54,7 @@ from torch.profiler import profile
 import pdevision  # noqa: F401
 from pdevision.bench.measure import steady_allocator
 from pdevision.bench.models import create_for_bench
+from pdevision.fastpath import kernels
 from pdevision.fastpath.modules import FusedHcRaBlock
 from pdevision.layers.hcl import HcDownsample, HcRaBlock, HcStem, NeighbourMeanHeat, RefinementMlp
 from pdevision.layers.spectral import SpectralOperator
@@ -354,15 +355,50 @@ def gelu_ab(repeats: int, dtypes: list[str]) -> dict[str, dict[str, dict[str, li
     return out
 
 
-def gelu_table(result: dict[str, dict[str, dict[str, list[float]]]]) -> list[str]:
+# the heat step's maps (batch, height, width, channels): HcNet-T's four stages at 224 px, batch 1 and 8, and at 768 px
+HEAT_SHAPES = tuple(
+    (b, res // 4 // 2**i, res // 4 // 2**i, c)
+    for res, b in ((224, 1), (224, 8), (768, 1))
+    for i, c in enumerate((64, 128, 320, 512))
+)
+
+
+def heat_ab(repeats: int, dtypes: list[str]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Per dtype, seconds of the fast path's heat step (``kernels.neighbour_heat_nhwc``, alpha per sample and
+    channel) with the mean of the neighbours by depthwise convolution (``conv``) and by sum pool (``pool``),
+    interleaved, per map of :data:`HEAT_SHAPES`."""
+    out: dict[str, dict[str, dict[str, list[float]]]] = {d: {} for d in dtypes}
+    previous = kernels.HEAT_CONV_MIN_ELEMENTS
+    try:
+        with torch.inference_mode():
+            for b, h, w, c in HEAT_SHAPES:
+                for dtype in dtypes:
+                    dt = DTYPES[dtype] or torch.float32
+                    x, alpha = torch.randn(b, h, w, c, dtype=dt), torch.rand(b, 1, 1, c, dtype=dt)
+                    seconds: dict[str, list[float]] = {"conv": [], "pool": []}
+                    for _ in range(repeats + 1):
+                        for arm, threshold in (("conv", 0), ("pool", 1 << 62)):
+                            kernels.HEAT_CONV_MIN_ELEMENTS = threshold
+                            start = time.perf_counter()
+                            kernels.neighbour_heat_nhwc(x, alpha)
+                            seconds[arm].append(time.perf_counter() - start)
+                    out[dtype][f"{b}x{h}x{w}x{c}"] = {arm: v[1:] for arm, v in seconds.items()}
+    finally:
+        kernels.HEAT_CONV_MIN_ELEMENTS = previous
+    return out
+
+
+def ab_table(result: dict[str, dict[str, dict[str, list[float]]]], first: str, second: str, what: str) -> list[str]:
+    """Per dtype and shape: each arm's median (and fastest) milliseconds, and the first over the second at the median
+    and at the 10th percentile."""
     lines = [
-        "| dtype | product (rows x in -> out) | fused: median ms (fastest) | separate: median ms (fastest) "
-        "| fused / separate, median | fused / separate, 10th percentile |",
+        f"| dtype | {what} | {first}: median ms (fastest) | {second}: median ms (fastest) "
+        f"| {first} / {second}, median | {first} / {second}, 10th percentile |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for dtype, shapes in result.items():
         for shape, arms in shapes.items():
-            f, s = arms["fused"], arms["separate"]
+            f, s = arms[first], arms[second]
             p10 = statistics.quantiles(f, n=10)[0] / statistics.quantiles(s, n=10)[0]
             lines.append(
                 f"| {dtype} | {shape} | {1e3 * statistics.median(f):.2f} ({1e3 * min(f):.2f}) | "
@@ -444,6 +480,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile-batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--time-sizes", type=int, nargs="+", default=[224, 768])
     parser.add_argument("--gelu-repeats", type=int, default=30, help="timed products per arm and shape (GELU table)")
+    parser.add_argument("--heat-repeats", type=int, default=30, help="timed heat steps per arm and map (heat table)")
     add_report_only(parser)
     args = parser.parse_args(argv)
     if args.report_only:
@@ -516,10 +553,24 @@ def main(argv: list[str] | None = None) -> None:
         f"The RaL's first product at HcNet-T's batch-1 shapes, {args.gelu_repeats} interleaved calls per arm; the "
         "accelerated block takes the faster arm for its shapes (`FusedHcRaBlock`).",
         "",
-        *gelu_table(result),
+        *ab_table(result, "fused", "separate", "product (rows x in -> out)"),
         "",
     ]
     print("\n".join(lines[-len(GELU_SHAPES) * len(args.dtypes) - 3 :]), flush=True)
+    result = heat_ab(args.heat_repeats, args.dtypes)
+    data["heat"] = result
+    lines += [
+        "## The heat step: depthwise convolution against sum pool",
+        "",
+        f"`neighbour_heat_nhwc` on HcNet-T's maps (batch x height x width x channels), {args.heat_repeats} interleaved "
+        "calls per arm: the mean of the neighbours by a depthwise 3x3 convolution with its border rescaled (`conv`) "
+        "or by a sum pool, minus the centre, times the inverse neighbour count (`pool`); the fast path takes the "
+        f"convolution from {kernels.HEAT_CONV_MIN_ELEMENTS:,} elements of a map on.",
+        "",
+        *ab_table(result, "conv", "pool", "map (b x h x w x c)"),
+        "",
+    ]
+    print("\n".join(lines[-len(HEAT_SHAPES) * len(args.dtypes) - 3 :]), flush=True)
     lines.append(f"Load average at the end: {load_average()}.")
     save_study(RECORD, OUT, "\n".join(lines), command_line(__spec__.name, argv), data=data)
 

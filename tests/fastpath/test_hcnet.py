@@ -23,6 +23,8 @@ needs_bf16 = pytest.mark.skipif(
 )
 
 SIZES = [(1, 1), (1, 6), (2, 2), (2, 3), (7, 9), (16, 16)]
+# the heat step's two ways to the mean of the neighbours: the depthwise convolution on every map, or the sum pool
+PATHS = {"conv": 0, "pool": 1 << 62}
 
 
 def _plain_step(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
@@ -32,9 +34,11 @@ def _plain_step(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize(("h", "w"), SIZES)
 @pytest.mark.parametrize("per_channel", [True, False])
-def test_nhwc_heat_step_equals_the_plain_step(h: int, w: int, per_channel: bool) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_nhwc_heat_step_equals_the_plain_step(h: int, w: int, per_channel: bool, path: str, monkeypatch) -> None:
     """Corners, edges, one-pixel rows and the one-pixel map (no neighbours: unchanged), alpha per sample and channel
-    or one number."""
+    or one number, by convolution and by pool."""
+    monkeypatch.setattr(kernels, "HEAT_CONV_MIN_ELEMENTS", PATHS[path])
     torch.manual_seed(0)
     x = torch.randn(3, 5, h, w)
     alpha = torch.rand(3, 5, 1, 1) if per_channel else torch.tensor(0.3)
@@ -50,10 +54,14 @@ def test_nhwc_heat_step_equals_the_plain_step(h: int, w: int, per_channel: bool)
 
 @needs_bf16
 @pytest.mark.parametrize(("h", "w"), SIZES)
-def test_nhwc_heat_step_in_bf16_equals_the_float32_step_to_bf16_rounding(h: int, w: int) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_nhwc_heat_step_in_bf16_equals_the_float32_step_to_bf16_rounding(
+    h: int, w: int, path: str, monkeypatch
+) -> None:
     """A bfloat16 map (what the stem and the blocks hand on under autocast), alpha per sample and channel in bfloat16
     or one float32 number (the learnable mode's sigmoid): a bfloat16 result within 2% of the float32 step on the same
-    (bfloat16) values."""
+    (bfloat16) values, by convolution and by pool."""
+    monkeypatch.setattr(kernels, "HEAT_CONV_MIN_ELEMENTS", PATHS[path])
     torch.manual_seed(8)
     x = torch.randn(3, 5, h, w).to(torch.bfloat16)
     for alpha in (torch.rand(3, 5, 1, 1).to(torch.bfloat16), torch.tensor(0.3)):
@@ -63,6 +71,18 @@ def test_nhwc_heat_step_in_bf16_equals_the_float32_step_to_bf16_rounding(h: int,
             got = kernels.neighbour_heat_nhwc(x.permute(0, 2, 3, 1).contiguous(), alpha_nhwc)
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got.permute(0, 3, 1, 2).float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_the_heat_step_takes_the_convolution_on_large_maps_and_the_pool_on_small_ones() -> None:
+    """The threshold is in elements of the map; either side, the step equals the plain one (a map of HcNet-T's first
+    stage at 224 px above it, one of its last stage below)."""
+    for shape, op in (((1, 64, 56, 56), "aten::mkldnn_convolution"), ((1, 512, 7, 7), "aten::avg_pool2d")):
+        torch.manual_seed(1)
+        x, alpha = torch.randn(shape), torch.rand(shape[0], shape[1], 1, 1)
+        with torch.inference_mode(), profile() as prof:
+            got = kernels.neighbour_heat_nhwc(x.permute(0, 2, 3, 1).contiguous(), alpha.permute(0, 2, 3, 1))
+        assert op in {e.key for e in prof.key_averages()}
+        torch.testing.assert_close(got.permute(0, 3, 1, 2), _plain_step(x, alpha), rtol=1e-6, atol=1e-6)
 
 
 def test_inverse_neighbour_count_is_made_once_per_size() -> None:
@@ -211,15 +231,19 @@ def _ops(model: torch.nn.Module, x: torch.Tensor, bf16: bool = False) -> tuple[s
 
 
 def test_accelerated_hcnet_runs_on_onednn_and_plain_under_no_fused_kernels() -> None:
-    """Accelerated: the RaL's and alpha's 1x1 convolutions are oneDNN products (no 1x1 convolution left), the heat
-    step pools once (no neighbour count made per block). Under no_fused_kernels the same model runs the plain NCHW
-    code: three 1x1 convolutions and a pooled count per block, no oneDNN product."""
+    """Accelerated: the RaL's and alpha's 1x1 convolutions are oneDNN products (no 1x1 convolution left), its GELU
+    their post-op, the heat step pools once (no neighbour count made per block). Under no_fused_kernels the same
+    model runs the plain NCHW code: three 1x1 convolutions and a pooled count per block, no oneDNN product."""
     torch.manual_seed(3)
     model = accelerate(timm.create_model("hcnet_micro", num_classes=4).eval())
     blocks = sum(isinstance(m, FusedHcRaBlock) for m in model.modules())
     x = torch.randn(1, 3, 64, 64)
     fast, pointwise = _ops(model, x)
     assert "mkldnn::_linear_pointwise" in fast and "aten::where" not in fast and pointwise == 0
+    with torch.inference_mode(), profile() as prof:
+        model(x)
+    gelus = sum(e.count for e in prof.key_averages() if e.key == "aten::gelu")
+    assert gelus == 1  # the stem's: the RaL's GELU is its first product's post-op, in float32 too
     with no_fused_kernels():
         plain, pointwise = _ops(model, x)
     assert "mkldnn::_linear_pointwise" not in plain

@@ -123,6 +123,38 @@ def test_accelerated_model_keeps_state_dict_and_logits(name: str) -> None:
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
+SMALL_PEERS = {  # ConvNeXt-T's and ViT's blocks (linear MLPs), narrow and shallow
+    "convnext_tiny": {"depths": (1, 1, 1, 1), "dims": (16, 32, 64, 128)},
+    "vit_tiny_patch16_224": {"depth": 2},
+}
+
+
+@pytest.mark.parametrize("name", SMALL_PEERS)
+def test_a_timm_peers_gelu_is_fused_as_ours_are(name: str) -> None:
+    """timm's ConvNeXt builds its MLP's activation as timm's own exact ``GELU`` class, which ``accelerate`` left
+    unfused while fusing ``nn.GELU`` (this library's, ViT's): ConvNeXt-T ran one more pass over its widest maps than
+    the library's models "on the same kernels". Now every first product carries it, with the same logits."""
+    import timm
+    from torch.profiler import profile
+
+    from pdevision.fastpath.modules import FusedLinear
+
+    torch.manual_seed(0)
+    plain = timm.create_model(name, num_classes=3, **SMALL_PEERS[name]).eval()
+    fast = timm.create_model(name, num_classes=3, **SMALL_PEERS[name]).eval()
+    fast.load_state_dict(plain.state_dict())
+    accelerate(fast)
+    fc1 = [m for m in fast.modules() if isinstance(m, FusedLinear) and m.act == "gelu"]
+    assert fc1 and len(fc1) == sum(type(m).__name__ == "Mlp" for m in plain.modules())
+    x = torch.randn(1, 3, 224, 224) if "vit" in name else torch.randn(1, 3, 64, 64)
+    with torch.inference_mode():
+        with profile() as prof:
+            got = fast(x)
+        want = plain(x)
+    assert "aten::gelu" not in {e.key for e in prof.key_averages()}
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
 def test_layers_and_models_hold_no_kernel_code() -> None:
     """The plain model code names neither the fast path nor a private torch op (import-linter's layers contract
     also keeps pdevision.fastpath above pdevision.models)."""

@@ -19,6 +19,7 @@ measures.
 from __future__ import annotations
 
 import torch
+from timm.layers import GELU as TimmGELU
 from timm.layers import Mlp
 from torch import nn
 
@@ -59,7 +60,7 @@ def accelerate(model: nn.Module) -> nn.Module:
             module.__class__ = fused_spectral_class(type(module))
         elif isinstance(module, MixerBlock) and type(module.mlp) is Mlp and _token_wise(module.mlp):
             module.mlp.__class__ = ChunkedMlp
-        elif type(module) is HcRaBlock and type(module.mlp) is RefinementMlp:
+        elif type(module) is HcRaBlock and type(module.mlp) is RefinementMlp and _exact_gelu(module.mlp.act):
             module.__class__ = FusedHcRaBlock
         elif type(module) is DerivativeConv and module.shared and module.bank == module.splits:
             module.__class__ = FusedDerivativeConv
@@ -98,10 +99,16 @@ def _fuse_mlp_gelus(model: nn.Module) -> None:
         if not isinstance(module, Mlp) or type(module.fc1) is not nn.Linear:
             continue
         act = module.act
-        if isinstance(act, nn.GELU) and act.approximate == "none":
+        if _exact_gelu(act):
             module.fc1.__class__, module.act = FusedLinear, nn.Identity()
-        elif isinstance(act, RefinementActivation) and isinstance(act.act, nn.GELU) and act.act.approximate == "none":
+        elif isinstance(act, RefinementActivation) and _exact_gelu(act.act):
             module.fc1.__class__, act.act = FusedLinear, nn.Identity()
         else:
             continue
         module.fc1.act = "gelu"
+
+
+def _exact_gelu(act: nn.Module) -> bool:
+    """PyTorch's exact GELU, or timm's (``timm.layers.GELU``, ``F.gelu`` with the default exact form: the one timm's
+    ConvNeXt and other peers build from ``act_layer="gelu"``)."""
+    return (isinstance(act, nn.GELU) and act.approximate == "none") or type(act) is TimmGELU

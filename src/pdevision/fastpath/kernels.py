@@ -263,20 +263,53 @@ def _inverse_neighbour_count(h: int, w: int, dtype: torch.dtype) -> torch.Tensor
         return torch.where(count > 0, 1.0 / count.clamp(min=1.0), torch.zeros_like(count))
 
 
+HEAT_CONV_MIN_ELEMENTS = 1 << 17  # from this many elements of a map on, the heat step sums neighbours by convolution
+
+
 def neighbour_heat_nhwc(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """The HcNet authors' heat step ``x + alpha (mean_8(x) - x)`` (:class:`~pdevision.layers.hcl.NeighbourMeanHeat`:
     ``mean_8`` the mean of the neighbours inside the image) on an NHWC map ``x (B, H, W, C)``, ``alpha`` broadcasting
     against ``(B, 1, 1, C)`` (cast to the dtype of ``x``); a new NHWC tensor, contiguous when ``x`` is.
 
-    One 3x3 sum pool over the channels-last map (an average pool with divisor 1), two in-place passes over its output
-    (minus the centre, times the neighbour count's inverse, made once per map size: :func:`_inverse_neighbour_count`)
-    and one ``lerp`` into it, which rounds once (in bfloat16, where the plain path rounds after each of its steps):
-    the plain path, on NCHW memory, pools the map and a map of ones and makes a new tensor in each of six more steps.
-    A map of one pixel, which has no neighbours, is returned unchanged (as by the plain path). Equals
-    :func:`~pdevision.ops.fdm.neighbour_mean`'s step to float rounding."""
+    The mean of the neighbours comes from one pass over the map, then one ``lerp`` into it, which rounds once (in
+    bfloat16, where the plain path rounds after each of its steps); the plain path, on NCHW memory, pools the map and
+    a map of ones and makes a new tensor in each of six more steps. From :data:`HEAT_CONV_MIN_ELEMENTS` elements on,
+    the pass is a depthwise 3x3 convolution of weight 1/8 on the neighbours and 0 on the centre (the mean inside the
+    map), its two border rows and columns rescaled in place to their neighbour count (5 on an edge, 3 at a corner):
+    from that size it is about twice as fast as the pool (``benchmarks/hcnet_fastpath``, "The heat step"). Below it
+    (the oneDNN call and the border's two views cost more than they save on small maps) a 3x3 sum pool (an average
+    pool with divisor 1) and two in-place passes over its output, minus the centre and times the neighbour count's
+    inverse (made once per map size: :func:`_inverse_neighbour_count`). A map of one pixel, which has no neighbours,
+    is returned unchanged (as by the plain path). Equals :func:`~pdevision.ops.fdm.neighbour_mean`'s step to float
+    rounding."""
     h, w = x.shape[1], x.shape[2]
     if h * w == 1:
         return x.clone()
-    s = F.avg_pool2d(x.permute(0, 3, 1, 2), 3, stride=1, padding=1, divisor_override=1).permute(0, 2, 3, 1)
-    s.sub_(x).mul_(_inverse_neighbour_count(h, w, x.dtype))  # the mean of the neighbours
+    if h > 1 and w > 1 and x.numel() >= HEAT_CONV_MIN_ELEMENTS:
+        s = F.conv2d(x.permute(0, 3, 1, 2), _neighbour_weight(x.shape[3], x.dtype), padding=1, groups=x.shape[3])
+        s = s.permute(0, 2, 3, 1)
+        s[:, :: h - 1].mul_(_border_rescale(w, x.dtype))  # the first and last rows: 8 / 5, at corners 8 / 3
+        s[:, 1:-1, :: w - 1].mul_(8 / 5)  # the first and last columns between them
+    else:
+        s = F.avg_pool2d(x.permute(0, 3, 1, 2), 3, stride=1, padding=1, divisor_override=1).permute(0, 2, 3, 1)
+        s.sub_(x).mul_(_inverse_neighbour_count(h, w, x.dtype))  # the mean of the neighbours
     return torch.lerp(x, s, alpha.to(x.dtype), out=s)  # x + alpha (mean - x)
+
+
+@functools.lru_cache(maxsize=64)
+def _neighbour_weight(channels: int, dtype: torch.dtype) -> torch.Tensor:
+    """The depthwise ``(C, 1, 3, 3)`` weight of the mean of 8 neighbours: 1/8 around, 0 in the centre."""
+    with torch.inference_mode(False):
+        weight = torch.full((channels, 1, 3, 3), 1 / 8, dtype=dtype)
+        weight[:, :, 1, 1] = 0
+        return weight
+
+
+@functools.lru_cache(maxsize=64)
+def _border_rescale(w: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(1, 1, W, 1)``: what turns the sum of a border row's neighbours over 8 into their mean, 8 / 5 along the row
+    and 8 / 3 at its two corners."""
+    with torch.inference_mode(False):
+        scale = torch.full((1, 1, w, 1), 8 / 5, dtype=dtype)
+        scale[:, :, [0, -1]] = 8 / 3
+        return scale

@@ -124,12 +124,12 @@ class FusedHcRaBlock(HcRaBlock):
     ``alpha``'s 1x1 projection of the pooled map as a float32 matrix-vector product rounded to the stream's dtype, the
     heat step as :func:`~pdevision.fastpath.kernels.neighbour_heat_nhwc`, GroupNorm on the channels-last map, the
     RaL's 1x1 convolutions as oneDNN products (weights cast once; the residual sum fused into the second) and its
-    depthwise filter on the channels-last map. The RaL's GELU runs after the first product in float32 and as that
-    product's post-op in bfloat16: the faster choice of each on the machines of ``benchmarks/hcnet_fastpath`` (in
-    float32 it depends on the machine; its record says by how much). Under autocast the block computes in the dtypes
+    depthwise filter on the channels-last map. The RaL's GELU is the first product's post-op, as in every MLP on the
+    fast path (:func:`~pdevision.fastpath.accelerate`). Under autocast the block computes in the dtypes
     autocast gives the plain one. Elsewhere (training mode, autograd, other devices, traces,
     :func:`~pdevision.fastpath.kernels.no_fused_kernels`) the plain forward. Swapped in only where the RaL is a
-    :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions around the activation and filter)."""
+    :class:`~pdevision.layers.hcl.RefinementMlp` (1x1 convolutions around the activation and filter) whose activation
+    is the exact GELU."""
 
     mlp: RefinementMlp
 
@@ -145,10 +145,7 @@ class FusedHcRaBlock(HcRaBlock):
             None if t is None else kernels.cast_cached(_cache(self), t, dtype)
             for t in (fc1.weight, fc1.bias, fc2.weight, fc2.bias)
         )
-        if dtype == torch.float32:
-            h = self.mlp.act(kernels.linear(z, w1.flatten(1), b1))
-        else:  # the exact GELU as oneDNN's post-op (nn.GELU's default; RefinementMlp's act)
-            h = kernels.linear(z, w1.flatten(1), b1, act="gelu")
+        h = kernels.linear(z, w1.flatten(1), b1, act="gelu")  # the exact GELU (RefinementMlp's act) as a post-op
         h = self.mlp.dwconv(h.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         return kernels.linear_add(h, w2.flatten(1), b2, y).permute(0, 3, 1, 2)
 
