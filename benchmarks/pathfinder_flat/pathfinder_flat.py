@@ -674,8 +674,22 @@ def report(record: dict[str, Any]) -> str:
         lines += pilot_report(record)
     if record.get("probes"):
         lines += ["## Probes (runs outside the pilot, never reported)", *probe_report(record)]
-        if not any(max(r["val_top1"]) > ESCAPE for r in record["probes"].values()):
-            lines += ["", f"No probe has passed {ESCAPE:.0f}%: a pilot at this size would measure no spread."]
+        probes = [r for r in record["probes"].values() if r["arm"] not in REFERENCES]
+        if not any(max(r["val_top1"]) > ESCAPE for r in probes):
+            lines += ["", f"No probe of the skeleton has passed {ESCAPE:.0f}%: a pilot would measure no spread."]
+        learnt = sorted(
+            {
+                r["train_images"]
+                for r in record["probes"].values()
+                if r["arm"] in REFERENCES and max(r["val_top1"]) > ESCAPE
+            }
+        )
+        if learnt:
+            lines += [
+                "",
+                f"A reference passed {ESCAPE:.0f}% on {', '.join(f'{n:,}' for n in learnt)} training images: the "
+                "testbed can be learnt from that many.",
+            ]
         lines.append("")
     return "\n".join(lines)
 

@@ -252,6 +252,23 @@ def test_a_pilot_cut_short_reports_its_runs_and_plans_nothing() -> None:
     )
 
 
+def test_the_report_tells_a_reference_that_learnt_the_testbed_from_a_skeleton_at_chance() -> None:
+    """A reference past 60% says the testbed can be learnt from its number of images; it does not count as the
+    skeleton leaving chance."""
+    record = json.loads(pf.RECORD.read_text())
+    probe = {"seed": 1000, "epochs": 2, "lr": 2.5e-4, "train_loss": [0.69, 0.6], "seconds": 9.0}
+    record["probes"] = {
+        "heat/d2/1000/64000": {**probe, "arm": "heat", "depth": 2, "train_images": 64000, "val_top1": [50.0, 50.4]},
+        "resnet18/1000/64000": {**probe, "arm": "resnet18", "depth": None, "train_images": 64000, "val_top1": [51, 62]},
+        "resnet18/1000": {**probe, "arm": "resnet18", "depth": None, "train_images": 4000, "val_top1": [50.0, 52.2]},
+    }
+    text = pf.report(record)
+    assert "No probe of the skeleton has passed 60%" in text
+    assert "A reference passed 60% on 64,000 training images: the testbed can be learnt from that many." in text
+    record["probes"]["heat/d2/1000/64000"]["val_top1"] = [50.0, 61.0]
+    assert "No probe of the skeleton" not in pf.report(record)
+
+
 def test_the_pilots_report_is_its_record(tmp_path: Path, monkeypatch) -> None:
     record = json.loads(pf.RECORD.read_text())
     curves = {arm: [[50.0, 61.0 + i + (arm == "wave") * i * i] for i in range(3)] for arm in pf.STUDY_ARMS}
