@@ -27,6 +27,9 @@ accuracies given as ``{"arm": {"seed": accuracy}}``. The reported runs are not r
     python -m benchmarks.pathfinder_flat.pathfinder_flat --check --workers 1 --cache DIR
     python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat --depth 6 --epochs 20 --lr 2.5e-4 --jobs 1
     python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat --epochs 80 --lr 2.5e-4 --jobs 1
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat --images 64000 --epochs 16 --lr 2.5e-4 --jobs 2
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe resnet18 --epochs 30 --lr 2.5e-4 --jobs 1
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe resnet18 --images 64000 --epochs 8 --lr 2.5e-4 --jobs 1
     python -m benchmarks.pathfinder_flat.pathfinder_flat --report-only
 
 (the pilot, ``--pilot --jobs 2``, waits for a probe that leaves chance).

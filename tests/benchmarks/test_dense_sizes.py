@@ -15,7 +15,7 @@ def test_tiny_run_times_and_probes_each_backbone(tmp_path: Path) -> None:
     md = tmp_path / "d.md"
     argv = ["--models", "vheat_micro", "convnext_atto", "--sizes", "64x96", "--batches", "1", "--repeats", "1"]
     assert dense_sizes.main([*argv, "--threads", "1", "--md", str(md)]) == 0
-    rows = json.loads(md.with_suffix(".json").read_text())
+    rows = json.loads(md.with_suffix(".json").read_text())["rows"]  # the record: its command, machine, rows
     assert {(r["model"], r["dtype"]) for r in rows} == {
         (m, d) for m in ("vheat_micro", "convnext_atto") for d in ("fp32", "bf16")
     }
