@@ -345,14 +345,19 @@ def gelu_ab(repeats: int, dtypes: list[str]) -> dict[str, dict[str, dict[str, li
                     "fused": lambda x=x, w=w, b=b: product(x, w, b, "gelu", [], "none"),
                     "separate": lambda x=x, w=w, b=b: F.gelu(product(x, w, b, "none", [], "")),
                 }
-                seconds: dict[str, list[float]] = {arm: [] for arm in arms}
-                for _ in range(repeats + 1):
-                    for arm, fn in arms.items():
-                        start = time.perf_counter()
-                        fn()
-                        seconds[arm].append(time.perf_counter() - start)
-                out[dtype][f"{rows}x{cin}->{cout}"] = {arm: v[1:] for arm, v in seconds.items()}
+                out[dtype][f"{rows}x{cin}->{cout}"] = interleaved(arms, repeats)
     return out
+
+
+def interleaved(arms: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each arm's call, the arms in turn, ``repeats`` rounds after a first (warm-up) one."""
+    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+    for _ in range(repeats + 1):
+        for arm, fn in arms.items():
+            start = time.perf_counter()
+            fn()
+            seconds[arm].append(time.perf_counter() - start)
+    return {arm: v[1:] for arm, v in seconds.items()}
 
 
 # the heat step's maps (batch, height, width, channels): HcNet-T's four stages at 224 px, batch 1 and 8, and at 768 px
@@ -375,17 +380,18 @@ def heat_ab(repeats: int, dtypes: list[str]) -> dict[str, dict[str, dict[str, li
                 for dtype in dtypes:
                     dt = DTYPES[dtype] or torch.float32
                     x, alpha = torch.randn(b, h, w, c, dtype=dt), torch.rand(b, 1, 1, c, dtype=dt)
-                    seconds: dict[str, list[float]] = {"conv": [], "pool": []}
-                    for _ in range(repeats + 1):
-                        for arm, threshold in (("conv", 0), ("pool", 1 << 62)):
-                            kernels.HEAT_CONV_MIN_ELEMENTS = threshold
-                            start = time.perf_counter()
-                            kernels.neighbour_heat_nhwc(x, alpha)
-                            seconds[arm].append(time.perf_counter() - start)
-                    out[dtype][f"{b}x{h}x{w}x{c}"] = {arm: v[1:] for arm, v in seconds.items()}
+                    arms = {"conv": lambda x=x, a=alpha: _heat_with(0, x, a)}
+                    arms["pool"] = lambda x=x, a=alpha: _heat_with(1 << 62, x, a)
+                    out[dtype][f"{b}x{h}x{w}x{c}"] = interleaved(arms, repeats)
     finally:
         kernels.HEAT_CONV_MIN_ELEMENTS = previous
     return out
+
+
+def _heat_with(threshold: int, x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """The fast path's heat step with the convolution taken from ``threshold`` elements on (0: always; huge: never)."""
+    kernels.HEAT_CONV_MIN_ELEMENTS = threshold
+    return kernels.neighbour_heat_nhwc(x, alpha)
 
 
 def ab_table(result: dict[str, dict[str, dict[str, list[float]]]], first: str, second: str, what: str) -> list[str]:
@@ -406,6 +412,13 @@ def ab_table(result: dict[str, dict[str, dict[str, list[float]]]], first: str, s
                 f"{statistics.median(f) / statistics.median(s):.2f} | {p10:.2f} |"
             )
     return lines
+
+
+def ab_section(title: str, intro: str, table: list[str]) -> list[str]:
+    """A report section of an A/B table, printed as it is made."""
+    section = [f"## {title}", "", intro, "", *table, ""]
+    print("\n".join(section), flush=True)
+    return section
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -545,32 +558,22 @@ def main(argv: list[str] | None = None) -> None:
             "",
         ]
         print("\n".join(lines[-len(ARMS) * len(args.dtypes) - 3 :]), flush=True)
-    result = gelu_ab(args.gelu_repeats, args.dtypes)
-    data["gelu"] = result
-    lines += [
-        "## GELU: oneDNN's erf post-op against the product then PyTorch's GELU",
-        "",
+    data["gelu"] = gelu_ab(args.gelu_repeats, args.dtypes)
+    lines += ab_section(
+        "GELU: oneDNN's erf post-op against the product then PyTorch's GELU",
         f"The RaL's first product at HcNet-T's batch-1 shapes, {args.gelu_repeats} interleaved calls per arm; the "
-        "accelerated block takes the faster arm for its shapes (`FusedHcRaBlock`).",
-        "",
-        *ab_table(result, "fused", "separate", "product (rows x in -> out)"),
-        "",
-    ]
-    print("\n".join(lines[-len(GELU_SHAPES) * len(args.dtypes) - 3 :]), flush=True)
-    result = heat_ab(args.heat_repeats, args.dtypes)
-    data["heat"] = result
-    lines += [
-        "## The heat step: depthwise convolution against sum pool",
-        "",
+        "accelerated block takes the post-op in both dtypes (`FusedHcRaBlock`), as every MLP on the fast path.",
+        ab_table(data["gelu"], "fused", "separate", "product (rows x in -> out)"),
+    )
+    data["heat"] = heat_ab(args.heat_repeats, args.dtypes)
+    lines += ab_section(
+        "The heat step: depthwise convolution against sum pool",
         f"`neighbour_heat_nhwc` on HcNet-T's maps (batch x height x width x channels), {args.heat_repeats} interleaved "
         "calls per arm: the mean of the neighbours by a depthwise 3x3 convolution with its border rescaled (`conv`) "
         "or by a sum pool, minus the centre, times the inverse neighbour count (`pool`); the fast path takes the "
         f"convolution from {kernels.HEAT_CONV_MIN_ELEMENTS:,} elements of a map on.",
-        "",
-        *ab_table(result, "conv", "pool", "map (b x h x w x c)"),
-        "",
-    ]
-    print("\n".join(lines[-len(HEAT_SHAPES) * len(args.dtypes) - 3 :]), flush=True)
+        ab_table(data["heat"], "conv", "pool", "map (b x h x w x c)"),
+    )
     lines.append(f"Load average at the end: {load_average()}.")
     save_study(RECORD, OUT, "\n".join(lines), command_line(__spec__.name, argv), data=data)
 

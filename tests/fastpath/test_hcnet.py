@@ -207,6 +207,20 @@ def test_fused_block_runs_the_plain_forward_where_the_kernels_do_not_apply() -> 
         assert torch.equal(fast(x), plain(x))  # no drop path here: training mode alone takes the plain forward
 
 
+def test_a_block_whose_activation_is_not_the_exact_gelu_keeps_its_plain_forward() -> None:
+    """The fused block computes the RaL's GELU as a post-op: a RaL built with another activation is left as it is
+    (it would have been computed as GELU), and keeps its logits."""
+    torch.manual_seed(4)
+    block = HcRaBlock(4, mlp_ratio=2.0).eval()
+    block.mlp.act = torch.nn.ReLU()
+    x = torch.randn(1, 4, 6, 6)
+    with torch.inference_mode():
+        want = block(x)
+        accelerate(block)
+        assert type(block) is HcRaBlock
+        assert torch.equal(block(x), want)
+
+
 def test_accelerated_block_traces_to_the_plain_graph() -> None:
     """torch.fx (timm's and torchvision's feature extraction) traces the plain forward of an accelerated block."""
     torch.manual_seed(4)
