@@ -41,7 +41,7 @@ def test_the_speed_pages_ratio_table_is_the_records_row_by_row() -> None:
     """docs/speed.md's table of inference ratios names what each ratio compares (a peer as shipped, or on the same
     kernels; PDE-ResNet-50's and ResNet-50's sizes); with those notes taken off, each row is the record's row, and
     the sizes it quotes are the record's."""
-    record_path = ROOT / "benchmarks" / "bench_cpu_perf" / "results.md"
+    record_path = ROOT / "benchmarks" / "bench_cpu_perf_avx512" / "results.md"
     record = {tuple(r[:3]): r[3:] for r in _rows(record_path.read_text(), "| model | vs | dtype | 224 px")}
     page = (ROOT / "docs" / "speed.md").read_text()
     rows = _rows(page, "| model | vs | dtype | 224 px")
