@@ -30,9 +30,10 @@ accuracies given as ``{"arm": {"seed": accuracy}}``. The reported runs are not r
     python -m benchmarks.pathfinder_flat.pathfinder_flat --probe heat --images 64000 --epochs 16 --lr 2.5e-4 --jobs 2
     python -m benchmarks.pathfinder_flat.pathfinder_flat --probe resnet18 --epochs 30 --lr 2.5e-4 --jobs 1
     python -m benchmarks.pathfinder_flat.pathfinder_flat --probe resnet18 --images 64000 --epochs 8 --lr 2.5e-4 --jobs 1
+    python -m benchmarks.pathfinder_flat.pathfinder_flat --probe ARM --testbed straight10 --images 16000 --lr 2.5e-4
     python -m benchmarks.pathfinder_flat.pathfinder_flat --report-only
 
-(the pilot, ``--pilot --jobs 2``, waits for a probe that leaves chance).
+(ARM: heat, resnet18; the pilot, ``--pilot --jobs 2``, waits for a probe that leaves chance).
 """
 
 from __future__ import annotations
@@ -75,9 +76,17 @@ REPORT = HERE / "pathfinder_flat.md"
 
 MODEL = "pdeformer_flat_micro"
 DEPTH = 2  # blocks: a local arm's token sees 2 * (2 * DEPTH + 1) = 10 px, below the dots' least distance
-# LRA's 32-px settings where the generator has the same knob, and the dots' centres at least 13.5 px apart in x or y:
-# a 10-px local field never reaches a pixel of both dots (radius 1.5)
-CONFIG = replace(LRA_32, dot_span=13.5)
+# The testbeds a probe may run on (``--testbed``); the design check, the pilot and the study run on STUDY_TESTBED.
+# "lra14": LRA's 32-px settings where the generator has the same knob, and the dots' centres at least 13.5 px apart in
+# x or y, so a 10-px local field never reaches a pixel of both dots (radius 1.5); nothing learnt it in runs of minutes
+# (the record's probes). "straight10": easier paths under the same dot rule, 10 dashes turning at most 30 degrees and
+# 2 distractors asked for: chosen here so that a short run learns it, not taken from a paper.
+TESTBEDS = {
+    "lra14": replace(LRA_32, dot_span=13.5),
+    "straight10": replace(LRA_32, n_dashes=10, max_turn=30.0, n_distractors=2, dot_span=13.5),
+}
+STUDY_TESTBED = "straight10"
+CONFIG = TESTBEDS[STUDY_TESTBED]
 SEED = 58  # the data seed of the testbed
 # reach of one block, in tokens, from the layout (None: every token): the local controls, PDE-ResNet's 3x3
 # derivatives and the pass-through's 3x3 depthwise convolution reach one token; the spectral filters and attention
@@ -111,7 +120,7 @@ NOISE_P = 0.01  # a shortcut accuracy is within binomial noise of 50% when its t
 # classifiers'), accuracy on its "val" split; the light recipe's optimiser and schedule without crops, with flips
 # (``recipe="pathfinder"``), at its learning rate: chosen for these runs, not tuned and not taken from a paper
 STUDY_SET = "pathfinder-flat"
-RUN = {"train_images": 4000, "val_images": 2000, "epochs": 10, "batch_size": 64, "recipe": "pathfinder"}
+RUN = {"train_images": 16000, "val_images": 2000, "epochs": 10, "batch_size": 64, "recipe": "pathfinder"}
 PATHFINDER_SETS.setdefault(
     STUDY_SET,
     PathfinderSetSpec(RUN["train_images"], RUN["val_images"], 2000, CONFIG, seed=SEED, description="the flat study"),
@@ -344,7 +353,7 @@ def analyse(results: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
 
 
 def _cache_name(split: str, n: int) -> str:
-    return f"pathfinder_flat-v{VERSION}-{SEED}-{split}-{n}.npz"
+    return f"pathfinder_flat-v{VERSION}-{STUDY_TESTBED}-{SEED}-{split}-{n}.npz"
 
 
 def draw(split: str, n: int, workers: int, cache: Path | None) -> PathfinderImages:
@@ -412,6 +421,7 @@ def train_run(
         "seed": seed,
         "depth": None if arm in REFERENCES else depth,
         "generator_version": VERSION,
+        "config": asdict(PATHFINDER_SETS[data].config),
         "train_images": images,
         "epochs": epochs,
         "lr": lr,
@@ -440,32 +450,48 @@ def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
 
 
 def run_probe(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
-    """One run of the pilot's first seed outside the pilot, at another depth, number of training images, number of
-    epochs or peak rate (``--probe ARM --depth N --images N --epochs N --lr X``): what keeps a run at chance.
-    Written to the record's ``probes`` under a key naming each setting that differs from the pilot's run."""
+    """One run of the pilot's first seed outside the pilot, on another testbed, at another depth, number of training
+    images, number of epochs or peak rate (``--probe ARM --testbed NAME --depth N --images N --epochs N --lr X``):
+    what keeps a run at chance. Written to the record's ``probes`` under a key naming each setting that differs from
+    the pilot's run."""
     images = args.images or RUN["train_images"]
-    data = STUDY_SET if images == RUN["train_images"] else f"{STUDY_SET}-{images}"
-    PATHFINDER_SETS.setdefault(data, replace(PATHFINDER_SETS[STUDY_SET], n_train=images))  # the study's images first
+    data = probe_set(args.testbed, images)
     os.environ.setdefault(DATA_CACHE, str(args.runs / "data"))
     for split in ("train", "val"):
         pathfinder_arrays(data, split, CONFIG.size, workers=args.jobs)
     seed, epochs = PILOT_SEEDS[0], args.epochs or RUN["epochs"]
-    key = probe_key(args.probe, args.depth, seed, images, epochs, args.lr)
-    result = train_run(args.probe, seed, args.runs / "probe" / key.replace("/", "-"), args.depth, data, epochs, args.lr)
-    return store("probes", key, result)
+    key = probe_key(args.probe, args.depth, seed, images, epochs, args.lr, args.testbed)
+    folder = args.runs / "probe" / key.replace("/", "-")
+    result = train_run(args.probe, seed, folder, args.depth, data, epochs, args.lr)
+    return store("probes", key, {**result, "testbed": args.testbed})
 
 
-def probe_key(arm: str, depth: int, seed: int, images: int, epochs: int, lr: float | None) -> str:
-    """``arm/dDEPTH/SEED`` (a reference: ``arm/SEED``) and, where they differ from the pilot's run, ``/IMAGES``,
-    ``/eEPOCHS``, ``/lrRATE``."""
+def probe_set(testbed: str, images: int) -> str:
+    """The name of the set a probe trains on (registered here): ``images`` training images of ``testbed``, the
+    study's validation images; the study's own set where both are the study's."""
+    if testbed == STUDY_TESTBED and images == RUN["train_images"]:
+        return STUDY_SET
+    name = f"{STUDY_SET}-{images}" if testbed == STUDY_TESTBED else f"{STUDY_SET}-{testbed}-{images}"
+    study = PATHFINDER_SETS[STUDY_SET]
+    PATHFINDER_SETS.setdefault(name, replace(study, n_train=images, config=TESTBEDS[testbed]))
+    return name
+
+
+def probe_key(
+    arm: str, depth: int, seed: int, images: int, epochs: int, lr: float | None, testbed: str = STUDY_TESTBED
+) -> str:
+    """``arm/dDEPTH/SEED`` (a reference: ``arm/SEED``) and, where they differ from the pilot's run, ``/TESTBED``,
+    ``/IMAGES``, ``/eEPOCHS``, ``/lrRATE``."""
     key = f"{arm}/{seed}" if arm in REFERENCES else f"{arm}/d{depth}/{seed}"
+    key += f"/{testbed}" if testbed != STUDY_TESTBED else ""
     key += f"/{images}" if images != RUN["train_images"] else ""
     return key + (f"/e{epochs}" if epochs != RUN["epochs"] else "") + (f"/lr{lr:g}" if lr is not None else "")
 
 
 def probe_flags(r: dict[str, Any]) -> str:
     """The command-line flags that ran probe ``r`` (a record's entry)."""
-    flags = [f"--probe {r['arm']}"] + ([f"--depth {r['depth']}"] if r["depth"] not in (DEPTH, None) else [])
+    flags = [f"--probe {r['arm']}"] + ([f"--testbed {r['testbed']}"] if r["testbed"] != STUDY_TESTBED else [])
+    flags += [f"--depth {r['depth']}"] if r["depth"] not in (DEPTH, None) else []
     for name, value, default in (
         ("images", r.get("train_images"), RUN["train_images"]),
         ("epochs", r.get("epochs"), RUN["epochs"]),
@@ -571,17 +597,42 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def same_design_runs(before: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """The pilot's runs and the probes of an earlier record that a new check keeps: those on this generator version
-    and testbed (a run records its generator version; the record its testbed)."""
-    if before.get("config") != config:
-        return {}
+    """The pilot's runs and the probes of an earlier record that a new check keeps: the probes drawn by this
+    generator version from a testbed as it is now (a probe records its version, testbed and its knobs), the pilot's
+    runs where the record's testbed is also the new check's."""
     kept: dict[str, Any] = {}
-    probes = {k: r for k, r in before.get("probes", {}).items() if r.get("generator_version") == VERSION}
+    probes = {
+        k: r
+        for k, r in before.get("probes", {}).items()
+        if r.get("generator_version") == VERSION
+        and r.get("testbed") in TESTBEDS
+        and r.get("config") == asdict(TESTBEDS[r["testbed"]])
+    }
     if probes:
         kept["probes"] = probes
+    if before.get("config") != config:
+        return kept
     runs = {k: r for k, r in before.get("pilot", {}).get("runs", {}).items() if r.get("generator_version") == VERSION}
     if runs:
         kept["pilot"] = {**before["pilot"], "runs": runs}
+    return kept
+
+
+def earlier_checks(before: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The checks an earlier record kept, and its own where it was made on another testbed (or generator version):
+    each one's testbed, verdict and shortcut accuracies, the latest per testbed and version."""
+    kept = list(before.get("earlier_checks", []))
+    if before.get("shortcuts") and before.get("config") != config:
+        summary = {
+            "testbed": testbed_of(before["config"]),
+            "config": before["config"],
+            "generator_version": before["generator_version"],
+            "failures": before["failures"],
+            "shortcuts": {k: {f: s[f] for f in ("accuracy", "p_value", "n")} for k, s in before["shortcuts"].items()},
+            "dots_within_one_local_field": before["path_extent"]["dots_within_one_local_field"],
+        }
+        same = lambda c: (c["config"], c["generator_version"]) == (before["config"], before["generator_version"])  # noqa: E731
+        kept = [c for c in kept if not same(c)] + [summary]
     return kept
 
 
@@ -608,6 +659,10 @@ def report(record: dict[str, Any]) -> str:
         + ("The reported runs have not been run." if "pilot" in record else NOT_RUN),
         "",
         f"**Verdict: {'passes' if not record['failures'] else 'FAILS: ' + '; '.join(record['failures'])}.**",
+        "",
+        f"Testbed: `{testbed_of(record['config'])}`, generator version {record['generator_version']}: "
+        + knobs(record["config"])
+        + ".",
         "",
         f"## Receptive fields at initialisation ({record['model']}, {record.get('depth', 6)} blocks, 32 px, "
         "16 x 16 tokens)",
@@ -673,28 +728,66 @@ def report(record: dict[str, Any]) -> str:
         "the contrasts that stay decidable are reported.",
         "",
     ]
+    if record.get("earlier_checks"):
+        lines += ["## Earlier checks (other testbeds)", ""]
+        for c in record["earlier_checks"]:
+            verdict = "passed" if not c["failures"] else "failed"
+            cues = ", ".join(
+                f"{name} {100 * s['accuracy']:.2f}% (p {s['p_value']:.3g})" for name, s in c["shortcuts"].items()
+            )
+            n = next(iter(c["shortcuts"].values()))["n"]
+            lines.append(
+                f"- `{c['testbed']}`, generator version {c['generator_version']}: {verdict}; {cues} on {n:,} test "
+                "images."
+            )
+        lines.append("")
     if record.get("pilot", {}).get("runs"):
         lines += pilot_report(record)
     if record.get("probes"):
-        lines += ["## Probes (runs outside the pilot, never reported)", *probe_report(record)]
-        probes = [r for r in record["probes"].values() if r["arm"] not in REFERENCES]
-        if not any(max(r["val_top1"]) > ESCAPE for r in probes):
-            lines += ["", f"No probe of the skeleton has passed {ESCAPE:.0f}%: a pilot would measure no spread."]
-        learnt = sorted(
-            {
-                r["train_images"]
-                for r in record["probes"].values()
-                if r["arm"] in REFERENCES and max(r["val_top1"]) > ESCAPE
-            }
-        )
-        if learnt:
-            lines += [
-                "",
-                f"A reference passed {ESCAPE:.0f}% on {', '.join(f'{n:,}' for n in learnt)} training images: the "
-                "testbed can be learnt from that many.",
-            ]
+        lines += ["## Probes (runs outside the pilot, never reported)", "", *testbed_lines(record)]
+        lines += probe_report(record)
+        for testbed in TESTBEDS:
+            lines += testbed_verdict(record, testbed)
         lines.append("")
     return "\n".join(lines)
+
+
+def testbed_of(config: dict[str, Any]) -> str:
+    """The name in :data:`TESTBEDS` of the generator's knobs ``config`` (``"unnamed"`` where none has them)."""
+    return next((name for name, cfg in TESTBEDS.items() if asdict(cfg) == config), "unnamed")
+
+
+def knobs(config: dict[str, Any]) -> str:
+    """The generator's knobs in ``config`` that differ from LRA's 32-px settings (``LRA_32``)."""
+    differ = [f"{k} {config[k]:g}" for k, v in asdict(LRA_32).items() if config[k] != v]  # in the dataclass's order
+    return ", ".join(differ) + " (the rest as `LRA_32`)"
+
+
+def testbed_lines(record: dict[str, Any]) -> list[str]:
+    """The testbeds the probes ran on: each one's knobs that differ from ``LRA_32``."""
+    lines = ["Testbeds:", ""]
+    for name in dict.fromkeys(r["testbed"] for r in record["probes"].values()):
+        study = " (the study's)" if name == STUDY_TESTBED else ""
+        lines.append(f"- `{name}`{study}: " + knobs(asdict(TESTBEDS[name])))
+    return lines
+
+
+def testbed_verdict(record: dict[str, Any], testbed: str) -> list[str]:
+    """Whether a probe of the skeleton on ``testbed`` left chance, and on how many images a reference did."""
+    probes = [r for r in record["probes"].values() if r["testbed"] == testbed]
+    if not probes:
+        return []
+    lines = []
+    if not any(max(r["val_top1"]) > ESCAPE for r in probes if r["arm"] not in REFERENCES):
+        lines += ["", f"`{testbed}`: no probe of the skeleton has passed {ESCAPE:.0f}%."]
+    learnt = sorted({r["train_images"] for r in probes if r["arm"] in REFERENCES and max(r["val_top1"]) > ESCAPE})
+    if learnt:
+        lines += [
+            "",
+            f"`{testbed}`: a reference passed {ESCAPE:.0f}% on {', '.join(f'{n:,}' for n in learnt)} training "
+            "images: the testbed can be learnt from that many.",
+        ]
+    return lines
 
 
 def pilot_report(record: dict[str, Any]) -> list[str]:
@@ -750,6 +843,7 @@ def probe_report(record: dict[str, Any]) -> list[str]:
         rate = "the recipe's rate" if r.get("lr") is None else f"peak rate {r['lr']:g}"
         escape = next((e + 1 for e, v in enumerate(r["val_top1"]) if v > ESCAPE), None)
         model = f"{r['arm']} (a reference)" if r["arm"] in REFERENCES else f"{r['arm']} at {r['depth']} blocks"
+        model += f" on `{r['testbed']}`"
         lines += [
             f"- `{probe_flags(r)}`: {model}, "
             f"{r['train_images']:,} training images, {len(r['val_top1'])} epochs, {rate}, seed {r['seed']}, "
@@ -775,6 +869,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--probe", choices=[*FLAT_ARMS, *REFERENCES], help="one run of the pilot's first seed of this arm (or model)"
     )
+    parser.add_argument("--testbed", choices=TESTBEDS, default=STUDY_TESTBED, help="the probe's testbed")
     parser.add_argument("--depth", type=V.count, default=DEPTH, help="the probe's blocks")
     parser.add_argument("--images", type=V.scenes, help="the probe's training images (default: the pilot's)")
     parser.add_argument("--epochs", type=V.epochs, help="the probe's epochs (default: the pilot's)")
@@ -790,8 +885,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe in REFERENCES and args.depth != DEPTH:
         print(f"pathfinder_flat: --depth sets the skeleton's blocks; {args.probe} has its own", file=sys.stderr)
         return 2
-    if not args.probe and (args.depth != DEPTH or args.images or args.epochs or args.lr):
-        print("pathfinder_flat: --depth, --images, --epochs and --lr set a probe: give --probe ARM", file=sys.stderr)
+    probe_settings = (args.depth != DEPTH, args.images, args.epochs, args.lr, args.testbed != STUDY_TESTBED)
+    if not args.probe and any(probe_settings):
+        print(
+            "pathfinder_flat: --testbed, --depth, --images, --epochs and --lr set a probe: give --probe ARM",
+            file=sys.stderr,
+        )
         return 2
     if args.power:
         try:
@@ -805,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
         record = check(args)
         before = json.loads(RECORD.read_text()) if RECORD.exists() else {}
         record.update(same_design_runs(before, record["config"]))
+        record["earlier_checks"] = earlier_checks(before, record["config"])
         write_record(RECORD, record)
     elif args.pilot and RECORD.exists():
         run_pilot(args, json.loads(RECORD.read_text()))

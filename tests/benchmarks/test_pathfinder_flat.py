@@ -167,9 +167,11 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
     assert pf.main(["--depth", "3"]) == 2  # a probe's setting without a probe
     assert pf.main(["--probe", "resnet18", "--depth", "3"]) == 2  # a reference has its own depth
+    assert pf.main(["--testbed", "lra14"]) == 2  # the check and the pilot run on the study's testbed
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 5 and all(line.startswith("pathfinder_flat:") for line in err)
-    for argv in (["nope"], ["heat", "--depth", "0"], ["heat", "--lr", "nan"], ["heat", "--images", "x"]):
+    assert len(err) == 6 and all(line.startswith("pathfinder_flat:") for line in err)
+    bad = (["nope"], ["heat", "--depth", "0"], ["heat", "--lr", "nan"], ["heat", "--images", "x"])
+    for argv in (*bad, ["heat", "--testbed", "x"]):
         with pytest.raises(SystemExit) as exit_:
             pf.main(["--probe", *argv])
         assert exit_.value.code == 2
@@ -178,9 +180,12 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
 
 def test_a_probe_is_keyed_and_reported_by_the_settings_it_changed() -> None:
     assert pf.probe_key("heat", pf.DEPTH, 1000, pf.RUN["train_images"], pf.RUN["epochs"], None) == "heat/d2/1000"
-    assert pf.probe_key("heat", 6, 1000, 16000, 30, 2.5e-4) == "heat/d6/1000/16000/e30/lr0.00025"
-    r = {"arm": "heat", "depth": 6, "train_images": 16000, "epochs": 30, "lr": 2.5e-4}
-    assert pf.probe_flags(r) == "--probe heat --depth 6 --images 16000 --epochs 30 --lr 0.00025"
+    assert pf.probe_key("heat", 6, 1000, 32000, 30, 2.5e-4) == "heat/d6/1000/32000/e30/lr0.00025"
+    r = {"arm": "heat", "depth": 6, "train_images": 32000, "epochs": 30, "lr": 2.5e-4, "testbed": pf.STUDY_TESTBED}
+    assert pf.probe_flags(r) == "--probe heat --depth 6 --images 32000 --epochs 30 --lr 0.00025"
+    # another testbed: named in the key (after the seed) and the flags
+    assert pf.probe_key("heat", 6, 1000, 32000, 30, None, "lra14") == "heat/d6/1000/lra14/32000/e30"
+    assert pf.probe_flags({**r, "testbed": "lra14"}).startswith("--probe heat --testbed lra14 --depth 6")
     assert pf.probe_flags({**r, "depth": pf.DEPTH, "train_images": pf.RUN["train_images"], "lr": None}) == (
         "--probe heat --epochs 30"
     )
@@ -188,9 +193,10 @@ def test_a_probe_is_keyed_and_reported_by_the_settings_it_changed() -> None:
     assert pf.probe_key("resnet18", pf.DEPTH, 1000, 64000, 16, 2.5e-4) == "resnet18/1000/64000/e16/lr0.00025"
     ref = {**r, "arm": "resnet18", "depth": None, "seed": 1000, "generator_version": pf.VERSION}
     ref |= {"val_top1": [50.0, 61.0], "train_loss": [0.69, 0.6], "seconds": 10.0}
-    assert pf.probe_flags(ref) == "--probe resnet18 --images 16000 --epochs 30 --lr 0.00025"
+    assert pf.probe_flags(ref) == "--probe resnet18 --images 32000 --epochs 30 --lr 0.00025"
     (line,) = [x for x in pf.probe_report({"probes": {"k": ref}}) if x]
-    assert line.startswith("- `--probe resnet18 --images 16000 --epochs 30 --lr 0.00025`: resnet18 (a reference), ")
+    flags = "--probe resnet18 --images 32000 --epochs 30 --lr 0.00025"
+    assert line.startswith(f"- `{flags}`: resnet18 (a reference) on `{pf.STUDY_TESTBED}`, ")
     assert "past 60% at epoch 2" in line
 
 
@@ -241,14 +247,16 @@ def test_a_pilot_cut_short_reports_its_runs_and_plans_nothing() -> None:
             "val_top1": [50.0, 61.7, 50.0],
             "train_loss": [0.6931, 0.69, 0.6929],
             "seconds": 600.0,
+            "testbed": pf.STUDY_TESTBED,
         }
     }
     assert "No run has left chance" in "\n".join(pf.pilot_report(at_chance))
     text = "\n".join(pf.probe_report(at_chance))
     assert (
-        "- `--probe heat --depth 6 --epochs 3 --lr 0.00025`: heat at 6 blocks, 4,000 training images, 3 epochs, peak "
-        "rate 0.00025, seed 1000, generator version 3: 50.00% after its last epoch, at most 61.70%, past 60% at "
-        "epoch 2, 600 s; training loss 0.6900 at its lowest (ln 2 = 0.6931)." in text
+        f"- `--probe heat --depth 6 --epochs 3 --lr 0.00025`: heat at 6 blocks on `{pf.STUDY_TESTBED}`, "
+        f"{pf.RUN['train_images']:,} training images, 3 epochs, peak rate 0.00025, seed 1000, generator version 3: "
+        "50.00% after its last epoch, at most 61.70%, "
+        "past 60% at epoch 2, 600 s; training loss 0.6900 at its lowest (ln 2 = 0.6931)." in text
     )
 
 
@@ -256,17 +264,24 @@ def test_the_report_tells_a_reference_that_learnt_the_testbed_from_a_skeleton_at
     """A reference past 60% says the testbed can be learnt from its number of images; it does not count as the
     skeleton leaving chance."""
     record = json.loads(pf.RECORD.read_text())
-    probe = {"seed": 1000, "epochs": 2, "lr": 2.5e-4, "train_loss": [0.69, 0.6], "seconds": 9.0}
+    probe = {"seed": 1000, "epochs": 2, "lr": 2.5e-4, "train_loss": [0.69, 0.6], "seconds": 9.0, "testbed": "lra14"}
     record["probes"] = {
         "heat/d2/1000/64000": {**probe, "arm": "heat", "depth": 2, "train_images": 64000, "val_top1": [50.0, 50.4]},
         "resnet18/1000/64000": {**probe, "arm": "resnet18", "depth": None, "train_images": 64000, "val_top1": [51, 62]},
         "resnet18/1000": {**probe, "arm": "resnet18", "depth": None, "train_images": 4000, "val_top1": [50.0, 52.2]},
+        "heat/d2/1000": {**probe, "arm": "heat", "depth": 2, "train_images": 4000, "val_top1": [50.0, 70.0]},
     }
+    record["probes"]["heat/d2/1000"]["testbed"] = "straight10"
     text = pf.report(record)
-    assert "No probe of the skeleton has passed 60%" in text
-    assert "A reference passed 60% on 64,000 training images: the testbed can be learnt from that many." in text
+    assert "`lra14`: no probe of the skeleton has passed 60%" in text  # a skeleton past 60% elsewhere does not count
+    assert "`straight10`: no probe" not in text
+    assert "`lra14`: a reference passed 60% on 64,000 training images: the testbed can be learnt" in text
+    # each testbed's knobs apart from LRA's
+    assert "- `straight10` (the study's): n_dashes 10, n_distractors 2, max_turn 30, dot_span 13.5 (the rest" in text
+    assert "- `lra14`: dot_span 13.5 (the rest as `LRA_32`)" in text
+    assert "Testbed: `straight10`, generator version 4: n_dashes 10," in text  # the check's testbed, under its verdict
     record["probes"]["heat/d2/1000/64000"]["val_top1"] = [50.0, 61.0]
-    assert "No probe of the skeleton" not in pf.report(record)
+    assert "`lra14`: no probe of the skeleton" not in pf.report(record)
 
 
 def test_the_pilots_report_is_its_record(tmp_path: Path, monkeypatch) -> None:
@@ -301,12 +316,40 @@ def test_each_result_is_stored_into_the_record_as_it_is_on_disk(tmp_path: Path, 
 def test_a_new_check_keeps_only_the_runs_of_its_generator_version_and_testbed() -> None:
     config = asdict(pf.CONFIG)
     old, new = {"generator_version": pf.VERSION - 1}, {"generator_version": pf.VERSION}
+    probe = {**new, "testbed": pf.STUDY_TESTBED, "config": config}
+    other = {**new, "testbed": "lra14", "config": asdict(pf.TESTBEDS["lra14"])}
+    changed = {**other, "config": {**other["config"], "n_dashes": 3}}  # its testbed's knobs changed since
     before = {
         "config": config,
-        "probes": {"heat/d2/1000": old, "heat/d6/1000/lr0.00025": new},
+        "probes": {"heat/d2/1000": {**probe, **old}, "heat/d6/1000/lr0.00025": probe, "a": other, "b": changed},
         "pilot": {"run": pf.RUN, "seeds": [1000], "runs": {"heat/1000": old}},
     }
-    assert pf.same_design_runs(before, config) == {"probes": {"heat/d6/1000/lr0.00025": new}}
+    assert pf.same_design_runs(before, config) == {"probes": {"heat/d6/1000/lr0.00025": probe, "a": other}}
     before["pilot"]["runs"]["wave/1000"] = new
     assert pf.same_design_runs(before, config)["pilot"]["runs"] == {"wave/1000": new}
-    assert pf.same_design_runs(before, {**config, "dot_span": 0.0}) == {}  # another testbed: nothing kept
+    # another study testbed: the pilot's runs go, the probes (each on its own testbed) stay
+    assert pf.same_design_runs(before, {**config, "dot_span": 0.0}) == {
+        "probes": {"heat/d6/1000/lr0.00025": probe, "a": other}
+    }
+
+
+def test_a_check_on_another_testbed_keeps_the_earlier_checks_verdict_and_shortcuts() -> None:
+    """A failed testbed stays in the record (its verdict and shortcut accuracies), once per testbed and version."""
+    old = {
+        "config": asdict(pf.TESTBEDS["lra14"]),
+        "generator_version": pf.VERSION,
+        "failures": ["shortcut local_cnn_7px: 54.8% on 10000 images is beyond binomial noise"],
+        "shortcuts": {"local_cnn_7px": {"accuracy": 0.548, "p_value": 1e-21, "n": 10000, "ci99": [0.53, 0.56]}},
+        "path_extent": {"dots_within_one_local_field": 0.0},
+    }
+    study = asdict(pf.CONFIG)
+    (kept,) = pf.earlier_checks(old, study)
+    assert kept["testbed"] == "lra14" and kept["failures"] == old["failures"]
+    assert kept["shortcuts"] == {"local_cnn_7px": {"accuracy": 0.548, "p_value": 1e-21, "n": 10000}}
+    assert pf.earlier_checks(old, old["config"]) == []  # the same testbed checked again: the new check replaces it
+    again = {**old, "earlier_checks": [kept], "failures": []}  # lra14 checked again, then another testbed
+    assert [c["failures"] for c in pf.earlier_checks(again, study)] == [[]]
+    record = {**json.loads(pf.RECORD.read_text()), "earlier_checks": [kept]}
+    assert "- `lra14`, generator version 4: failed; local_cnn_7px 54.80% (p 1e-21) on 10,000 test images." in pf.report(
+        record
+    )
