@@ -178,19 +178,22 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
         assert "error: argument" in capsys.readouterr().err  # argparse names the flag and why
 
 
-def test_a_probe_is_keyed_and_reported_by_the_settings_it_changed() -> None:
-    assert pf.probe_key("heat", pf.DEPTH, 1000, pf.RUN["train_images"], pf.RUN["epochs"], None) == "heat/d2/1000"
-    assert pf.probe_key("heat", 6, 1000, 32000, 30, 2.5e-4) == "heat/d6/1000/32000/e30/lr0.00025"
+def test_a_probe_is_keyed_by_every_setting_and_flagged_by_the_ones_it_changed() -> None:
+    study = pf.STUDY_TESTBED
+    assert pf.probe_key("heat", 2, 1000, 16000, 10, None, study) == f"heat/d2/1000/{study}/16000/e10"
+    assert pf.probe_key("heat", 6, 1000, 32000, 30, 2.5e-4, "lra14") == "heat/d6/1000/lra14/32000/e30/lr0.00025"
     r = {"arm": "heat", "depth": 6, "train_images": 32000, "epochs": 30, "lr": 2.5e-4, "testbed": pf.STUDY_TESTBED}
     assert pf.probe_flags(r) == "--probe heat --depth 6 --images 32000 --epochs 30 --lr 0.00025"
-    # another testbed: named in the key (after the seed) and the flags
-    assert pf.probe_key("heat", 6, 1000, 32000, 30, None, "lra14") == "heat/d6/1000/lra14/32000/e30"
+    # another testbed: named in the flags
     assert pf.probe_flags({**r, "testbed": "lra14"}).startswith("--probe heat --testbed lra14 --depth 6")
     assert pf.probe_flags({**r, "depth": pf.DEPTH, "train_images": pf.RUN["train_images"], "lr": None}) == (
         "--probe heat --epochs 30"
     )
     # a reference model outside the skeleton: no depth in its key, its flags or its line of the report
-    assert pf.probe_key("resnet18", pf.DEPTH, 1000, 64000, 16, 2.5e-4) == "resnet18/1000/64000/e16/lr0.00025"
+    assert (
+        pf.probe_key("resnet18", pf.DEPTH, 1000, 64000, 16, 2.5e-4, study)
+        == f"resnet18/1000/{study}/64000/e16/lr0.00025"
+    )
     ref = {**r, "arm": "resnet18", "depth": None, "seed": 1000, "generator_version": pf.VERSION}
     ref |= {"val_top1": [50.0, 61.0], "train_loss": [0.69, 0.6], "seconds": 10.0}
     assert pf.probe_flags(ref) == "--probe resnet18 --images 32000 --epochs 30 --lr 0.00025"
@@ -277,9 +280,9 @@ def test_the_report_tells_a_reference_that_learnt_the_testbed_from_a_skeleton_at
     assert "`straight10`: no probe" not in text
     assert "`lra14`: a reference passed 60% on 64,000 training images: the testbed can be learnt" in text
     # each testbed's knobs apart from LRA's
-    assert "- `straight10` (the study's): n_dashes 10, n_distractors 2, max_turn 30, dot_span 13.5 (the rest" in text
+    assert "- `straight10`: n_dashes 10, n_distractors 2, max_turn 30, dot_span 13.5 (the rest as `LRA_32`)" in text
     assert "- `lra14`: dot_span 13.5 (the rest as `LRA_32`)" in text
-    assert "Testbed: `straight10`, generator version 4: n_dashes 10," in text  # the check's testbed, under its verdict
+    assert f"Testbed: `{pf.testbed_of(record['config'])}`, generator version 4: " in text  # the check's, by its verdict
     record["probes"]["heat/d2/1000/64000"]["val_top1"] = [50.0, 61.0]
     assert "`lra14`: no probe of the skeleton" not in pf.report(record)
 
