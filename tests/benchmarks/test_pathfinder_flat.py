@@ -352,6 +352,9 @@ def test_a_check_on_another_testbed_keeps_the_earlier_checks_verdict_and_shortcu
     assert pf.earlier_checks(old, old["config"]) == []  # the same testbed checked again: the new check replaces it
     again = {**old, "earlier_checks": [kept], "failures": []}  # lra14 checked again, then another testbed
     assert [c["failures"] for c in pf.earlier_checks(again, study)] == [[]]
+    back = {**again, "config": study, "earlier_checks": [kept]}  # the study's testbed, lra14's check kept
+    # lra14 checked once more: its own earlier entry goes (the new record holds it), the study's testbed's comes in
+    assert [c["testbed"] for c in pf.earlier_checks(back, old["config"])] == [pf.STUDY_TESTBED]
     record = {**json.loads(pf.RECORD.read_text()), "earlier_checks": [kept]}
     assert "- `lra14`, generator version 4: failed; local_cnn_7px 54.80% (p 1e-21) on 10,000 test images." in pf.report(
         record
