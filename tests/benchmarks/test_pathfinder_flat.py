@@ -278,6 +278,9 @@ def test_the_report_tells_a_reference_that_learnt_the_testbed_from_a_skeleton_at
     text = pf.report(record)
     assert "`lra14`: no probe of the skeleton has passed 60%" in text  # a skeleton past 60% elsewhere does not count
     assert "`straight10`: no probe" not in text
+    record["probes"]["heat/d2/1000"]["arm"] = "resnet18"  # no probe of the skeleton on straight10: nothing said of it
+    assert "`straight10`: no probe" not in pf.report(record)
+    record["probes"]["heat/d2/1000"]["arm"] = "heat"
     assert "`lra14`: a reference passed 60% on 64,000 training images: the testbed can be learnt" in text
     # each testbed's knobs apart from LRA's
     assert "- `straight10`: n_dashes 10, n_distractors 2, max_turn 30, dot_span 13.5 (the rest as `LRA_32`)" in text
