@@ -116,6 +116,7 @@ STUDY_ARMS = ("heat", "heat_pass", "attention", "dwconv", "wave")  # the arms of
 MARGIN = 3.0  # points: the smallest difference that matters
 ALPHA, POWER = 0.05, 0.8
 SUPPORT = 1e-12  # a pixel is seen when its float64 gradient exceeds this share of the largest
+AXIS_SECTOR = 22.5  # degrees: a direction this close to an image axis counts as along it (half of all directions)
 NOISE_P = 0.01  # a shortcut accuracy is within binomial noise of 50% when its two-sided p-value is above this
 
 # the runs of the pilot and the study: one training set of the testbed (the "train" split of SEED, as the shortcut
@@ -195,6 +196,34 @@ def path_extent(drawn: Any, local_side: int) -> dict[str, Any]:
         "dot_distance_px": {q: float(np.percentile(dist, p)) for q, p in (("p5", 5), ("median", 50), ("p95", 95))},
         "path_box_side_px": {q: float(np.percentile(sides, p)) for q, p in (("p5", 5), ("median", 50), ("p95", 95))},
         "dots_within_one_local_field": float(np.mean(span < local_side)),
+    }
+
+
+def axis_alignment(drawn: Any) -> dict[str, Any]:
+    """How the placement orients the task: the share of images whose dots' axis lies within :data:`AXIS_SECTOR` of an
+    image axis (half of all directions: 0.5 where the axis is isotropic), and per label the share whose first dot's
+    path leaves it along an image axis (the principal direction of that path's pixels 2 to 6 px from the dot's
+    centre). A gap between the labels is an orientation cue that a local field can read."""
+
+    def along_axis(angle: np.ndarray) -> np.ndarray:
+        folded = np.degrees(angle) % 90
+        return np.minimum(folded, 90 - folded) < AXIS_SECTOR
+
+    vec = drawn.dots[:, 1] - drawn.dots[:, 0]
+    leaves = np.full(len(drawn.labels), np.nan)
+    for i, (paths, dot, path) in enumerate(zip(drawn.paths, drawn.dots[:, 0], drawn.dot_paths[:, 0], strict=True)):
+        ys, xs = np.nonzero(paths == path)
+        r = np.hypot(xs - dot[0], ys - dot[1])
+        near = (r > 2) & (r < 6)
+        if near.sum() >= 3:
+            p = np.stack([xs[near] - dot[0], ys[near] - dot[1]], 1).astype(float)
+            direction = np.linalg.eigh(p.T @ p)[1][:, -1]
+            leaves[i] = along_axis(np.arctan2(direction[1], direction[0]))
+    return {
+        "dots_axis_along_image_axis": float(along_axis(np.arctan2(vec[:, 1], vec[:, 0])).mean()),
+        "path_leaves_first_dot_along_image_axis": {
+            str(label): float(np.nanmean(leaves[drawn.labels == label])) for label in (0, 1)
+        },
     }
 
 
@@ -570,6 +599,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         "images_from_cache": {"test": cached[0], "train": cached[1]},
         "receptive_fields": fields,
         "path_extent": path_extent(test, local_side),
+        "axis_alignment": axis_alignment(test),
         "shortcuts": {
             "geometry": geometry_shortcut(train, test),
             "local_cnn_7px": local_cnn_shortcut(train, test),
@@ -629,6 +659,7 @@ def earlier_checks(before: dict[str, Any], config: dict[str, Any]) -> list[dict[
             "failures": before["failures"],
             "shortcuts": {k: {f: s[f] for f in ("accuracy", "p_value", "n")} for k, s in before["shortcuts"].items()},
             "dots_within_one_local_field": before["path_extent"]["dots_within_one_local_field"],
+            "axis_alignment": before.get("axis_alignment"),
         }
         same = lambda c: (c["config"], c["generator_version"]) == (before["config"], before["generator_version"])  # noqa: E731
         kept = [c for c in kept if not same(c)] + [summary]
@@ -682,7 +713,7 @@ def report(record: dict[str, Any]) -> str:
         f"The task's extent (test split): dot distance {d['p5']:.1f} / {d['median']:.1f} / {d['p95']:.1f} px (5th "
         f"percentile / median / 95th), box around the first dot's path {b['p5']:.0f} / {b['median']:.0f} / "
         f"{b['p95']:.0f} px; one local field reaches both dots in {100 * ext['dots_within_one_local_field']:.1f}% of "
-        "the images.",
+        "the images." + axis_line(record.get("axis_alignment")),
         "",
         "## Shortcuts (test split, within binomial noise of 50%: two-sided p above 0.01)",
         "",
@@ -737,7 +768,7 @@ def report(record: dict[str, Any]) -> str:
             n = next(iter(c["shortcuts"].values()))["n"]
             lines.append(
                 f"- `{c['testbed']}`, generator version {c['generator_version']}: {verdict}; {cues} on {n:,} test "
-                "images."
+                "images." + axis_line(c.get("axis_alignment"))
             )
         lines.append("")
     if record.get("pilot", {}).get("runs"):
@@ -749,6 +780,18 @@ def report(record: dict[str, Any]) -> str:
             lines += testbed_verdict(record, testbed)
         lines.append("")
     return "\n".join(lines)
+
+
+def axis_line(a: dict[str, Any] | None) -> str:
+    """The report's sentence on :func:`axis_alignment` (nothing for a record made before it was measured)."""
+    if a is None:
+        return ""
+    axis, by = 100 * a["dots_axis_along_image_axis"], a["path_leaves_first_dot_along_image_axis"]
+    return (
+        f" The dots' axis lies within {AXIS_SECTOR:g} degrees of an image axis in {axis:.1f}% of the images (50% if "
+        f"isotropic); the first dot's path leaves it along an image axis in {100 * by['0']:.1f}% of the negatives and "
+        f"{100 * by['1']:.1f}% of the positives."
+    )
 
 
 def testbed_of(config: dict[str, Any]) -> str:

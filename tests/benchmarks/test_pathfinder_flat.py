@@ -7,6 +7,7 @@ import json
 import re
 from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -362,3 +363,28 @@ def test_a_check_on_another_testbed_keeps_the_earlier_checks_verdict_and_shortcu
     assert "- `lra14`, generator version 4: failed; local_cnn_7px 54.80% (p 1e-21) on 10,000 test images." in pf.report(
         record
     )
+
+
+def test_axis_alignment_reads_the_dots_axis_and_the_first_paths_direction_by_label() -> None:
+    """Dots along x in every image; the first dot's path leaves along x in the positives and along the diagonal in
+    the negatives: the axis share is 1, the path's 0 for negatives and 1 for positives; on the generator's own
+    images each share is a number between 0 and 1."""
+    n, size = 4, 32
+    paths = np.zeros((n, size, size), dtype=np.int8)
+    for i in range(n):
+        for t in range(12):
+            x, y = (6 + t, 10) if i % 2 else (6 + t, 10 + t)  # positives horizontal, negatives diagonal
+            paths[i, y, x] = 1
+    drawn = SimpleNamespace(
+        paths=paths,
+        dots=np.tile(np.array([[6.0, 10.0], [26.0, 10.0]]), (n, 1, 1)),
+        dot_paths=np.ones((n, 2), dtype=np.int64),
+        labels=np.arange(n) % 2,
+    )
+    a = pf.axis_alignment(drawn)
+    assert a["dots_axis_along_image_axis"] == 1.0
+    assert a["path_leaves_first_dot_along_image_axis"] == {"0": 0.0, "1": 1.0}
+    line = pf.axis_line(a)
+    assert "in 100.0% of the images" in line and "in 0.0% of the negatives and 100.0% of the positives" in line
+    real = pf.axis_alignment(make_pathfinder(1, "val", 64, pf.CONFIG))
+    assert 0 <= real["dots_axis_along_image_axis"] <= 1
