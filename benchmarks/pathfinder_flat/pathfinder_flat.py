@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import multiprocessing
 import os
@@ -384,7 +385,10 @@ def analyse(results: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
 
 
 def _cache_name(split: str, n: int) -> str:
-    return f"pathfinder_flat-v{VERSION}-{STUDY_TESTBED}-{SEED}-{split}-{n}.npz"
+    """The file the check keeps a split in: named by the generator's version, the testbed and a digest of its knobs
+    (a testbed whose knobs change is drawn again), the data seed, the split and the number of images."""
+    digest = hashlib.sha256(json.dumps(asdict(CONFIG), sort_keys=True).encode()).hexdigest()[:12]
+    return f"pathfinder_flat-v{VERSION}-{STUDY_TESTBED}-{digest}-{SEED}-{split}-{n}.npz"
 
 
 def draw(split: str, n: int, workers: int, cache: Path | None) -> PathfinderImages:
@@ -483,8 +487,8 @@ def run_pilot(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any
 def run_probe(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
     """One run of the pilot's first seed outside the pilot, on another testbed, at another depth, number of training
     images, number of epochs or peak rate (``--probe ARM --testbed NAME --depth N --images N --epochs N --lr X``):
-    what keeps a run at chance. Written to the record's ``probes`` under a key naming each setting that differs from
-    the pilot's run."""
+    what keeps a run at chance. Written to the record's ``probes`` under its key (:func:`probe_key`), which names
+    every setting."""
     images = args.images or RUN["train_images"]
     data = probe_set(args.testbed, images)
     os.environ.setdefault(DATA_CACHE, str(args.runs / "data"))
@@ -661,8 +665,8 @@ def earlier_checks(before: dict[str, Any], config: dict[str, Any]) -> list[dict[
             "dots_within_one_local_field": before["path_extent"]["dots_within_one_local_field"],
             "axis_alignment": before.get("axis_alignment"),
         }
-        same = lambda c: (c["config"], c["generator_version"]) == (before["config"], before["generator_version"])  # noqa: E731
-        kept = [c for c in kept if not same(c)] + [summary]
+        key = (before["config"], before["generator_version"])
+        kept = [c for c in kept if (c["config"], c["generator_version"]) != key] + [summary]
     return kept
 
 

@@ -388,3 +388,17 @@ def test_axis_alignment_reads_the_dots_axis_and_the_first_paths_direction_by_lab
     assert "in 100.0% of the images" in line and "in 0.0% of the negatives and 100.0% of the positives" in line
     real = pf.axis_alignment(make_pathfinder(1, "val", 64, pf.CONFIG))
     assert 0 <= real["dots_axis_along_image_axis"] <= 1
+
+
+def test_a_probe_trains_on_its_testbeds_images_and_the_check_keeps_each_testbed_apart(monkeypatch) -> None:
+    """A probe's set has its testbed's knobs and its number of training images (the study's own set at the study's
+    settings); the check's cached images are named by the testbed's knobs, so changed knobs are drawn again."""
+    monkeypatch.setattr(pf, "PATHFINDER_SETS", dict(pf.PATHFINDER_SETS))  # the sets a probe registers stay here
+    assert pf.probe_set(pf.STUDY_TESTBED, pf.RUN["train_images"]) == pf.STUDY_SET
+    name = pf.probe_set("lra14", 500)
+    spec = pf.PATHFINDER_SETS[name]
+    assert (spec.config, spec.n_train, spec.seed) == (pf.TESTBEDS["lra14"], 500, pf.SEED)
+    assert spec.n_val == pf.PATHFINDER_SETS[pf.STUDY_SET].n_val
+    before = pf._cache_name("test", 10)
+    monkeypatch.setattr(pf, "CONFIG", replace(pf.CONFIG, n_dashes=pf.CONFIG.n_dashes + 1))  # same name, new knobs
+    assert pf._cache_name("test", 10) != before
