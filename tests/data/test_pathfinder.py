@@ -186,13 +186,50 @@ def test_each_negative_and_its_positive_have_their_dots_at_the_same_places(drawn
     assert (angle > 0).mean() == pytest.approx(0.5, abs=0.15)
 
 
-def test_dot_span_keeps_the_dots_apart_in_x_or_y() -> None:
-    cfg = PathfinderConfig(n_dashes=9, n_distractors=4, dot_span=12.0)
+def test_dot_distance_keeps_the_dots_apart() -> None:
+    cfg = PathfinderConfig(n_dashes=9, n_distractors=4, dot_distance=14.0)
     drawn = make_pathfinder(2, "val", 64, cfg)
-    span = np.abs(drawn.dots[:, 0] - drawn.dots[:, 1]).max(axis=1)
-    assert span.min() >= 12.0
-    plain = make_pathfinder(2, "val", 64, replace(cfg, dot_span=0.0))
-    assert np.abs(plain.dots[:, 0] - plain.dots[:, 1]).max(axis=1).min() < 12.0  # the knob is what keeps them
+    assert np.linalg.norm(drawn.dots[:, 0] - drawn.dots[:, 1], axis=1).min() >= 14.0
+    plain = make_pathfinder(2, "val", 64, replace(cfg, dot_distance=0.0))
+    assert np.linalg.norm(plain.dots[:, 0] - plain.dots[:, 1], axis=1).min() < 14.0  # the knob is what keeps them
+
+
+def _straight_pair(length: float) -> tuple[np.ndarray, np.ndarray]:
+    """A negative and a positive (starts, dirs (2, 2, n, 2)) of straight paths along +x, ``length`` px of dashes
+    and gaps, the second path 3 px below the first; the negative's second dot at the end of the second path."""
+    cfg = FAST
+    n = cfg.n_dashes
+    pitch = length / n
+    starts = np.zeros((2, 2, n, 2))
+    starts[..., 0] = pitch * np.arange(n)
+    starts[:, 1, :, 1] = 3.0
+    dirs = np.zeros((2, 2, n, 2))
+    dirs[..., 0] = 1.0
+    return starts, dirs
+
+
+def test_a_pair_is_placed_in_a_uniform_direction_or_not_at_all() -> None:
+    """Version 5 keeps a pair only where it fits the image turned to every direction, then turns it to a uniform
+    one: the direction does not depend on the drawing. Version 4 took the first of 8 drawn directions that fitted,
+    so a long drawing was placed near the image's diagonals only (and ``dot_span`` favoured the axes), and a
+    straight path carried that direction to its dot."""
+    from scipy.stats import kstest
+
+    def directions(length: float, cfg: PathfinderConfig) -> list[float | None]:
+        out = []
+        for seed in range(400):
+            placed = pathfinder._place_pair(np.random.default_rng(seed), *_straight_pair(length), cfg)
+            out.append(None if placed is None else float(np.arctan2(*placed[1][1, 0, 0, ::-1])) % (2 * np.pi))
+        return out
+
+    iso = replace(FAST, isotropic=True)
+    short = directions(12.0, iso)
+    assert None not in short and kstest(np.array(short) / (2 * np.pi), "uniform").pvalue > 0.01
+    # 30 px of straight dashes fit along the image's diagonal but not along its side: never placed, in no direction
+    assert directions(30.0, iso) == [None] * 400
+    # without the knob the first direction that fits is taken: the long pair lies near a diagonal, every time
+    first_fit = np.array([d for d in directions(30.0, FAST) if d is not None])
+    assert len(first_fit) > 200 and (np.abs(np.degrees(first_fit) % 90 - 45) < 25).all()
 
 
 def test_the_dots_geometry_does_not_give_the_label() -> None:
@@ -221,7 +258,7 @@ def test_a_target_path_keeps_clear_of_its_own_dots() -> None:
     not crowd it. On version 3 a negative's first path, free to curl back, put more pixels near its dot than a
     positive's (11 or more lit pixels within reach: 81 negatives, 2 positives of 10,000), and the dots' rendered
     sizes gave the label 52.6% of the time (``benchmarks/pathfinder_flat``)."""
-    cfg = replace(LRA_32, dot_span=13.5)
+    cfg = LRA_32
     targets = pathfinder._draw_targets(np.random.default_rng(0), 64, cfg)
     starts, dirs = targets["starts"], targets["dirs"]  # (64, 2, n, 2)
     n = cfg.n_dashes

@@ -68,9 +68,12 @@ BAD_KNOBS = {
     "seed_distance-inf": ({"seed_distance": INF}, "seed_distance must be a finite number"),
     "seed_distance-huge": ({"seed_distance": 1e6}, "seed_distance must be a finite number above 0 and at most 32"),
     "seed_distance-too-short": ({"seed_distance": 4.0}, "seed_distance must exceed two dot radii"),
-    "dot_span-nan": ({"dot_span": NAN}, "dot_span must be a number from 0 to below 16"),
-    "dot_span-negative": ({"dot_span": -1.0}, "dot_span must be a number from 0 to below 16"),
-    "dot_span-half-the-image": ({"dot_span": 16.0}, "dot_span must be a number from 0 to below 16"),
+    "dot_distance-nan": ({"dot_distance": NAN}, "dot_distance must be a number from 0 to below 27.6"),
+    "dot_distance-negative": ({"dot_distance": -1.0}, "dot_distance must be a number from 0 to below 27.6"),
+    "dot_distance-wider-than-a-turned-drawing-fits": (
+        {"dot_distance": 28.0},
+        "dot_distance must be a number from 0 to below 27.6",
+    ),
 }
 
 

@@ -10,14 +10,16 @@ apart and grow dash by dash in turn; then ``n_distractors`` paths of ``distracto
 after the other, each left out where it finds no room. Two dots (discs of ``dot_radius``) are drawn: on the start
 and the end of one target path in a positive image (label 1), on the start of one target path and the end of the
 other in a negative (label 0). Images come in pairs, a negative and a positive whose dots are the same distance
-apart (to within :data:`DOT_BIN`), and no two dots closer than two radii and the separation (nor, in x and y both,
-closer than ``dot_span``): the dots' distance has one distribution in both classes (version 1 drew it apart by
-label: it gave the label 58-60% of the time). The two target drawings of a pair are placed together: each turned
-rigidly about its first dot so that its dots point along one drawn direction, then one translation, uniform among
-those that keep both inside the image, puts both first dots at one point; so the dots of a pair sit at the same
-places (to within the bin), and neither their places nor their offsets carry the label (version 2 shifted each
-drawing into the image on its own, so the room left, and the dots' places, depended on the path's extent: a
-classifier on the dots' geometry reached 53.6%).
+apart (to within :data:`DOT_BIN`), and no two dots closer than two radii and the separation (nor than
+``dot_distance``): the dots' distance has one distribution in both classes (version 1 drew it apart by label: it
+gave the label 58-60% of the time). The two target drawings of a pair are placed together: each turned rigidly
+about its first dot so that its dots point along one direction, uniform (the pair is kept only where both drawings
+fit a disc that fits the image, so the direction does not depend on the shape: version 4 took the first drawn
+direction that fitted, which favoured the image axes, and a straight path carried that direction to its dot), then
+one translation, uniform among those that keep both inside the image, puts both first dots at one point; so the
+dots of a pair sit at the same places (to within the bin), and neither their places nor their offsets carry the
+label (version 2 shifted each drawing into the image on its own, so the room left, and the dots' places, depended
+on the path's extent: a classifier on the dots' geometry reached 53.6%).
 
 A path is a walk of dashes: dash ``j`` runs ``dash_length`` from ``p_j`` in the direction ``theta_j``; dash
 ``j + 1`` starts ``dash_gap`` after its end, with ``theta_{j+1} = theta_j + U(-max_turn, max_turn)``. Each dash is
@@ -51,7 +53,8 @@ import numpy as np
 from pdevision._values import is_finite_scalar, is_integer_scalar
 
 VERSION = 4  # 4: a target path keeps clear of its own dots; 3: a pair placed jointly, its dots at one place (2: one
-# dot distance; 1: the distance differed by label)
+# dot distance; 1: the distance differed by label). The knobs dot_distance and isotropic came later; at their
+# defaults the images are version 4's
 BLOCK = 256
 REFERENCE_SIZE = 32  # the lengths of PathfinderConfig are pixels of an image of this side
 CELL = 1.0  # side of the grid cells, in reference pixels, on which the distances between paths are checked
@@ -60,7 +63,7 @@ SPLITS = {"train": 0, "val": 1, "test": 2}
 MAX_ROUNDS = 100  # rounds of drawing the target pairs that got stuck before giving up
 MAX_PATHS = 64  # one bit of a uint64 per path in the occupancy grid
 DOT_BIN = 0.25  # reference pixels: a positive and its negative have dot distances in one bin this wide
-PLACE_TRIES = 8  # directions tried for placing a negative and its positive together
+PLACE_TRIES = 8  # directions tried for placing a negative and its positive together (unless isotropic)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class PathfinderConfig:
     separation: float = 2.0  # least distance between two paths (and between a path and the targets' dots)
     seed_distance: float = 7.0  # distance between the starts of the two target paths
     tries: int = 16  # draws of each dash before the path is given up
-    dot_span: float = 0.0  # least Chebyshev distance (larger of |dx|, |dy|) between the two dots' centres; 0: none
+    dot_distance: float = 0.0  # least distance between the two dots' centres; 0: two radii and the separation
+    isotropic: bool = False  # each pair turned to a uniform direction, kept where it fits every one (short paths)
 
     @property
     def scale(self) -> float:
@@ -121,10 +125,11 @@ class PathfinderConfig:
                 f"separation {self.separation} must be at least the dash gap ({self.gap_px} px at {self.size} px), "
                 "or most drawings would put two paths within a gap of each other; raise it or lower dash_gap"
             )
-        if not (is_finite_scalar(self.dot_span) and 0 <= self.dot_span < REFERENCE_SIZE / 2):
+        widest = REFERENCE_SIZE - 2 * (self.dot_radius + self.thickness / 2 + 0.5)
+        if not (is_finite_scalar(self.dot_distance) and 0 <= self.dot_distance < widest):
             raise ValueError(
-                f"pathfinder dot_span must be a number from 0 to below {REFERENCE_SIZE / 2:g} (pixels of a 32-px "
-                f"image), got {self.dot_span!r:.40}"
+                f"pathfinder dot_distance must be a number from 0 to below {widest:g} (pixels of a 32-px image: the "
+                f"widest disc a drawing turns in), got {self.dot_distance!r:.40}"
             )
         if self.seed_distance <= 2 * self.dot_radius + self.separation:
             raise ValueError("seed_distance must exceed two dot radii plus the separation")
@@ -324,14 +329,16 @@ def _free_walk(rng: np.random.Generator, k: int, n: int, cfg: PathfinderConfig) 
 
 
 def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> dict[str, np.ndarray]:
-    """Two target paths for each of ``m`` images. The pair grows dash by dash in turn on an open plane (each dash
-    the first of ``tries`` turns that keeps clear of the other path), then is shifted to a uniform place inside
-    the image; a pair that gets stuck or is larger than the image is drawn again."""
+    """Two target paths for each of ``m`` images, on an open plane. The pair grows dash by dash in turn (each dash
+    the first of ``tries`` turns that keeps clear of the other path); a pair that gets stuck, or that would not fit
+    the image as drawn (``cfg.isotropic``: turned to every direction, :func:`_width`), is drawn again.
+    :func:`_place_pair` places it."""
     n = cfg.n_dashes
     out = {"starts": np.full((m, 2, n, 2), np.nan), "dirs": np.full((m, 2, n, 2), np.nan)}
     todo = np.arange(m)
     extent = 3 * REFERENCE_SIZE  # the plane the pair grows on, its first start in the middle
     edge = cfg.dot_radius + cfg.thickness / 2 + 0.5
+    room = REFERENCE_SIZE - 2 * edge  # the widest a placed pair may be
     rate = 0.5  # the share of pairs drawn that succeed, from the last round: draw enough for the images left
     memory = None  # the largest grid's cells so far, reused by the next rounds
     for _ in range(MAX_ROUNDS):
@@ -349,7 +356,6 @@ def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> di
             grid.stamp(rows, _disc_points(pos[:, p], cfg), bits[p], ok)
         starts = np.full((k, 2, n, 2), np.nan)
         dirs = np.full((k, 2, n, 2), np.nan)
-        shape = [_disc_points(pos[:, 0], cfg), _disc_points(pos[:, 1], cfg)]
         for j in range(n):
             for p in range(2):
                 # every pair draws its turns (the stream stays the same); only the pairs not stuck yet are grown
@@ -366,19 +372,19 @@ def _draw_targets(rng: np.random.Generator, m: int, cfg: PathfinderConfig) -> di
                 grid.stamp(grows, points[ok[live]], bits[p][grows], np.ones(len(grows), dtype=bool))
                 starts[live, p, j], dirs[live, p, j], theta[live, p] = pos[live, p], direction, angles[at, pick]
                 pos[live, p] = points[:, -1] + cfg.dash_gap * direction
-                grown = np.full((k, *points.shape[1:]), np.nan)
-                grown[live] = points
-                shape.append(grown)
         ends = starts[:, :, -1] + cfg.dash_length * dirs[:, :, -1]
         ok &= _clear_of_own_ends(starts, dirs, ends, cfg)
         for p in range(2):  # the end dots keep clear of the other path
             disc = _disc_points(ends[:, p], cfg)
             live = np.flatnonzero(ok)
             ok[live] = ~grid.blocked(live, disc[live, None], bits[p][live])[:, 0]
-            shape.append(disc)
-        shift = _shift_into_image(rng, np.concatenate(shape, axis=1), edge)
-        ok &= ~np.isnan(shift).any(-1)
-        starts = starts + shift[:, None, None, :]
+        dots = np.concatenate([starts[:, :, 0], ends], axis=1)
+        lo, hi = _bounds(starts, dirs, dots, cfg)
+        lo, hi = lo - edge, hi + edge
+        spare = REFERENCE_SIZE - (hi - lo)
+        ok &= _width(starts, dirs, dots, cfg) < room if cfg.isotropic else (spare > 0).all(-1)
+        # a uniform place as drawn (version 4's stream; the pair's placing moves it again)
+        starts = starts + (-lo + rng.random(lo.shape) * np.maximum(spare, 0.0))[:, None, None, :]
         rate = max(ok.mean(), 1e-3)
         good = np.flatnonzero(ok)[: len(todo)]
         for key, value in (("starts", starts), ("dirs", dirs)):
@@ -421,11 +427,11 @@ def _matched_targets(rng: np.random.Generator, pairs: int, cfg: PathfinderConfig
     paired with the first one waiting whose other label falls in the same bin, or waits; the pair is then placed
     together (:func:`_place_pair`) or, where it does not fit, dropped. So the two images of a pair have their dots
     at the same places (to within a bin), positives and negatives have one distribution of dot distance and place,
-    and dots closer than two radii and the separation (merged, or nearly), or than ``dot_span``, are never
+    and dots closer than two radii and the separation (merged, or nearly), or than ``dot_distance``, are never
     drawn."""
     n = cfg.n_dashes
     out = [np.full((2 * pairs, 2, n, 2), np.nan), np.full((2 * pairs, 2, n, 2), np.nan)]
-    least = max(2 * cfg.dot_radius + cfg.separation, cfg.dot_span)
+    least = max(2 * cfg.dot_radius + cfg.separation, cfg.dot_distance)
     drawn: list[np.ndarray] = []  # starts and dirs of every drawing so far, stacked (k, 2, 2, n, 2)
     waiting: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})  # by label: bin -> drawings waiting
     used: set[int] = set()
@@ -464,7 +470,7 @@ def _matched_targets(rng: np.random.Generator, pairs: int, cfg: PathfinderConfig
         total += k
     raise RuntimeError(
         f"pathfinder: {MAX_ROUNDS} rounds drew too few positives and negatives of equal dot distance; "
-        "use fewer dashes, a larger max_turn or a smaller dot_span"
+        "use fewer dashes, a larger max_turn or a smaller dot_distance"
     )
 
 
@@ -472,38 +478,38 @@ def _place_pair(
     rng: np.random.Generator, starts: np.ndarray, dirs: np.ndarray, cfg: PathfinderConfig
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Target paths (2, 2, n, 2) of a negative and a positive (``starts``, ``dirs``, path 0 carrying the first dot)
-    placed together: a direction ``u`` is drawn, each drawing is turned rigidly about its first dot so that its dot
-    vector points along ``u``, and one translation, uniform among those that keep both turned drawings inside the
-    image, puts the first dot of both at one point. The first ``PLACE_TRIES`` directions are tried in turn (a
-    direction also needs the dots' Chebyshev distance at least ``cfg.dot_span`` in both images); None where none
-    fits. So the dots of the two images sit at the same places, to within the bin of their distance."""
+    placed together, or None where they do not fit. Each drawing is turned rigidly about its first dot so that its
+    dot vector points along one direction ``u``, and one translation, uniform among those that keep both turned
+    drawings inside the image, puts the first dot of both at one point: the dots of the two images sit at the same
+    places, to within the bin of their distance. ``u`` is the first of ``PLACE_TRIES`` drawn directions that fits;
+    with ``cfg.isotropic``, one uniform direction, the pair kept only where it fits every direction (its
+    :func:`_width`), so that the direction is independent of the drawings. (Without it, long drawings fit along the
+    image's diagonals more often; version 4 with the dots at least 13.5 px apart in x or y (``dot_span``, since
+    removed) favoured the image axes: the dots' axis lay within 22.5 degrees of one in 76% of the images of
+    straighter paths, a straight path carried that direction to its first dot, and a 7-px field read it.)"""
     ends = starts[:, :, -1] + cfg.dash_length * dirs[:, :, -1]
     first = starts[:, 0, 0]  # (2, 2)
     second = np.stack([ends[0, 1], ends[1, 0]])  # the negative's dot on path 1, the positive's on path 0
-    vec = second - first
-    dist = np.linalg.norm(vec, axis=-1)
-    alpha = np.arctan2(vec[:, 1], vec[:, 0])
-    points = (
-        np.concatenate(
-            [
-                _dash_points(starts, dirs, cfg).reshape(2, -1, 2),
-                *(_disc_points(c, cfg) for c in (starts[:, 0, 0], starts[:, 1, 0], ends[:, 0], ends[:, 1])),
-            ],
-            axis=1,
-        )
-        - first[:, None]
-    )
+    alpha = np.arctan2(*(second - first).T[::-1])
+    dots = np.concatenate([starts[:, :, 0], ends], axis=1)  # (2, 4, 2): every dot either label may draw
     edge = cfg.dot_radius + cfg.thickness / 2 + 0.5
-    phi = rng.uniform(0.0, 2 * np.pi, PLACE_TRIES)
-    unit = np.stack([np.cos(phi), np.sin(phi)], -1)
-    span = np.abs(unit).max(-1)[:, None] * dist[None]  # (tries, 2)
-    turn = phi[:, None] - alpha[None]  # (tries, 2)
-    c, s = np.cos(turn), np.sin(turn)
-    rot = np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)  # (tries, 2, 2, 2)
+    phi = rng.uniform(0.0, 2 * np.pi, 1 if cfg.isotropic else PLACE_TRIES)
+    every_direction = True
+    if cfg.isotropic:  # both drawings laid as one, dot vectors along +x: it fits every direction, or none is taken
+        turn = _rotations(-alpha)
+        laid = (
+            np.einsum("iab,i...b->i...a", turn, x).reshape(1, -1, *x.shape[2:])
+            for x in (starts - first[:, None, None], dirs)
+        )
+        laid_dots = np.einsum("iab,ikb->ika", turn, dots - first[:, None]).reshape(1, -1, 2)
+        every_direction = bool(_width(*laid, laid_dots, cfg)[0] < REFERENCE_SIZE - 2 * edge)
+    discs = np.stack([_disc_points(d, cfg).reshape(-1, 2) for d in dots])
+    points = np.concatenate([_dash_points(starts, dirs, cfg).reshape(2, -1, 2), discs], axis=1) - first[:, None]
+    rot = _rotations(phi[:, None] - alpha[None])  # (tries, 2, 2, 2): each drawing's turn
     turned = np.einsum("tiab,ikb->tika", rot, points)  # (tries, 2 images, k, 2)
     lo = (edge - turned.min(axis=2)).max(axis=1)  # (tries, 2): the first dot's least place fitting both
     hi = (REFERENCE_SIZE - edge - turned.max(axis=2)).min(axis=1)
-    fits = (hi > lo).all(-1) & (span >= cfg.dot_span).all(-1)
+    fits = (hi > lo).all(-1) & every_direction
     at = rng.random(2)  # drawn whether or not a direction fits: the stream does not depend on the fit
     if not fits.any():
         return None
@@ -512,6 +518,41 @@ def _place_pair(
     new_dirs = np.einsum("iab,ipdb->ipda", rot[t], dirs)
     new_starts = place + np.einsum("iab,ipdb->ipda", rot[t], starts - first[:, None, None])
     return new_starts, new_dirs
+
+
+def _bounds(
+    starts: np.ndarray, dirs: np.ndarray, dots: np.ndarray, cfg: PathfinderConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """The least and largest x and y (..., 2) of drawings (paths (..., p, n, 2), dots (..., d, 2)) as drawn: their
+    dashes' ends and the dots' discs."""
+    lead = starts.shape[:-3]
+    dashes = np.concatenate([starts, starts + cfg.dash_length * dirs], axis=-2).reshape(*lead, -1, 2)
+    lo = np.minimum(np.nanmin(dashes, axis=-2), (dots - cfg.dot_radius).min(axis=-2))
+    hi = np.maximum(np.nanmax(dashes, axis=-2), (dots + cfg.dot_radius).max(axis=-2))
+    return lo, hi
+
+
+def _width(starts: np.ndarray, dirs: np.ndarray, dots: np.ndarray, cfg: PathfinderConfig) -> np.ndarray:
+    """The widest, in any direction, of drawings (paths (..., p, n, 2), dots (..., d, 2)): the largest
+    distance between two of their dashes' ends, or to a dot's centre plus its radius, or between two dots plus both
+    radii (the ends of a dash bound its points, a dot's centre its disc). Turned to any direction a drawing fits a
+    square of that side, and to some direction no smaller one: where it fits the image, every direction does."""
+    lead = starts.shape[:-3]
+    ends = (starts + cfg.dash_length * dirs).reshape(*lead, -1, 2)
+    dashes = np.concatenate([starts.reshape(*lead, -1, 2), ends], axis=-2)
+
+    def farthest(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        square = (a * a).sum(-1)[..., :, None] + (b * b).sum(-1)[..., None, :] - 2 * a @ np.swapaxes(b, -1, -2)
+        return np.sqrt(np.maximum(square.max(axis=(-2, -1)), 0.0))
+
+    r = cfg.dot_radius
+    return np.maximum(np.maximum(farthest(dashes, dashes), farthest(dashes, dots) + r), farthest(dots, dots) + 2 * r)
+
+
+def _rotations(angles: np.ndarray) -> np.ndarray:
+    """Rotation matrices (..., 2, 2) by ``angles`` (...) radians."""
+    c, s = np.cos(angles), np.sin(angles)
+    return np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)
 
 
 def _take(waiting: dict[int, list[int]], b: int, used: set[int]) -> int | None:
