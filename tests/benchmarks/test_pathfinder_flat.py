@@ -105,17 +105,18 @@ def test_the_computed_fields_follow_the_layout() -> None:
 
 def test_the_local_field_is_smaller_than_the_dots_least_distance() -> None:
     """A local arm's token (its side from the layout, and the side its gradient reaches at initialisation) never
-    reaches a pixel of both dots: the dots' centres are at least ``dot_span`` apart in x or y, more than the field
+    reaches a pixel of both dots: the dots' centres are at least ``dot_distance`` apart, so in x or y at least that over
+    the square root of 2, more than the field
     and two radii; on drawn images the share of images where one local field reaches both dots is 0."""
     side = max(pf.computed_side(a, pf.build(a), 32) for a in pf.LOCAL)
-    assert side + 2 * pf.CONFIG.dot_radius < pf.CONFIG.dot_span
+    assert side + 2 * pf.CONFIG.dot_radius < pf.CONFIG.dot_distance / 2**0.5
     images = torch.zeros(1, 3, 32, 32, dtype=torch.float64)
     images[..., 10:22, 10:22] = 1.0
     erf = pf.centre_erf(pf.build("dwconv"), images)
     ys, xs = np.nonzero(erf > pf.SUPPORT * erf.max())
     assert max(np.ptp(ys), np.ptp(xs)) + 1 <= side
-    # images of the study's settings, fewer dashes for speed: the dot_span holds, and so does the share
-    drawn = make_pathfinder(0, "val", 32, replace(pf.CONFIG, n_dashes=9))
+    # images of the study's settings: the dot_distance holds, and so does the share
+    drawn = make_pathfinder(0, "val", 32, pf.CONFIG)
     assert pf.path_extent(drawn, side)["dots_within_one_local_field"] == 0.0
     # the measure counts: with a field as wide as the image every image has both dots in one
     assert pf.path_extent(drawn, 32)["dots_within_one_local_field"] == 1.0
@@ -168,7 +169,7 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
     assert pf.main(["--depth", "3"]) == 2  # a probe's setting without a probe
     assert pf.main(["--probe", "resnet18", "--depth", "3"]) == 2  # a reference has its own depth
-    assert pf.main(["--testbed", "lra14"]) == 2  # the check and the pilot run on the study's testbed
+    assert pf.main(["--testbed", "bare10-iso"]) == 2  # the check and the pilot run on the study's testbed
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 6 and all(line.startswith("pathfinder_flat:") for line in err)
     bad = (["nope"], ["heat", "--depth", "0"], ["heat", "--lr", "nan"], ["heat", "--images", "x"])
@@ -182,11 +183,13 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
 def test_a_probe_is_keyed_by_every_setting_and_flagged_by_the_ones_it_changed() -> None:
     study = pf.STUDY_TESTBED
     assert pf.probe_key("heat", 2, 1000, 16000, 10, None, study) == f"heat/d2/1000/{study}/16000/e10"
-    assert pf.probe_key("heat", 6, 1000, 32000, 30, 2.5e-4, "lra14") == "heat/d6/1000/lra14/32000/e30/lr0.00025"
+    assert (
+        pf.probe_key("heat", 6, 1000, 32000, 30, 2.5e-4, "bare10-iso") == "heat/d6/1000/bare10-iso/32000/e30/lr0.00025"
+    )
     r = {"arm": "heat", "depth": 6, "train_images": 32000, "epochs": 30, "lr": 2.5e-4, "testbed": pf.STUDY_TESTBED}
     assert pf.probe_flags(r) == "--probe heat --depth 6 --images 32000 --epochs 30 --lr 0.00025"
     # another testbed: named in the flags
-    assert pf.probe_flags({**r, "testbed": "lra14"}).startswith("--probe heat --testbed lra14 --depth 6")
+    assert pf.probe_flags({**r, "testbed": "bare10-iso"}).startswith("--probe heat --testbed bare10-iso --depth 6")
     assert pf.probe_flags({**r, "depth": pf.DEPTH, "train_images": pf.RUN["train_images"], "lr": None}) == (
         "--probe heat --epochs 30"
     )
@@ -268,27 +271,47 @@ def test_the_report_tells_a_reference_that_learnt_the_testbed_from_a_skeleton_at
     """A reference past 60% says the testbed can be learnt from its number of images; it does not count as the
     skeleton leaving chance."""
     record = json.loads(pf.RECORD.read_text())
-    probe = {"seed": 1000, "epochs": 2, "lr": 2.5e-4, "train_loss": [0.69, 0.6], "seconds": 9.0, "testbed": "lra14"}
+    probe = {
+        "seed": 1000,
+        "epochs": 2,
+        "lr": 2.5e-4,
+        "train_loss": [0.69, 0.6],
+        "seconds": 9.0,
+        "testbed": "bare10-iso",
+    }
+    probe["config"] = asdict(pf.TESTBEDS["bare10-iso"])
     record["probes"] = {
         "heat/d2/1000/64000": {**probe, "arm": "heat", "depth": 2, "train_images": 64000, "val_top1": [50.0, 50.4]},
         "resnet18/1000/64000": {**probe, "arm": "resnet18", "depth": None, "train_images": 64000, "val_top1": [51, 62]},
         "resnet18/1000": {**probe, "arm": "resnet18", "depth": None, "train_images": 4000, "val_top1": [50.0, 52.2]},
         "heat/d2/1000": {**probe, "arm": "heat", "depth": 2, "train_images": 4000, "val_top1": [50.0, 70.0]},
     }
-    record["probes"]["heat/d2/1000"]["testbed"] = "straight10"
+    retired = {
+        **asdict(pf.LRA_32),
+        "n_dashes": 10,
+        "n_distractors": 2,
+        "max_turn": 30.0,
+        "dot_span": 13.5,
+    }  # as recorded
+    retired.pop("dot_distance"), retired.pop("isotropic")
+    record["probes"]["heat/d2/1000"].update(testbed="straight10", config=retired)
     text = pf.report(record)
-    assert "`lra14`: no probe of the skeleton has passed 60%" in text  # a skeleton past 60% elsewhere does not count
+    assert (
+        "`bare10-iso`: no probe of the skeleton has passed 60%" in text
+    )  # a skeleton past 60% elsewhere does not count
     assert "`straight10`: no probe" not in text
     record["probes"]["heat/d2/1000"]["arm"] = "resnet18"  # no probe of the skeleton on straight10: nothing said of it
     assert "`straight10`: no probe" not in pf.report(record)
     record["probes"]["heat/d2/1000"]["arm"] = "heat"
-    assert "`lra14`: a reference passed 60% on 64,000 training images: the testbed can be learnt" in text
+    assert "`bare10-iso`: a reference passed 60% on 64,000 training images: the testbed can be learnt" in text
     # each testbed's knobs apart from LRA's
     assert "- `straight10`: n_dashes 10, n_distractors 2, max_turn 30, dot_span 13.5 (the rest as `LRA_32`)" in text
-    assert "- `lra14`: dot_span 13.5 (the rest as `LRA_32`)" in text
-    assert f"Testbed: `{pf.testbed_of(record['config'])}`, generator version 4: " in text  # the check's, by its verdict
+    assert "- `bare10-iso`: n_dashes 10, n_distractors 0, dot_distance 19, isotropic (the rest as `LRA_32`)" in text
+    assert (
+        f"Testbed: `{pf.testbed_of(record['config'], record)}`, generator version 4: " in text
+    )  # the check's, by its verdict
     record["probes"]["heat/d2/1000/64000"]["val_top1"] = [50.0, 61.0]
-    assert "`lra14`: no probe of the skeleton" not in pf.report(record)
+    assert "`bare10-iso`: no probe of the skeleton" not in pf.report(record)
 
 
 def test_the_pilots_report_is_its_record(tmp_path: Path, monkeypatch) -> None:
@@ -324,26 +347,35 @@ def test_a_new_check_keeps_only_the_runs_of_its_generator_version_and_testbed() 
     config = asdict(pf.CONFIG)
     old, new = {"generator_version": pf.VERSION - 1}, {"generator_version": pf.VERSION}
     probe = {**new, "testbed": pf.STUDY_TESTBED, "config": config}
-    other = {**new, "testbed": "lra14", "config": asdict(pf.TESTBEDS["lra14"])}
+    other = {**new, "testbed": "bare10-iso", "config": asdict(pf.TESTBEDS["bare10-iso"])}
     changed = {**other, "config": {**other["config"], "n_dashes": 3}}  # its testbed's knobs changed since
+    retired = {**other, "testbed": "lra14", "config": {**other["config"], "dot_span": 13.5}}  # nothing draws it now
     before = {
         "config": config,
-        "probes": {"heat/d2/1000": {**probe, **old}, "heat/d6/1000/lr0.00025": probe, "a": other, "b": changed},
+        "probes": {
+            "heat/d2/1000": {**probe, **old},
+            "heat/d6/1000/lr0.00025": probe,
+            "a": other,
+            "b": changed,
+            "c": retired,
+        },
         "pilot": {"run": pf.RUN, "seeds": [1000], "runs": {"heat/1000": old}},
     }
-    assert pf.same_design_runs(before, config) == {"probes": {"heat/d6/1000/lr0.00025": probe, "a": other}}
+    assert pf.same_design_runs(before, config) == {
+        "probes": {"heat/d6/1000/lr0.00025": probe, "a": other, "c": retired}
+    }
     before["pilot"]["runs"]["wave/1000"] = new
     assert pf.same_design_runs(before, config)["pilot"]["runs"] == {"wave/1000": new}
     # another study testbed: the pilot's runs go, the probes (each on its own testbed) stay
-    assert pf.same_design_runs(before, {**config, "dot_span": 0.0}) == {
-        "probes": {"heat/d6/1000/lr0.00025": probe, "a": other}
+    assert pf.same_design_runs(before, {**config, "dot_distance": 0.0}) == {
+        "probes": {"heat/d6/1000/lr0.00025": probe, "a": other, "c": retired}
     }
 
 
 def test_a_check_on_another_testbed_keeps_the_earlier_checks_verdict_and_shortcuts() -> None:
     """A failed testbed stays in the record (its verdict and shortcut accuracies), once per testbed and version."""
     old = {
-        "config": asdict(pf.TESTBEDS["lra14"]),
+        "config": asdict(pf.TESTBEDS["bare10-iso"]),
         "generator_version": pf.VERSION,
         "failures": ["shortcut local_cnn_7px: 54.8% on 10000 images is beyond binomial noise"],
         "shortcuts": {"local_cnn_7px": {"accuracy": 0.548, "p_value": 1e-21, "n": 10000, "ci99": [0.53, 0.56]}},
@@ -351,17 +383,18 @@ def test_a_check_on_another_testbed_keeps_the_earlier_checks_verdict_and_shortcu
     }
     study = asdict(pf.CONFIG)
     (kept,) = pf.earlier_checks(old, study)
-    assert kept["testbed"] == "lra14" and kept["failures"] == old["failures"]
+    assert kept["testbed"] == "bare10-iso" and kept["failures"] == old["failures"]
     assert kept["shortcuts"] == {"local_cnn_7px": {"accuracy": 0.548, "p_value": 1e-21, "n": 10000}}
     assert pf.earlier_checks(old, old["config"]) == []  # the same testbed checked again: the new check replaces it
-    again = {**old, "earlier_checks": [kept], "failures": []}  # lra14 checked again, then another testbed
+    again = {**old, "earlier_checks": [kept], "failures": []}  # bare10-iso checked again, then another testbed
     assert [c["failures"] for c in pf.earlier_checks(again, study)] == [[]]
-    back = {**again, "config": study, "earlier_checks": [kept]}  # the study's testbed, lra14's check kept
-    # lra14 checked once more: its own earlier entry goes (the new record holds it), the study's testbed's comes in
+    back = {**again, "config": study, "earlier_checks": [kept]}  # the study's testbed, bare10-iso's check kept
+    # bare10-iso checked once more: its own earlier entry goes (the new record holds it), the study's testbed's comes in
     assert [c["testbed"] for c in pf.earlier_checks(back, old["config"])] == [pf.STUDY_TESTBED]
     record = {**json.loads(pf.RECORD.read_text()), "earlier_checks": [kept]}
-    assert "- `lra14`, generator version 4: failed; local_cnn_7px 54.80% (p 1e-21) on 10,000 test images." in pf.report(
-        record
+    assert (
+        "- `bare10-iso`, generator version 4: failed; local_cnn_7px 54.80% (p 1e-21) on 10,000 test images."
+        in pf.report(record)
     )
 
 
@@ -395,10 +428,46 @@ def test_a_probe_trains_on_its_testbeds_images_and_the_check_keeps_each_testbed_
     settings); the check's cached images are named by the testbed's knobs, so changed knobs are drawn again."""
     monkeypatch.setattr(pf, "PATHFINDER_SETS", dict(pf.PATHFINDER_SETS))  # the sets a probe registers stay here
     assert pf.probe_set(pf.STUDY_TESTBED, pf.RUN["train_images"]) == pf.STUDY_SET
-    name = pf.probe_set("lra14", 500)
+    name = pf.probe_set("bare10-iso", 500)
     spec = pf.PATHFINDER_SETS[name]
-    assert (spec.config, spec.n_train, spec.seed) == (pf.TESTBEDS["lra14"], 500, pf.SEED)
+    assert (spec.config, spec.n_train, spec.seed) == (pf.TESTBEDS["bare10-iso"], 500, pf.SEED)
     assert spec.n_val == pf.PATHFINDER_SETS[pf.STUDY_SET].n_val
     before = pf._cache_name("test", 10)
     monkeypatch.setattr(pf, "CONFIG", replace(pf.CONFIG, n_dashes=pf.CONFIG.n_dashes + 1))  # same name, new knobs
     assert pf._cache_name("test", 10) != before
+
+
+def test_a_testbeds_name_keeps_its_knobs_in_the_record() -> None:
+    """A probe's key and the record name a testbed: every probe and check of the record on a testbed of
+    :data:`TESTBEDS` had the knobs it has now (a testbed whose knobs change takes a new name; the old one retires
+    with its runs, which keep their knobs)."""
+    record = json.loads(pf.RECORD.read_text())
+    runs = [*record["probes"].values(), *record.get("earlier_checks", [])]
+    runs.append({"testbed": pf.testbed_of(record["config"], record), "config": record["config"]})
+    for r in runs:
+        if r["testbed"] in pf.TESTBEDS:
+            assert r["config"] == asdict(pf.TESTBEDS[r["testbed"]]), r["testbed"]
+    assert {r["testbed"] for r in runs} - set(pf.TESTBEDS), "the retired testbeds' runs stay in the record"
+
+
+def test_straightness_reads_how_straight_each_dots_path_runs_by_label() -> None:
+    """Positives' paths run straight out of both dots, negatives' turn a corner 3 px out: the positives' share is 1,
+    the negatives' below it, at both dots, and the report says so."""
+    n, size = 8, 32
+    paths = np.zeros((n, size, size), dtype=np.int8)
+    for i in range(n):
+        for start, step in (((4, 10), 1), ((27, 10), -1)):  # out of each dot, towards the middle
+            for t in range(8):
+                bend = i % 2 == 0 and t > 3  # negatives: up after 3 px
+                x, y = start[0] + step * min(t, 3 if bend else t), start[1] - (t - 3 if bend else 0)
+                paths[i, y, x] = 1
+    drawn = SimpleNamespace(
+        paths=paths,
+        dots=np.tile(np.array([[4.0, 10.0], [27.0, 10.0]]), (n, 1, 1)),
+        dot_paths=np.ones((n, 2), dtype=np.int64),
+        labels=np.arange(n) % 2,
+    )
+    s = pf.straightness(drawn)
+    for dot in ("first_dot", "second_dot"):
+        assert s[dot]["1"] == pytest.approx(1.0) and s[dot]["0"] < 0.95 and s[dot]["p_value"] < 0.05
+    assert "first dot " + f"{s['first_dot']['0']:.4f} / 1.0000" in pf.straight_line(s)
