@@ -68,6 +68,7 @@ BAD_KNOBS = {
     "seed_distance-inf": ({"seed_distance": INF}, "seed_distance must be a finite number"),
     "seed_distance-huge": ({"seed_distance": 1e6}, "seed_distance must be a finite number above 0 and at most 32"),
     "seed_distance-too-short": ({"seed_distance": 4.0}, "seed_distance must exceed two dot radii"),
+    "isotropic-a-string": ({"isotropic": "no"}, "isotropic must be True or False"),  # "no" is truthy
     "dot_distance-nan": ({"dot_distance": NAN}, "dot_distance must be a number from 0 to below 27.6"),
     "dot_distance-negative": ({"dot_distance": -1.0}, "dot_distance must be a number from 0 to below 27.6"),
     "dot_distance-wider-than-a-turned-drawing-fits": (

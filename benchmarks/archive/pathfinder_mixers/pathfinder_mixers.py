@@ -360,7 +360,7 @@ def arm_rows() -> dict[str, dict[str, Any]]:
 
 # -- one run -----------------------------------------------------------------------------------------------------
 # knobs the generator gained after this study, at the values that draw its images as they were: left out of the keys
-LATER_KNOBS = {"dot_span": 0.0}
+LATER_KNOBS = {"dot_distance": 0.0, "isotropic": False}
 
 
 def run_key(arm: str, model_args: dict[str, Any], seed: int, lr: float) -> str:

@@ -131,6 +131,8 @@ class PathfinderConfig:
                 f"pathfinder dot_distance must be a number from 0 to below {widest:g} (pixels of a 32-px image: the "
                 f"widest disc a drawing turns in), got {self.dot_distance!r:.40}"
             )
+        if not isinstance(self.isotropic, bool | np.bool_):
+            raise ValueError(f"pathfinder isotropic must be True or False, got {self.isotropic!r:.40}")
         if self.seed_distance <= 2 * self.dot_radius + self.separation:
             raise ValueError("seed_distance must exceed two dot radii plus the separation")
 
