@@ -13,13 +13,13 @@ other in a negative (label 0). Images come in pairs, a negative and a positive w
 apart (to within :data:`DOT_BIN`), and no two dots closer than two radii and the separation (nor than
 ``dot_distance``): the dots' distance has one distribution in both classes (version 1 drew it apart by label: it
 gave the label 58-60% of the time). The two target drawings of a pair are placed together: each turned rigidly
-about its first dot so that its dots point along one direction, uniform (the pair is kept only where both drawings
-fit a disc that fits the image, so the direction does not depend on the shape: version 4 took the first drawn
-direction that fitted, which favoured the image axes, and a straight path carried that direction to its dot), then
-one translation, uniform among those that keep both inside the image, puts both first dots at one point; so the
-dots of a pair sit at the same places (to within the bin), and neither their places nor their offsets carry the
-label (version 2 shifted each drawing into the image on its own, so the room left, and the dots' places, depended
-on the path's extent: a classifier on the dots' geometry reached 53.6%).
+about its first dot so that its dots point along one direction (the first of a few drawn that fits; with
+``isotropic``, one uniform direction, the pair kept only where it fits the image in every direction, so that the
+direction does not depend on the drawing, where the first that fits does), then one translation, uniform among
+those that keep both inside the image, puts both first dots at one point; so the dots of a pair sit at the same
+places (to within the bin), and neither their places nor their offsets carry the label (version 2 shifted each
+drawing into the image on its own, so the room left, and the dots' places, depended on the path's extent: a
+classifier on the dots' geometry reached 53.6%).
 
 A path is a walk of dashes: dash ``j`` runs ``dash_length`` from ``p_j`` in the direction ``theta_j``; dash
 ``j + 1`` starts ``dash_gap`` after its end, with ``theta_{j+1} = theta_j + U(-max_turn, max_turn)``. Each dash is
@@ -129,7 +129,7 @@ class PathfinderConfig:
         if not (is_finite_scalar(self.dot_distance) and 0 <= self.dot_distance < widest):
             raise ValueError(
                 f"pathfinder dot_distance must be a number from 0 to below {widest:g} (pixels of a 32-px image: the "
-                f"widest disc a drawing turns in), got {self.dot_distance!r:.40}"
+                f"image's side less the margins), got {self.dot_distance!r:.40}"
             )
         if not isinstance(self.isotropic, bool | np.bool_):
             raise ValueError(f"pathfinder isotropic must be True or False, got {self.isotropic!r:.40}")
