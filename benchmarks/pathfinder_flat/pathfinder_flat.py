@@ -77,15 +77,13 @@ DEPTH = 2  # blocks: a local arm's token sees 2 * (2 * DEPTH + 1) = 10 px, below
 # Each pair is placed in a uniform direction and kept only where it fits the image in every direction (``isotropic``),
 # and the dots' centres are at least 19 px apart, so at least 13.4 px in x or y: a 10-px local field never reaches a
 # pixel of both dots (radius 1.5). "lra10-iso": LRA's turns, 10 dashes and 2 distractors asked for; "lra12-iso": the
-# same with 12 dashes; "bare10-iso": lra10-iso without distractors. Chosen here so that a short run may learn them,
-# not taken from a paper. A testbed's name
-# keeps its knobs for good: the record's probes and checks on retired testbeds (lra14, straight10, lra10, bare10,
-# turn45: the dots at least 13.5 px apart in x or y, ``dot_span``, and the first of 8 directions that fitted, which
-# favoured the image axes) keep their knobs in the record.
+# same with 12 dashes. Chosen here so that a short run may learn them, not taken from a paper. A testbed's name keeps
+# its knobs for good: the probes and checks on retired testbeds (lra14, straight10, lra10, bare10, turn45: the dots at
+# least 13.5 px apart in x or y, ``dot_span``, and the first of 8 directions that fitted, which favoured the image
+# axes) keep their knobs in the record.
 TESTBEDS = {
     "lra10-iso": replace(LRA_32, n_dashes=10, n_distractors=2, dot_distance=19.0, isotropic=True),
     "lra12-iso": replace(LRA_32, n_dashes=12, n_distractors=2, dot_distance=19.0, isotropic=True),
-    "bare10-iso": replace(LRA_32, n_dashes=10, n_distractors=0, dot_distance=19.0, isotropic=True),
 }
 STUDY_TESTBED = "lra12-iso"
 CONFIG = TESTBEDS[STUDY_TESTBED]

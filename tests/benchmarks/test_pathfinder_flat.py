@@ -169,7 +169,7 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     assert pf.main(["--power", str(tmp_path / "missing.json")]) == 2
     assert pf.main(["--depth", "3"]) == 2  # a probe's setting without a probe
     assert pf.main(["--probe", "resnet18", "--depth", "3"]) == 2  # a reference has its own depth
-    assert pf.main(["--testbed", "bare10-iso"]) == 2  # the check and the pilot run on the study's testbed
+    assert pf.main(["--testbed", "lra10-iso"]) == 2  # the check and the pilot run on the study's testbed
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 6 and all(line.startswith("pathfinder_flat:") for line in err)
     bad = (["nope"], ["heat", "--depth", "0"], ["heat", "--lr", "nan"], ["heat", "--images", "x"])
@@ -183,13 +183,11 @@ def test_bad_use_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
 def test_a_probe_is_keyed_by_every_setting_and_flagged_by_the_ones_it_changed() -> None:
     study = pf.STUDY_TESTBED
     assert pf.probe_key("heat", 2, 1000, 16000, 10, None, study) == f"heat/d2/1000/{study}/16000/e10"
-    assert (
-        pf.probe_key("heat", 6, 1000, 32000, 30, 2.5e-4, "bare10-iso") == "heat/d6/1000/bare10-iso/32000/e30/lr0.00025"
-    )
+    assert pf.probe_key("heat", 6, 1000, 32000, 30, 2.5e-4, "lra10-iso") == "heat/d6/1000/lra10-iso/32000/e30/lr0.00025"
     r = {"arm": "heat", "depth": 6, "train_images": 32000, "epochs": 30, "lr": 2.5e-4, "testbed": pf.STUDY_TESTBED}
     assert pf.probe_flags(r) == "--probe heat --depth 6 --images 32000 --epochs 30 --lr 0.00025"
     # another testbed: named in the flags
-    assert pf.probe_flags({**r, "testbed": "bare10-iso"}).startswith("--probe heat --testbed bare10-iso --depth 6")
+    assert pf.probe_flags({**r, "testbed": "lra10-iso"}).startswith("--probe heat --testbed lra10-iso --depth 6")
     assert pf.probe_flags({**r, "depth": pf.DEPTH, "train_images": pf.RUN["train_images"], "lr": None}) == (
         "--probe heat --epochs 30"
     )
@@ -277,9 +275,9 @@ def test_the_report_tells_a_reference_that_learnt_the_testbed_from_a_skeleton_at
         "lr": 2.5e-4,
         "train_loss": [0.69, 0.6],
         "seconds": 9.0,
-        "testbed": "bare10-iso",
+        "testbed": "lra10-iso",
     }
-    probe["config"] = asdict(pf.TESTBEDS["bare10-iso"])
+    probe["config"] = asdict(pf.TESTBEDS["lra10-iso"])
     record["probes"] = {
         "heat/d2/1000/64000": {**probe, "arm": "heat", "depth": 2, "train_images": 64000, "val_top1": [50.0, 50.4]},
         "resnet18/1000/64000": {**probe, "arm": "resnet18", "depth": None, "train_images": 64000, "val_top1": [51, 62]},
@@ -297,21 +295,21 @@ def test_the_report_tells_a_reference_that_learnt_the_testbed_from_a_skeleton_at
     record["probes"]["heat/d2/1000"].update(testbed="straight10", config=retired)
     text = pf.report(record)
     assert (
-        "`bare10-iso`: no probe of the skeleton has passed 60%" in text
+        "`lra10-iso`: no probe of the skeleton has passed 60%" in text
     )  # a skeleton past 60% elsewhere does not count
     assert "`straight10`: no probe" not in text
     record["probes"]["heat/d2/1000"]["arm"] = "resnet18"  # no probe of the skeleton on straight10: nothing said of it
     assert "`straight10`: no probe" not in pf.report(record)
     record["probes"]["heat/d2/1000"]["arm"] = "heat"
-    assert "`bare10-iso`: a reference passed 60% on 64,000 training images: the testbed can be learnt" in text
+    assert "`lra10-iso`: a reference passed 60% on 64,000 training images: the testbed can be learnt" in text
     # each testbed's knobs apart from LRA's
     assert "- `straight10`: n_dashes 10, n_distractors 2, max_turn 30, dot_span 13.5 (the rest as `LRA_32`)" in text
-    assert "- `bare10-iso`: n_dashes 10, n_distractors 0, dot_distance 19, isotropic (the rest as `LRA_32`)" in text
+    assert "- `lra10-iso`: n_dashes 10, n_distractors 2, dot_distance 19, isotropic (the rest as `LRA_32`)" in text
     assert (
         f"Testbed: `{pf.testbed_of(record['config'], record)}`, generator version 4: " in text
     )  # the check's, by its verdict
     record["probes"]["heat/d2/1000/64000"]["val_top1"] = [50.0, 61.0]
-    assert "`bare10-iso`: no probe of the skeleton" not in pf.report(record)
+    assert "`lra10-iso`: no probe of the skeleton" not in pf.report(record)
 
 
 def test_the_pilots_report_is_its_record(tmp_path: Path, monkeypatch) -> None:
@@ -347,7 +345,7 @@ def test_a_new_check_keeps_only_the_runs_of_its_generator_version_and_testbed() 
     config = asdict(pf.CONFIG)
     old, new = {"generator_version": pf.VERSION - 1}, {"generator_version": pf.VERSION}
     probe = {**new, "testbed": pf.STUDY_TESTBED, "config": config}
-    other = {**new, "testbed": "bare10-iso", "config": asdict(pf.TESTBEDS["bare10-iso"])}
+    other = {**new, "testbed": "lra10-iso", "config": asdict(pf.TESTBEDS["lra10-iso"])}
     changed = {**other, "config": {**other["config"], "n_dashes": 3}}  # its testbed's knobs changed since
     retired = {**other, "testbed": "lra14", "config": {**other["config"], "dot_span": 13.5}}  # nothing draws it now
     before = {
@@ -375,7 +373,7 @@ def test_a_new_check_keeps_only_the_runs_of_its_generator_version_and_testbed() 
 def test_a_check_on_another_testbed_keeps_the_earlier_checks_verdict_and_shortcuts() -> None:
     """A failed testbed stays in the record (its verdict and shortcut accuracies), once per testbed and version."""
     old = {
-        "config": asdict(pf.TESTBEDS["bare10-iso"]),
+        "config": asdict(pf.TESTBEDS["lra10-iso"]),
         "generator_version": pf.VERSION,
         "failures": ["shortcut local_cnn_7px: 54.8% on 10000 images is beyond binomial noise"],
         "shortcuts": {"local_cnn_7px": {"accuracy": 0.548, "p_value": 1e-21, "n": 10000, "ci99": [0.53, 0.56]}},
@@ -383,18 +381,30 @@ def test_a_check_on_another_testbed_keeps_the_earlier_checks_verdict_and_shortcu
     }
     study = asdict(pf.CONFIG)
     (kept,) = pf.earlier_checks(old, study)
-    assert kept["testbed"] == "bare10-iso" and kept["failures"] == old["failures"]
+    assert kept["testbed"] == "lra10-iso" and kept["failures"] == old["failures"]
     assert kept["shortcuts"] == {"local_cnn_7px": {"accuracy": 0.548, "p_value": 1e-21, "n": 10000}}
     assert pf.earlier_checks(old, old["config"]) == []  # the same testbed checked again: the new check replaces it
-    again = {**old, "earlier_checks": [kept], "failures": []}  # bare10-iso checked again, then another testbed
+    again = {**old, "earlier_checks": [kept], "failures": []}  # lra10-iso checked again, then another testbed
     assert [c["failures"] for c in pf.earlier_checks(again, study)] == [[]]
-    back = {**again, "config": study, "earlier_checks": [kept]}  # the study's testbed, bare10-iso's check kept
-    # bare10-iso checked once more: its own earlier entry goes (the new record holds it), the study's testbed's comes in
+    back = {**again, "config": study, "earlier_checks": [kept]}  # the study's testbed, lra10-iso's check kept
+    # lra10-iso checked once more: its own earlier entry goes (the new record holds it), the study's testbed's comes in
     assert [c["testbed"] for c in pf.earlier_checks(back, old["config"])] == [pf.STUDY_TESTBED]
     record = {**json.loads(pf.RECORD.read_text()), "earlier_checks": [kept]}
     assert (
-        "- `bare10-iso`, generator version 4: failed; local_cnn_7px 54.80% (p 1e-21) on 10,000 test images."
+        "- `lra10-iso`, generator version 4: failed; local_cnn_7px 54.80% (p 1e-21) on 10,000 test images."
         in pf.report(record)
+    )
+
+
+def _drawn(paths: np.ndarray, dots: list[list[float]]) -> SimpleNamespace:
+    """Synthetic images for the placement measures: path maps (n, size, size) whose path 1 carries both dots, at
+    ``dots`` in every image; odd images positive."""
+    n = len(paths)
+    return SimpleNamespace(
+        paths=paths,
+        dots=np.tile(np.array(dots), (n, 1, 1)),
+        dot_paths=np.ones((n, 2), dtype=np.int64),
+        labels=np.arange(n) % 2,
     )
 
 
@@ -408,12 +418,7 @@ def test_axis_alignment_reads_the_dots_axis_and_the_first_paths_direction_by_lab
         for t in range(12):
             x, y = (6 + t, 10) if i % 2 else (6 + t, 10 + t)  # positives horizontal, negatives diagonal
             paths[i, y, x] = 1
-    drawn = SimpleNamespace(
-        paths=paths,
-        dots=np.tile(np.array([[6.0, 10.0], [26.0, 10.0]]), (n, 1, 1)),
-        dot_paths=np.ones((n, 2), dtype=np.int64),
-        labels=np.arange(n) % 2,
-    )
+    drawn = _drawn(paths, [[6.0, 10.0], [26.0, 10.0]])
     a = pf.axis_alignment(drawn)
     assert a["dots_axis_along_image_axis"] == 1.0
     assert a["path_leaves_first_dot_along_image_axis"] == {"0": 0.0, "1": 1.0}
@@ -428,9 +433,9 @@ def test_a_probe_trains_on_its_testbeds_images_and_the_check_keeps_each_testbed_
     settings); the check's cached images are named by the testbed's knobs, so changed knobs are drawn again."""
     monkeypatch.setattr(pf, "PATHFINDER_SETS", dict(pf.PATHFINDER_SETS))  # the sets a probe registers stay here
     assert pf.probe_set(pf.STUDY_TESTBED, pf.RUN["train_images"]) == pf.STUDY_SET
-    name = pf.probe_set("bare10-iso", 500)
+    name = pf.probe_set("lra10-iso", 500)
     spec = pf.PATHFINDER_SETS[name]
-    assert (spec.config, spec.n_train, spec.seed) == (pf.TESTBEDS["bare10-iso"], 500, pf.SEED)
+    assert (spec.config, spec.n_train, spec.seed) == (pf.TESTBEDS["lra10-iso"], 500, pf.SEED)
     assert spec.n_val == pf.PATHFINDER_SETS[pf.STUDY_SET].n_val
     before = pf._cache_name("test", 10)
     monkeypatch.setattr(pf, "CONFIG", replace(pf.CONFIG, n_dashes=pf.CONFIG.n_dashes + 1))  # same name, new knobs
@@ -461,12 +466,7 @@ def test_straightness_reads_how_straight_each_dots_path_runs_by_label() -> None:
                 bend = i % 2 == 0 and t > 3  # negatives: up after 3 px
                 x, y = start[0] + step * min(t, 3 if bend else t), start[1] - (t - 3 if bend else 0)
                 paths[i, y, x] = 1
-    drawn = SimpleNamespace(
-        paths=paths,
-        dots=np.tile(np.array([[4.0, 10.0], [27.0, 10.0]]), (n, 1, 1)),
-        dot_paths=np.ones((n, 2), dtype=np.int64),
-        labels=np.arange(n) % 2,
-    )
+    drawn = _drawn(paths, [[4.0, 10.0], [27.0, 10.0]])
     s = pf.straightness(drawn)
     for dot in ("first_dot", "second_dot"):
         assert s[dot]["1"] == pytest.approx(1.0) and s[dot]["0"] < 0.95 and s[dot]["p_value"] < 0.05
